@@ -1,0 +1,41 @@
+"""Size limits every decoder enforces before it allocates anything a client declared."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.errors import InvalidInput
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_instances: int = 65536          # rows (batch dimension) in one request
+    max_tensor_elements: int = 64 * 1024 * 1024
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def element_count(name: str, shape: object, limits: Limits) -> int:
+    """Validate a declared shape and return its element count, without allocating."""
+    if not isinstance(shape, (list, tuple)) or not all(
+        isinstance(d, int) and not isinstance(d, bool) for d in shape
+    ):
+        raise InvalidInput(f"input '{name}': shape must be a list of integers, got {shape!r}")
+    if len(shape) == 0:
+        raise InvalidInput(f"input '{name}': shape must have a batch dimension first, got []")
+    count = 1
+    for dim in shape:
+        if dim < 0:
+            raise InvalidInput(f"input '{name}': shape {list(shape)} has a negative dimension")
+        count *= dim
+        if count > limits.max_tensor_elements:
+            raise InvalidInput(
+                f"input '{name}': shape {list(shape)} exceeds the limit of "
+                f"{limits.max_tensor_elements} elements per tensor"
+            )
+    if shape[0] > limits.max_instances:
+        raise InvalidInput(
+            f"input '{name}': {shape[0]} instances exceed the limit of {limits.max_instances}"
+        )
+    return count

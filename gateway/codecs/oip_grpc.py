@@ -1,0 +1,130 @@
+"""Open Inference Protocol protobuf messages <-> tensors.
+
+Used by the gRPC front end (decode ModelInferRequest, encode ModelInferResponse) and by the
+OIP gRPC backend client (the reverse). Outgoing tensors always use raw contents (one copy,
+no per-element boxing); incoming ones may use raw contents (read as zero-copy views) or the
+typed `contents` fields.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gateway.codecs import raw
+from gateway.codecs.limits import DEFAULT_LIMITS, Limits, element_count
+from gateway.codecs.oip_json import OipRequest, RequestedOutput
+from gateway.errors import InvalidInput
+from gateway.generated.inference import grpc_service_pb2 as pb
+from gateway.tensors import NUMPY_DTYPES, Tensor
+
+# Which typed field of InferTensorContents carries each datatype.
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def decode_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT_LIMITS) -> OipRequest:
+    if not message.inputs:
+        raise InvalidInput("the request has no inputs")
+    tensors = _decode_tensors(message.inputs, message.raw_input_contents, limits)
+    outputs = [RequestedOutput(o.name) for o in message.outputs]
+    return OipRequest(tensors, message.id, outputs, parameters_to_dict(message.parameters))
+
+
+def decode_response(message: pb.ModelInferResponse, limits: Limits = DEFAULT_LIMITS) -> list[Tensor]:
+    return _decode_tensors(message.outputs, message.raw_output_contents, limits)
+
+
+def encode_request(inputs: list[Tensor], model_name: str, model_version: str = "", request_id: str = "") -> pb.ModelInferRequest:
+    message = pb.ModelInferRequest(model_name=model_name, model_version=model_version, id=request_id)
+    for tensor in inputs:
+        message.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        message.raw_input_contents.append(raw.from_array(tensor.data, tensor.datatype))
+    return message
+
+
+def encode_response(
+    model_name: str, model_version: str, request_id: str, outputs: list[Tensor], parameters: dict[str, Any]
+) -> pb.ModelInferResponse:
+    message = pb.ModelInferResponse(model_name=model_name, model_version=model_version, id=request_id)
+    for key, value in parameters.items():
+        set_parameter(message.parameters[key], value)
+    for tensor in outputs:
+        message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        message.raw_output_contents.append(raw.from_array(tensor.data, tensor.datatype))
+    return message
+
+
+def parameters_to_dict(parameters: Any) -> dict[str, Any]:
+    return {key: getattr(value, value.WhichOneof("parameter_choice") or "string_param")
+            for key, value in parameters.items()}
+
+
+def set_parameter(target: pb.InferParameter, value: Any) -> None:
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        target.int64_param = value
+    elif isinstance(value, float):
+        target.double_param = value
+    else:
+        target.string_param = str(value)
+
+
+def _decode_tensors(items: Any, raw_contents: Any, limits: Limits) -> list[Tensor]:
+    if raw_contents and len(raw_contents) != len(items):
+        raise InvalidInput(
+            f"{len(raw_contents)} raw contents entries for {len(items)} tensors: there must be one per tensor"
+        )
+    tensors, names = [], set()
+    for index, item in enumerate(items):
+        name, datatype = item.name, item.datatype
+        if not name:
+            raise InvalidInput(f"tensor {index} has no name")
+        if name in names:
+            raise InvalidInput(f"tensor '{name}' appears twice")
+        names.add(name)
+        if datatype not in NUMPY_DTYPES or datatype == "JSON":
+            raise InvalidInput(f"tensor '{name}': unknown datatype '{datatype}'")
+        shape = list(item.shape)
+        count = element_count(name, shape, limits)
+        if raw_contents:
+            if item.HasField("contents"):
+                raise InvalidInput(f"tensor '{name}': both typed contents and raw contents are set")
+            data = raw.to_array(name, datatype, shape, count, raw_contents[index])
+        else:
+            data = _typed_to_array(name, datatype, shape, count, item.contents)
+        tensors.append(Tensor(name, datatype, data))
+    return tensors
+
+
+def _typed_to_array(name: str, datatype: str, shape: list[int], count: int, contents: pb.InferTensorContents) -> np.ndarray:
+    field = _CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise InvalidInput(f"tensor '{name}': {datatype} can only be sent as raw_input_contents")
+    values = getattr(contents, field)
+    if len(values) != count:
+        raise InvalidInput(f"tensor '{name}': {len(values)} elements in {field} but shape {shape} needs {count}")
+    for other in _CONTENTS_FIELD.values():
+        if other != field and len(getattr(contents, other)):
+            raise InvalidInput(f"tensor '{name}': datatype {datatype} expects {field}, got {other}")
+    if datatype == "BYTES":
+        out = np.empty(count, dtype=object)
+        out[:] = list(values)
+        return out.reshape(shape)
+    dtype = NUMPY_DTYPES[datatype]
+    if dtype.kind in "iu" and count:
+        array = np.fromiter(values, dtype=np.int64 if dtype.kind == "i" else np.uint64, count=count)
+        info = np.iinfo(dtype)
+        if array.min() < info.min or array.max() > info.max:
+            raise InvalidInput(f"tensor '{name}': a value is out of range for {datatype}")
+        return array.astype(dtype).reshape(shape)
+    return np.fromiter(values, dtype=dtype, count=count).reshape(shape)

@@ -1,0 +1,137 @@
+"""KServe v1 bodies, and the one place that converts between v1 rows and tensors.
+
+A v1 request is `{"instances": [...]}`, one instance per row; the answer is
+`{"predictions": [...], "batchId": "..."}`, one prediction per instance, in order. For a
+model with one input an instance is one row of that input; with several inputs it is an
+object `{input_name: row, ...}`. For a v1 predictor whose signature is unknown, instances
+stay opaque JSON values (datatype JSON) and pass through untouched.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gateway.codecs.limits import DEFAULT_LIMITS, Limits
+from gateway.codecs.oip_json import json_to_array, loads
+from gateway.errors import BadPredictorAnswer, InvalidInput
+from gateway.tensors import JSON, Tensor, TensorSpec
+
+ROWS = "instances"  # the name of the one JSON tensor that carries opaque instances
+
+
+def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> list[Any]:
+    document = loads(body)
+    if not isinstance(document, dict):
+        raise InvalidInput('request body must be a JSON object: {"instances": [...]}')
+    instances = document.get("instances")
+    if instances is None:
+        raise InvalidInput("request body has no 'instances' key")
+    if not isinstance(instances, list):
+        raise InvalidInput("'instances' must be a list")
+    if not instances:
+        raise InvalidInput("'instances' is empty: send at least one instance")
+    if len(instances) > limits.max_instances:
+        raise InvalidInput(f"{len(instances)} instances exceed the limit of {limits.max_instances}")
+    return instances
+
+
+def encode_response(predictions: list[Any], batch_id: str) -> bytes:
+    return orjson.dumps({"predictions": predictions, "batchId": batch_id}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def decode_predictions(body: bytes, expected: int) -> list[Any]:
+    """Read a v1 predictor's answer; it must hold exactly one prediction per instance sent."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise BadPredictorAnswer("predictor answered with a body that is not JSON") from None
+    predictions = document.get("predictions") if isinstance(document, dict) else None
+    if not isinstance(predictions, list):
+        raise BadPredictorAnswer("predictor answer has no 'predictions' list")
+    if len(predictions) != expected:
+        raise BadPredictorAnswer(f"predictor returned {len(predictions)} predictions for {expected} instances")
+    return predictions
+
+
+def rows_tensor(rows: list[Any]) -> Tensor:
+    """Opaque instances as one JSON tensor (one object per row)."""
+    data = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):
+        data[i] = row
+    return Tensor(ROWS, JSON, data)
+
+
+def instances_to_tensors(instances: list[Any], inputs: tuple[TensorSpec, ...]) -> list[Tensor]:
+    """Convert v1 instances to the model's input tensors (in the model's input order)."""
+    if len(inputs) == 1:
+        return [_column(inputs[0], instances)]
+    columns: dict[str, list[Any]] = {spec.name: [] for spec in inputs}
+    for index, instance in enumerate(instances):
+        if not isinstance(instance, dict) or set(instance) != set(columns):
+            raise InvalidInput(
+                f"instance {index}: this model has inputs {sorted(columns)}; each instance must be "
+                f"an object with exactly those keys"
+            )
+        for name, value in instance.items():
+            columns[name].append(value)
+    return [_column(spec, columns[spec.name]) for spec in inputs]
+
+
+def _column(spec: TensorSpec, rows: list[Any]) -> Tensor:
+    if any(isinstance(row, dict) for row in rows):
+        raise InvalidInput(
+            f"this model takes tensor input '{spec.name}' ({spec.datatype}); an instance that is a "
+            f"JSON object cannot be expressed as a row of it"
+        )
+    data = json_to_array(spec.name, spec.datatype, rows)
+    declared = spec.shape[1:]
+    if len(declared) != data.ndim - 1 or any(d not in (-1, got) for d, got in zip(declared, data.shape[1:])):
+        raise InvalidInput(
+            f"input '{spec.name}': instances have shape {list(data.shape[1:])} but the model "
+            f"expects {list(declared)} (-1 is any size)"
+        )
+    return Tensor(spec.name, spec.datatype, data)
+
+
+def tensors_to_rows(tensors: list[Tensor]) -> Tensor:
+    """Tensors as v1 instances: rows of the single input, or one object per row for several."""
+    if len(tensors) == 1:
+        return rows_tensor(_rows(tensors[0]))
+    columns = [(t.name, _rows(t)) for t in tensors]
+    return rows_tensor([{name: rows[i] for name, rows in columns} for i in range(len(columns[0][1]))])
+
+
+def outputs_to_predictions(outputs: list[Tensor]) -> list[Any]:
+    """A tensor predictor's outputs as v1 predictions (same shape rule as instances)."""
+    if len(outputs) == 1 and outputs[0].datatype == JSON:
+        return outputs[0].data.tolist()
+    return tensors_to_rows(outputs).data.tolist()
+
+
+def predictions_to_outputs(predictions: Tensor, outputs: tuple[TensorSpec, ...]) -> list[Tensor]:
+    """A v1 predictor's predictions as output tensors, by the model's declared outputs."""
+    rows = predictions.data.tolist()
+    if not outputs:
+        raise BadPredictorAnswer(
+            "the model's outputs are not declared, so v1 predictions cannot be returned as tensors"
+        )
+    try:
+        if len(outputs) == 1:
+            return [_column(outputs[0], rows)]
+        return [_column(spec, [row[spec.name] for row in rows]) for spec in outputs]
+    except (InvalidInput, KeyError, TypeError) as exc:
+        raise BadPredictorAnswer(f"predictions do not match the model's declared outputs: {exc}") from None
+
+
+def _rows(tensor: Tensor) -> list[Any]:
+    if tensor.datatype == "BYTES":
+        return [_bytes_row(row) for row in tensor.data]
+    return tensor.data.tolist()
+
+
+def _bytes_row(row: Any) -> Any:
+    if isinstance(row, np.ndarray):
+        return [_bytes_row(element) for element in row]
+    return row.decode("utf-8", errors="replace") if isinstance(row, bytes) else row

@@ -1,0 +1,64 @@
+"""Gateway errors, and the ONE place that maps them to HTTP statuses and gRPC codes.
+
+Every failure a client can see is a `GatewayError` subclass. Front ends never choose a
+status themselves: they read `http_status` / `grpc_code` off the error. Messages are meant
+for clients: they say what was wrong and never carry stack traces or internal addresses.
+"""
+from __future__ import annotations
+
+import grpc
+
+
+class GatewayError(Exception):
+    http_status: int = 500
+    grpc_code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(GatewayError):
+    """The request itself is wrong: malformed body, bad shape, unknown datatype, too large."""
+    http_status = 400
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class ModelNotFound(GatewayError):
+    http_status = 404
+    grpc_code = grpc.StatusCode.NOT_FOUND
+
+
+class Overloaded(GatewayError):
+    """The model's queue is full: refused at once rather than queued without bound."""
+    http_status = 429
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(GatewayError):
+    """The predictor cannot be reached, or the model is not ready, or the gateway is stopping."""
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceeded(GatewayError):
+    http_status = 504
+    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class BadPredictorAnswer(GatewayError):
+    """The predictor answered, but with something we cannot use (wrong count, shape, format)."""
+    http_status = 502
+    grpc_code = grpc.StatusCode.INTERNAL
+
+
+class PredictorRejected(GatewayError):
+    """The predictor refused the batch as bad input (a 4xx / INVALID_ARGUMENT of its own)."""
+    http_status = 400
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class PredictorFailed(GatewayError):
+    """The predictor reported an internal error (5xx / INTERNAL) for the batch."""
+    http_status = 502
+    grpc_code = grpc.StatusCode.INTERNAL

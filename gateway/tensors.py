@@ -1,0 +1,67 @@
+"""The gateway's one request model: named tensors with a batch dimension first.
+
+Every front end decodes into `Tensor`s and every backend client encodes from them, so this
+module knows no wire format. `data` is always a numpy array whose first axis is the batch:
+numeric datatypes use the matching numpy dtype, BYTES uses an object array of `bytes`, and
+the internal datatype JSON (opaque KServe v1 instances for a predictor that takes them
+as-is) uses an object array of decoded JSON values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+JSON = "JSON"  # internal: one opaque JSON value per row, never sent as a tensor
+
+# Open Inference Protocol datatype -> numpy dtype (little-endian, as on the wire).
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BYTES": np.dtype(object),
+    JSON: np.dtype(object),
+}
+DATATYPES_BY_DTYPE = {dtype: name for name, dtype in NUMPY_DTYPES.items() if dtype != object}
+
+
+@dataclass(slots=True)
+class Tensor:
+    name: str
+    datatype: str
+    data: np.ndarray
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self.data.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A tensor as a model declares it; -1 marks a variable dimension (batch first)."""
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSignature:
+    inputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
+    outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
+
+    def input(self, name: str) -> TensorSpec | None:
+        return next((spec for spec in self.inputs if spec.name == name), None)
+
+
+def signature_key(tensors: list[Tensor]) -> tuple:
+    """What must agree for requests to share a batch: names, datatypes, non-batch dims."""
+    return tuple((t.name, t.datatype, t.data.shape[1:]) for t in tensors)
