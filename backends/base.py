@@ -1,0 +1,38 @@
+"""The one small interface every predictor client implements."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from gateway.tensors import ModelSignature, Tensor
+
+TENSORS = "tensors"  # the batch travels as typed tensors (Open Inference Protocol)
+ROWS = "rows"        # the batch travels as one JSON tensor of v1 instances
+
+
+class Backend(ABC):
+    """A client for one model on one predictor.
+
+    `infer` sends a merged batch as ONE call and returns one output row per input row.
+    Failures are raised as gateway errors: Unavailable (cannot reach it), PredictorRejected
+    (it called the batch bad input), PredictorFailed (its own 5xx), BadPredictorAnswer
+    (an answer we cannot use).
+    """
+
+    batch_form: ClassVar[str] = TENSORS
+
+    async def start(self) -> None:
+        """Open connections. Must not fail if the predictor is not up yet."""
+
+    @abstractmethod
+    async def infer(self, inputs: list[Tensor]) -> list[Tensor]: ...
+
+    @abstractmethod
+    async def ready(self) -> bool: ...
+
+    async def metadata(self) -> tuple[ModelSignature, list[str]] | None:
+        """The model's signature and versions as the predictor reports them, if it can."""
+        return None
+
+    async def close(self) -> None:
+        """Close connections."""

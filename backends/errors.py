@@ -1,0 +1,58 @@
+"""How a predictor's failures become gateway errors (the predictor side of error mapping).
+
+Messages name the model, never the predictor's address: error bodies go to clients.
+"""
+from __future__ import annotations
+
+import grpc
+import orjson
+
+from gateway.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, PredictorFailed,
+                            PredictorRejected, Unavailable)
+
+_MAX_DETAIL = 300
+
+
+def from_http_status(model: str, status: int, body: bytes) -> GatewayError:
+    detail = _detail(body)
+    if status == 404:
+        return Unavailable(f"model '{model}': the predictor does not serve it ({detail})")
+    if status in (429, 503):
+        return Unavailable(f"model '{model}': the predictor is unavailable ({status}: {detail})")
+    if status == 504:
+        return DeadlineExceeded(f"model '{model}': the predictor timed out ({detail})")
+    if 400 <= status < 500:
+        return PredictorRejected(f"model '{model}': the predictor rejected the batch ({status}: {detail})")
+    return PredictorFailed(f"model '{model}': the predictor failed ({status}: {detail})")
+
+
+def from_grpc_error(model: str, error: grpc.aio.AioRpcError) -> GatewayError:
+    code, detail = error.code(), (error.details() or "")[:_MAX_DETAIL]
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return Unavailable(f"model '{model}': the predictor is unreachable")
+    if code == grpc.StatusCode.NOT_FOUND:
+        return Unavailable(f"model '{model}': the predictor does not serve it ({detail})")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceeded(f"model '{model}': the predictor timed out")
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE):
+        return PredictorRejected(f"model '{model}': the predictor rejected the batch ({detail})")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return Unavailable(f"model '{model}': the predictor is overloaded ({detail})")
+    return PredictorFailed(f"model '{model}': the predictor failed ({code.name}: {detail})")
+
+
+def unreadable(model: str, problem: str) -> BadPredictorAnswer:
+    return BadPredictorAnswer(f"model '{model}': the predictor's answer is unusable: {problem}")
+
+
+def _detail(body: bytes) -> str:
+    """The predictor's own error text: {"error": ...} (Triton, KServe) or {"detail": ...}."""
+    try:
+        document = orjson.loads(body)
+        if isinstance(document, dict):
+            text = document.get("error") or document.get("detail") or document.get("message") or document
+        else:
+            text = document
+    except orjson.JSONDecodeError:
+        text = body.decode("utf-8", errors="replace")
+    return str(text)[:_MAX_DETAIL] or "no detail"

@@ -1,0 +1,68 @@
+"""Pooled keep-alive HTTP plumbing shared by the HTTP predictor clients (aiohttp)."""
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from backends import errors
+from gateway.errors import Unavailable
+
+CONNECT_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 2.0
+
+
+class HttpPredictor:
+    """One keep-alive connection pool to one predictor base URL."""
+
+    def __init__(self, base_url: str, model: str, pool_size: int = 64) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._pool_size = pool_size
+        self._session: aiohttp.ClientSession | None = None
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._pool_size, enable_cleanup_closed=True),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
+
+    async def request(self, method: str, path: str, body: bytes | None = None,
+                      headers: dict[str, str] | None = None,
+                      timeout_s: float | None = None) -> tuple[int, dict, bytes]:
+        """Send one request; connection failures become Unavailable."""
+        session = self._ensure_session()
+        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else None
+        try:
+            async with session.request(method, self.base_url + path, data=body, headers=headers,
+                                       timeout=timeout) as response:
+                payload = await response.read()
+                return response.status, response.headers, payload
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError):
+            raise Unavailable(f"model '{self.model}': the predictor is unreachable") from None
+        except asyncio.TimeoutError:
+            raise Unavailable(f"model '{self.model}': the predictor did not answer in time") from None
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[dict, bytes]:
+        """POST and require a 200; any other status becomes the matching gateway error."""
+        status, response_headers, payload = await self.request("POST", path, body, headers)
+        if status != 200:
+            raise errors.from_http_status(self.model, status, payload)
+        return response_headers, payload
+
+    async def probe(self, path: str) -> tuple[int, bytes]:
+        """A short GET for readiness and metadata; (0, b"") if the predictor is unreachable."""
+        try:
+            status, _, payload = await self.request("GET", path, timeout_s=PROBE_TIMEOUT_S)
+            return status, payload
+        except Unavailable:
+            return 0, b""
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,43 @@
+"""KServe v1 over HTTP (KServe, or TorchServe with service_envelope=kserve).
+
+The batch travels as one `{"instances": [...]}` body; the predictor must answer one
+prediction per instance, in order.
+"""
+from __future__ import annotations
+
+import orjson
+
+from backends.base import ROWS, Backend
+from backends.http import HttpPredictor
+from gateway.codecs import v1
+from gateway.tensors import Tensor
+
+
+class KServeV1Backend(Backend):
+    batch_form = ROWS
+
+    def __init__(self, base_url: str, model: str) -> None:
+        self.http = HttpPredictor(base_url, model)
+        self.model = model
+        self._predict_path = f"/v1/models/{model}:predict"
+        self._ready_path = f"/v1/models/{model}"
+
+    async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
+        rows = inputs[0].data
+        body = orjson.dumps({"instances": rows.tolist()}, option=orjson.OPT_SERIALIZE_NUMPY)
+        _, payload = await self.http.post(self._predict_path, body, {"Content-Type": "application/json"})
+        predictions = v1.decode_predictions(payload, len(rows))
+        return [v1.rows_tensor(predictions)]
+
+    async def ready(self) -> bool:
+        status, payload = await self.http.probe(self._ready_path)
+        if status != 200:
+            return False
+        try:
+            document = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return False
+        return not isinstance(document, dict) or document.get("ready", True) is not False
+
+    async def close(self) -> None:
+        await self.http.close()

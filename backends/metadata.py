@@ -1,0 +1,24 @@
+"""OIP model metadata (REST JSON or protobuf) -> the gateway's ModelSignature."""
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.tensors import ModelSignature, TensorSpec
+
+
+def signature_from_json(document: dict[str, Any]) -> tuple[ModelSignature, list[str]] | None:
+    inputs = tuple(TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"]))
+                   for t in document.get("inputs") or [])
+    outputs = tuple(TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"]))
+                    for t in document.get("outputs") or [])
+    if not inputs:
+        return None  # the predictor does not describe its model: config must
+    return ModelSignature(inputs, outputs), [str(v) for v in document.get("versions") or []]
+
+
+def signature_from_proto(message: Any) -> tuple[ModelSignature, list[str]] | None:
+    return signature_from_json({
+        "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in message.inputs],
+        "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in message.outputs],
+        "versions": list(message.versions),
+    })

@@ -1,0 +1,53 @@
+"""Open Inference Protocol over HTTP (Triton, KServe v2): JSON or the binary tensor extension."""
+from __future__ import annotations
+
+import orjson
+
+from backends import errors
+from backends.base import Backend
+from backends.http import HttpPredictor
+from backends.metadata import signature_from_json
+from gateway.codecs import oip_json
+from gateway.errors import InvalidInput
+from gateway.tensors import ModelSignature, Tensor
+
+
+class OipHttpBackend(Backend):
+    def __init__(self, base_url: str, model: str, version: str = "", binary: bool = False) -> None:
+        self.http = HttpPredictor(base_url, model)
+        self.model = model
+        prefix = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
+        self._infer_path = prefix + "/infer"
+        self._ready_path = prefix + "/ready"
+        self._metadata_path = prefix
+        self.binary = binary
+
+    async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
+        body, json_length = oip_json.encode_request(inputs, binary=self.binary)
+        headers = {"Content-Type": "application/json"}
+        if json_length is not None:
+            headers = {"Content-Type": "application/octet-stream",
+                       oip_json.HEADER_LENGTH: str(json_length)}
+        response_headers, payload = await self.http.post(self._infer_path, body, headers)
+        length = response_headers.get(oip_json.HEADER_LENGTH)
+        try:
+            outputs, _ = oip_json.decode_response(payload, int(length) if length is not None else None)
+        except (InvalidInput, ValueError) as exc:
+            raise errors.unreadable(self.model, str(exc)) from None
+        return outputs
+
+    async def ready(self) -> bool:
+        status, _ = await self.http.probe(self._ready_path)
+        return status == 200
+
+    async def metadata(self) -> tuple[ModelSignature, list[str]] | None:
+        status, payload = await self.http.probe(self._metadata_path)
+        if status != 200:
+            return None
+        try:
+            return signature_from_json(orjson.loads(payload))
+        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError):
+            return None
+
+    async def close(self) -> None:
+        await self.http.close()

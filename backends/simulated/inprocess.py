@@ -1,0 +1,24 @@
+"""The simulated model as a backend in the gateway's own process (the embedded default)."""
+from __future__ import annotations
+
+from backends.base import Backend
+from backends.simulated.model import SimulatedModel
+from gateway.errors import PredictorRejected, InvalidInput
+from gateway.tensors import ModelSignature, Tensor
+
+
+class InProcessBackend(Backend):
+    def __init__(self, model: SimulatedModel) -> None:
+        self.model = model
+
+    async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
+        try:
+            return await self.model.predict(inputs)
+        except InvalidInput as exc:
+            raise PredictorRejected(exc.message) from None
+
+    async def ready(self) -> bool:
+        return True
+
+    async def metadata(self) -> tuple[ModelSignature, list[str]]:
+        return self.model.signature, ["1"]

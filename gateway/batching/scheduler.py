@@ -1,0 +1,367 @@
+"""The batch scheduler: per-model queues that merge requests into batches for one executor.
+
+Semantics
+---------
+* A request is a list of tensors sharing a first (batch) dimension of `size` rows, plus a
+  deadline. Requests merge only with requests of the same model and *signature* (input
+  names, datatypes and non-batch dimensions), in arrival order.
+* `max_batch_size` is a hard cap. A request larger than it is split into parts of at most
+  that size; the parts travel in separate batches and the answer is reassembled in order.
+* At most `max_inflight` batches per model are at the executor at once. When one returns,
+  its slot is freed and the next batch is shipped *before* the finished batch's requests
+  are woken, so the predictor never idles behind our own bookkeeping.
+* Policy `adaptive` (default): a batch ships as soon as a slot is free. Light traffic pays
+  no batching delay; under load, requests pile up while all slots are busy and leave
+  together. Policy `window` (KServe's batcher): a batch ships when it holds
+  `max_batch_size` rows or its oldest request has waited `max_latency`.
+* Every request has a deadline. A request whose deadline passes while queued is answered
+  with DeadlineExceeded and never sent; one whose batch is at the executor is answered at
+  its deadline too, and the executor call itself is abandoned once every member's deadline
+  has passed, so a hung predictor costs each request at most its deadline.
+* The queue is bounded (`max_queue` rows per model): beyond it a request is refused at once
+  with Overloaded. A request whose caller goes away (its awaiting task is cancelled) is
+  dropped from the queue and its rows are never sent.
+
+Threading: all state lives on the scheduler's event loop. `submit` may be awaited from any
+event loop in any thread and `submit_threadsafe` called from any thread; both hand the work
+to the owner loop with `call_soon_threadsafe` and never block.
+
+This module knows nothing of HTTP, gRPC or predictor protocols: an executor is any async
+callable that takes the merged input tensors and returns output tensors with one row per
+input row.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import numpy as np
+
+from gateway.errors import DeadlineExceeded, GatewayError, InvalidInput, ModelNotFound, Overloaded, Unavailable, BadPredictorAnswer
+from gateway.tensors import Tensor, signature_key
+
+log = logging.getLogger(__name__)
+
+Executor = Callable[[list[Tensor]], Awaitable[list[Tensor]]]
+POLICIES = ("adaptive", "window")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingPolicy:
+    policy: str = "adaptive"
+    max_batch_size: int = 32
+    max_latency_s: float = 0.5
+    max_inflight: int = 1
+    max_queue: int = 4096
+    timeout_s: float = 60.0
+
+
+@dataclass(slots=True)
+class BatchResult:
+    outputs: list[Tensor]
+    batch_ids: list[str]  # one per batch the request travelled in (more than one if split)
+
+
+@dataclass(slots=True)
+class ModelStats:
+    """Counters a test or the metrics endpoint can read."""
+    batches: int = 0
+    instances: int = 0
+    requests: int = 0
+    refused: int = 0
+    expired: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+class _Request:
+    __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
+                 "parts_left", "part_outputs", "batch_ids", "sent")
+
+    def __init__(self, signature: tuple, size: int, deadline: float, future: asyncio.Future, parts: int) -> None:
+        self.signature = signature
+        self.size = size
+        self.deadline = deadline
+        self.future = future
+        self.timer: asyncio.TimerHandle | None = None
+        self.queued_rows = size
+        self.parts_left = parts
+        self.part_outputs: list[list[Tensor] | None] = [None] * parts
+        self.batch_ids: list[str] = []
+        self.sent = False
+
+
+class _Part:
+    """A whole request, or one max_batch_size slice of a larger one."""
+    __slots__ = ("request", "index", "inputs", "size", "enqueued_at")
+
+    def __init__(self, request: _Request, index: int, inputs: list[Tensor], size: int, now: float) -> None:
+        self.request = request
+        self.index = index
+        self.inputs = inputs
+        self.size = size
+        self.enqueued_at = now
+
+
+class _ModelQueue:
+    def __init__(self, name: str, executor: Executor, policy: BatchingPolicy) -> None:
+        self.name = name
+        self.executor = executor
+        self.policy = policy
+        self.pending: deque[_Part] = deque()
+        self.queued_rows = 0
+        self.inflight = 0
+        self.wake: asyncio.TimerHandle | None = None
+        self.tasks: set[asyncio.Task] = set()
+        self.stats = ModelStats()
+
+
+class BatchScheduler:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_event_loop()
+        self._queues: dict[str, _ModelQueue] = {}
+        self._batch_counter = itertools.count(1)
+        self._batch_prefix = os.urandom(4).hex()
+        self._closed = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    # -- models ----------------------------------------------------------------------
+
+    def add_model(self, name: str, executor: Executor, policy: BatchingPolicy) -> None:
+        """Register (or re-tune) a model. Call on the scheduler's loop."""
+        if policy.policy not in POLICIES:
+            raise ValueError(f"unknown batching policy {policy.policy!r}")
+        existing = self._queues.get(name)
+        if existing is not None:
+            existing.executor, existing.policy = executor, policy
+            self._pump(existing)
+            return
+        self._queues[name] = _ModelQueue(name, executor, policy)
+
+    def has_model(self, name: str) -> bool:
+        return name in self._queues
+
+    def stats(self, name: str) -> ModelStats:
+        return self._queues[name].stats
+
+    def queue_depth(self, name: str) -> int:
+        return self._queues[name].queued_rows
+
+    # -- submitting --------------------------------------------------------------------
+
+    async def submit(self, model: str, inputs: list[Tensor], timeout_s: float | None = None) -> BatchResult:
+        """Queue a request and wait for its rows of the batch result. Safe from any loop."""
+        if asyncio.get_running_loop() is self._loop:
+            return await self._submit(model, inputs, timeout_s)
+        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s))
+
+    def submit_threadsafe(self, model: str, inputs: list[Tensor], timeout_s: float | None = None) -> concurrent.futures.Future:
+        """Queue a request from any thread; returns a concurrent future of its BatchResult."""
+        return asyncio.run_coroutine_threadsafe(self._submit(model, inputs, timeout_s), self._loop)
+
+    async def _submit(self, model: str, inputs: list[Tensor], timeout_s: float | None) -> BatchResult:
+        queue = self._queues.get(model)
+        if queue is None:
+            raise ModelNotFound(f"model '{model}' is not served by this gateway")
+        if self._closed:
+            raise Unavailable("the gateway is shutting down")
+        if not inputs:
+            raise InvalidInput("the request has no inputs")
+        size = len(inputs[0].data)
+        if size == 0 or any(len(t.data) != size for t in inputs):
+            raise InvalidInput("every input must have the same, non-zero, batch dimension")
+        policy = queue.policy
+        queue.stats.requests += 1
+        if queue.queued_rows + size > policy.max_queue:
+            queue.stats.refused += 1
+            raise Overloaded(
+                f"model '{model}' has {queue.queued_rows} instances queued (limit {policy.max_queue}); try again later"
+            )
+        loop = self._loop
+        now = loop.time()
+        timeout = policy.timeout_s if timeout_s is None else min(timeout_s, policy.timeout_s)
+        step = policy.max_batch_size
+        request = _Request(signature_key(inputs), size, now + timeout, loop.create_future(), -(-size // step))
+        if size <= step:
+            queue.pending.append(_Part(request, 0, inputs, size, now))
+        else:
+            for index, start in enumerate(range(0, size, step)):
+                part_inputs = [Tensor(t.name, t.datatype, t.data[start:start + step]) for t in inputs]
+                queue.pending.append(_Part(request, index, part_inputs, min(step, size - start), now))
+        queue.queued_rows += size
+        request.timer = loop.call_at(request.deadline, self._expire, queue, request, timeout)
+        request.future.add_done_callback(lambda _f: self._finished(queue, request))
+        self._pump(queue)
+        return await request.future
+
+    # -- scheduling ------------------------------------------------------------------
+
+    def _pump(self, queue: _ModelQueue) -> None:
+        """Ship every batch the policy allows into the free executor slots."""
+        policy = queue.policy
+        while queue.inflight < policy.max_inflight:
+            pending = queue.pending
+            while pending and pending[0].request.future.done():
+                pending.popleft()
+            if not pending:
+                return
+            if policy.policy == "window" and not self._window_closed(queue):
+                return
+            parts = self._take_batch(queue)
+            queue.inflight += 1
+            task = self._loop.create_task(self._run_batch(queue, parts))
+            queue.tasks.add(task)
+            task.add_done_callback(queue.tasks.discard)
+
+    def _window_closed(self, queue: _ModelQueue) -> bool:
+        """KServe semantics: full, or the oldest request has waited max_latency."""
+        oldest = queue.pending[0]
+        opens_until = oldest.enqueued_at + queue.policy.max_latency_s
+        if self._loop.time() >= opens_until:
+            return True
+        signature, rows = oldest.request.signature, 0
+        for part in queue.pending:
+            if part.request.signature == signature and not part.request.future.done():
+                rows += part.size
+                if rows >= queue.policy.max_batch_size:
+                    return True
+        if queue.wake is None or queue.wake.when() > opens_until:
+            if queue.wake is not None:
+                queue.wake.cancel()
+            queue.wake = self._loop.call_at(opens_until, self._on_wake, queue)
+        return False
+
+    def _on_wake(self, queue: _ModelQueue) -> None:
+        queue.wake = None
+        self._pump(queue)
+
+    def _take_batch(self, queue: _ModelQueue) -> list[_Part]:
+        """Take the oldest live request's signature group, oldest first, up to the cap."""
+        pending, limit = queue.pending, queue.policy.max_batch_size
+        signature = pending[0].request.signature
+        taken: list[_Part] = []
+        skipped: list[_Part] = []
+        rows = 0
+        while pending and rows < limit:
+            part = pending.popleft()
+            request = part.request
+            if request.future.done():
+                continue
+            if request.signature != signature or rows + part.size > limit:
+                skipped.append(part)
+                continue
+            taken.append(part)
+            rows += part.size
+            request.queued_rows -= part.size
+            request.sent = True
+            queue.queued_rows -= part.size
+        pending.extendleft(reversed(skipped))
+        return taken
+
+    async def _run_batch(self, queue: _ModelQueue, parts: list[_Part]) -> None:
+        batch_id = f"{self._batch_prefix}-{next(self._batch_counter)}"
+        rows = sum(part.size for part in parts)
+        queue.stats.batches += 1
+        queue.stats.instances += rows
+        queue.stats.batch_sizes.append(rows)
+        error: GatewayError | None = None
+        outputs: list[Tensor] = []
+        try:
+            inputs = _concatenate([part.inputs for part in parts])
+            timeout = max(part.request.deadline for part in parts) - self._loop.time()
+            outputs = await asyncio.wait_for(queue.executor(inputs), timeout)
+            for tensor in outputs:
+                if len(tensor.data) != rows:
+                    raise BadPredictorAnswer(
+                        f"predictor returned {len(tensor.data)} rows of '{tensor.name}' for a batch of {rows}"
+                    )
+        except GatewayError as exc:
+            error = exc
+        except (asyncio.TimeoutError, TimeoutError):
+            error = DeadlineExceeded(f"model '{queue.name}': the predictor did not answer within the deadline")
+        except asyncio.CancelledError:
+            error = Unavailable("the gateway is shutting down")
+            raise
+        except Exception:  # a bug or an unexpected predictor failure: never lose the requests
+            log.exception("batch %s for model %s failed", batch_id, queue.name)
+            error = GatewayError(f"model '{queue.name}': internal error while running the batch")
+        finally:
+            queue.inflight -= 1
+            self._pump(queue)  # ship the next batch before waking this one's clients
+            if error is not None:
+                for part in parts:
+                    if not part.request.future.done():
+                        part.request.future.set_exception(error)
+        if error is None:
+            self._deliver(parts, outputs, batch_id)
+
+    def _deliver(self, parts: list[_Part], outputs: list[Tensor], batch_id: str) -> None:
+        offset = 0
+        for part in parts:
+            request, end = part.request, offset + part.size
+            if not request.future.done():
+                sliced = [Tensor(t.name, t.datatype, t.data[offset:end]) for t in outputs]
+                request.part_outputs[part.index] = sliced
+                request.batch_ids.append(batch_id)
+                request.parts_left -= 1
+                if request.parts_left == 0:
+                    merged = request.part_outputs[0] if len(request.part_outputs) == 1 else _concatenate(request.part_outputs)
+                    request.future.set_result(BatchResult(merged, request.batch_ids))
+            offset = end
+
+    # -- request lifecycle ----------------------------------------------------------------
+
+    def _expire(self, queue: _ModelQueue, request: _Request, timeout: float) -> None:
+        if request.future.done():
+            return
+        queue.stats.expired += 1
+        where = "waiting for the predictor" if request.sent else "in the queue"
+        request.future.set_exception(DeadlineExceeded(
+            f"model '{queue.name}': deadline of {timeout:g} s passed {where}"
+        ))
+
+    def _finished(self, queue: _ModelQueue, request: _Request) -> None:
+        """Runs once per request however it ends: result, error, expiry or cancellation."""
+        if request.timer is not None:
+            request.timer.cancel()
+        if request.queued_rows:
+            queue.queued_rows -= request.queued_rows  # its queued parts are skipped lazily
+            request.queued_rows = 0
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Stop accepting; give queued and in-flight work `grace_s` to finish, then fail it."""
+        self._closed = True
+        deadline = self._loop.time() + grace_s
+        while self._loop.time() < deadline and any(q.pending or q.inflight for q in self._queues.values()):
+            await asyncio.sleep(0.01)
+        for queue in self._queues.values():
+            if queue.wake is not None:
+                queue.wake.cancel()
+            while queue.pending:
+                future = queue.pending.popleft().request.future
+                if not future.done():
+                    future.set_exception(Unavailable("the gateway is shutting down"))
+            for task in list(queue.tasks):
+                task.cancel()
+            if queue.tasks:
+                await asyncio.gather(*queue.tasks, return_exceptions=True)
+
+
+def _concatenate(groups: list[list[Tensor]]) -> list[Tensor]:
+    """One numpy.concatenate per input across the groups (or the group itself if alone)."""
+    if len(groups) == 1:
+        return groups[0]
+    return [
+        Tensor(first.name, first.datatype, np.concatenate([group[i].data for group in groups]))
+        for i, first in enumerate(groups[0])
+    ]

@@ -1,0 +1,55 @@
+"""Command line: `batching-gateway serve` and `batching-gateway check-config FILE`."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import sys
+
+from gateway import config as gateway_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="batching-gateway", description="HTTP + gRPC inference batching gateway")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway (embedded demo model if no --config)")
+    serve.add_argument("--config", help="TOML file listing the models to serve")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--http-port", type=int, help="HTTP port (default 8080; 0 picks a free one)")
+    serve.add_argument("--grpc-port", type=int, help="gRPC port (default 8081; 0 picks a free one)")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    check = commands.add_parser("check-config", help="validate a config file without starting")
+    check.add_argument("file")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "check-config":
+            loaded = gateway_config.load(args.file)
+            print(f"{args.file}: ok ({len(loaded.models)} model(s): {', '.join(m.name for m in loaded.models)})")
+            return 0
+        loaded = gateway_config.load(args.config) if args.config else gateway_config.embedded_default()
+        overrides = {key: value for key, value in
+                     (("host", args.host), ("http_port", args.http_port), ("grpc_port", args.grpc_port))
+                     if value is not None}
+        for key in ("http_port", "grpc_port"):
+            if key in overrides and not 0 <= overrides[key] <= 65535:
+                raise gateway_config.ConfigError(f"--{key.replace('_', '-')}", "must be between 0 and 65535")
+        loaded = dataclasses.replace(loaded, server=dataclasses.replace(loaded.server, **overrides))
+    except gateway_config.ConfigError as error:
+        print(f"batching-gateway: config error: {error}", file=sys.stderr)
+        return 2
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("tornado.access").setLevel(logging.WARNING)
+    from gateway.server import serve as run  # imported late: check-config needs no servers
+    try:
+        asyncio.run(run(loaded))
+    except OSError as error:
+        print(f"batching-gateway: cannot start: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Gateway configuration: the TOML file, its defaults, and its validation.
+
+Every problem is reported as a ConfigError naming the key (e.g. `models[0].batching.max_batch_size`)
+and what is wrong with it; the CLI turns it into exit status 2. With no file, the embedded
+default serves model `demo` from the in-process simulated predictor.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.batching.scheduler import POLICIES, BatchingPolicy
+from gateway.codecs.limits import Limits
+from gateway.tensors import NUMPY_DTYPES, ModelSignature, TensorSpec
+
+BACKENDS = ("triton", "kserve", "torchserve", "simulated")
+PROTOCOLS = ("http", "grpc")
+
+
+class ConfigError(ValueError):
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedCost:
+    call_ms: float = 5.0
+    per_instance_ms: float = 0.0
+    slots: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: str
+    backend: str = "simulated"
+    protocol: str = "http"
+    url: str = ""
+    backend_model: str = ""
+    api: str = "v2"                  # kserve over http: v1 | v2
+    binary_data: bool = False        # OIP HTTP to the predictor with the binary tensor extension
+    batching: BatchingPolicy = field(default_factory=BatchingPolicy)
+    signature: ModelSignature | None = None  # None: read from the predictor's metadata
+    simulated: SimulatedCost = field(default_factory=SimulatedCost)
+
+    @property
+    def target_model(self) -> str:
+        return self.backend_model or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    http_port: int = 8080
+    grpc_port: int = 8081
+    grace_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    models: tuple[ModelConfig, ...]
+    server: ServerConfig = field(default_factory=ServerConfig)
+    limits: Limits = field(default_factory=Limits)
+
+
+def embedded_default() -> GatewayConfig:
+    """Model `demo` on the in-process simulated predictor: works with nothing installed."""
+    return GatewayConfig(models=(ModelConfig(name="demo", backend="simulated"),))
+
+
+def load(path: str | Path) -> GatewayConfig:
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(str(path), "file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    return parse(document)
+
+
+def parse(document: dict[str, Any]) -> GatewayConfig:
+    _only(document, "", {"models", "server", "limits"})
+    server = _server(_table(document, "server", "server"))
+    limits = _limits(_table(document, "limits", "limits"))
+    models_raw = document.get("models")
+    if not isinstance(models_raw, list) or not models_raw:
+        raise ConfigError("models", "at least one [[models]] table is required")
+    models, names = [], set()
+    for index, raw in enumerate(models_raw):
+        model = _model(raw, f"models[{index}]")
+        if model.name in names:
+            raise ConfigError(f"models[{index}].name", f"duplicate model name '{model.name}'")
+        names.add(model.name)
+        models.append(model)
+    return GatewayConfig(models=tuple(models), server=server, limits=limits)
+
+
+def _model(raw: Any, key: str) -> ModelConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(key, "must be a table")
+    _only(raw, key, {"name", "backend", "protocol", "url", "backend_model", "api", "binary_data",
+                     "batching", "inputs", "outputs", "simulated"})
+    name = _str(raw, key, "name", required=True)
+    backend = _choice(raw, key, "backend", BACKENDS, "simulated")
+    protocol = _choice(raw, key, "protocol", PROTOCOLS, "http")
+    url = _str(raw, key, "url", required=backend != "simulated")
+    default_api = "v1" if backend == "kserve" and protocol == "http" else "v2"
+    api = _choice(raw, key, "api", ("v1", "v2"), default_api)
+    if api == "v1" and protocol != "http":
+        raise ConfigError(f"{key}.api", "KServe v1 is HTTP only; use api = \"v2\" with protocol = \"grpc\"")
+    if api == "v1" and backend == "triton":
+        raise ConfigError(f"{key}.api", "Triton speaks only the Open Inference Protocol (v2)")
+    if backend in ("triton", "kserve") and protocol == "http" and not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{key}.url", f"an HTTP predictor address looks like http://host:port, got '{url}'")
+    inputs = _tensor_specs(raw.get("inputs"), f"{key}.inputs")
+    outputs = _tensor_specs(raw.get("outputs"), f"{key}.outputs")
+    signature = ModelSignature(inputs, outputs) if inputs else None
+    if outputs and not inputs:
+        raise ConfigError(f"{key}.inputs", "declare inputs too when declaring outputs")
+    return ModelConfig(
+        name=name, backend=backend, protocol=protocol, url=url,
+        backend_model=_str(raw, key, "backend_model") or name, api=api,
+        binary_data=_bool(raw, key, "binary_data", backend == "triton"),
+        batching=_batching(_table(raw, "batching", f"{key}.batching"), f"{key}.batching"),
+        signature=signature,
+        simulated=_simulated(_table(raw, "simulated", f"{key}.simulated"), f"{key}.simulated"),
+    )
+
+
+def _batching(raw: dict, key: str) -> BatchingPolicy:
+    _only(raw, key, {"policy", "max_batch_size", "max_latency_ms", "timeout_s", "max_inflight", "max_queue"})
+    default = BatchingPolicy()
+    return BatchingPolicy(
+        policy=_choice(raw, key, "policy", POLICIES, default.policy),
+        max_batch_size=_number(raw, key, "max_batch_size", default.max_batch_size, integer=True, minimum=1),
+        max_latency_s=_number(raw, key, "max_latency_ms", default.max_latency_s * 1000, minimum=0) / 1000,
+        timeout_s=_number(raw, key, "timeout_s", default.timeout_s, minimum=0.001),
+        max_inflight=_number(raw, key, "max_inflight", default.max_inflight, integer=True, minimum=1),
+        max_queue=_number(raw, key, "max_queue", default.max_queue, integer=True, minimum=1),
+    )
+
+
+def _server(raw: dict) -> ServerConfig:
+    _only(raw, "server", {"host", "http_port", "grpc_port", "grace_s"})
+    default = ServerConfig()
+    return ServerConfig(
+        host=_str(raw, "server", "host") or default.host,
+        http_port=_number(raw, "server", "http_port", default.http_port, integer=True, minimum=0, maximum=65535),
+        grpc_port=_number(raw, "server", "grpc_port", default.grpc_port, integer=True, minimum=0, maximum=65535),
+        grace_s=_number(raw, "server", "grace_s", default.grace_s, minimum=0),
+    )
+
+
+def _limits(raw: dict) -> Limits:
+    _only(raw, "limits", {"max_body_bytes", "max_instances", "max_tensor_elements"})
+    default = Limits()
+    return Limits(**{
+        name: _number(raw, "limits", name, getattr(default, name), integer=True, minimum=1)
+        for name in ("max_body_bytes", "max_instances", "max_tensor_elements")
+    })
+
+
+def _simulated(raw: dict, key: str) -> SimulatedCost:
+    _only(raw, key, {"call_ms", "per_instance_ms", "slots"})
+    default = SimulatedCost()
+    return SimulatedCost(
+        call_ms=_number(raw, key, "call_ms", default.call_ms, minimum=0),
+        per_instance_ms=_number(raw, key, "per_instance_ms", default.per_instance_ms, minimum=0),
+        slots=_number(raw, key, "slots", default.slots, integer=True, minimum=1),
+    )
+
+
+def _tensor_specs(raw: Any, key: str) -> tuple[TensorSpec, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(key, "must be an array of tables with name, datatype and shape")
+    specs = []
+    for index, item in enumerate(raw):
+        item_key = f"{key}[{index}]"
+        if not isinstance(item, dict):
+            raise ConfigError(item_key, "must be a table with name, datatype and shape")
+        _only(item, item_key, {"name", "datatype", "shape"})
+        datatype = _str(item, item_key, "datatype", required=True)
+        if datatype not in NUMPY_DTYPES or datatype == "JSON":
+            raise ConfigError(f"{item_key}.datatype", f"unknown datatype '{datatype}'")
+        shape = item.get("shape", [-1, -1])
+        if not isinstance(shape, list) or not shape or not all(isinstance(d, int) and d >= -1 for d in shape):
+            raise ConfigError(f"{item_key}.shape", "must be a list of integers (-1 for any size), batch first")
+        specs.append(TensorSpec(_str(item, item_key, "name", required=True), datatype, tuple(shape)))
+    return tuple(specs)
+
+
+# -- small typed readers ---------------------------------------------------------------
+
+def _only(raw: dict, key: str, allowed: set[str]) -> None:
+    for name in raw:
+        if name not in allowed:
+            where = f"{key}.{name}" if key else name
+            raise ConfigError(where, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _table(raw: dict, name: str, key: str) -> dict:
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(key, "must be a table")
+    return value
+
+
+def _str(raw: dict, key: str, name: str, required: bool = False) -> str:
+    value = raw.get(name)
+    if value is None:
+        if required:
+            raise ConfigError(f"{key}.{name}", "is required")
+        return ""
+    if not isinstance(value, str) or (required and not value):
+        raise ConfigError(f"{key}.{name}", f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _bool(raw: dict, key: str, name: str, default: bool) -> bool:
+    value = raw.get(name, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}.{name}", f"must be true or false, got {value!r}")
+    return value
+
+
+def _choice(raw: dict, key: str, name: str, choices: tuple[str, ...], default: str) -> str:
+    value = raw.get(name, default)
+    if value not in choices:
+        raise ConfigError(f"{key}.{name}", f"must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _number(raw: dict, key: str, name: str, default: float, *, integer: bool = False,
+            minimum: float | None = None, maximum: float | None = None) -> Any:
+    value = raw.get(name, default)
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ConfigError(f"{key}.{name}", f"must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{key}.{name}", f"must be >= {minimum:g}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{key}.{name}", f"must be <= {maximum:g}, got {value}")
+    return value

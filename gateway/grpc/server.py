@@ -1,0 +1,36 @@
+"""Build the grpc.aio server: OIP servicer + standard health service + server reflection."""
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from gateway.codecs.limits import Limits
+from gateway.generated.inference import grpc_service_pb2 as pb
+from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from gateway.grpc.servicer import InferenceServicer
+from gateway.service import InferenceService
+
+INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+
+
+def build_server(service: InferenceService, limits: Limits) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", limits.max_body_bytes),
+        ("grpc.max_send_message_length", 2**31 - 1),
+        ("grpc.so_reuseport", 0),
+    ])
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service, limits), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        server,
+    )
+    return server, health_servicer
+
+
+async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    for name in ("", INFERENCE_SERVICE):
+        await health_servicer.set(name, status)

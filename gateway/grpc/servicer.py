@@ -1,0 +1,72 @@
+"""inference.GRPCInferenceService on the gateway: decode, call the service, encode.
+
+Knows the service and the OIP protobuf codec, never a backend protocol. A GatewayError
+aborts the call with the code the error class carries; the client's deadline becomes the
+request's deadline, and a cancelled call is dropped from the scheduler's queue.
+"""
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from gateway import __version__
+from gateway.codecs import oip_grpc
+from gateway.codecs.limits import Limits
+from gateway.errors import GatewayError
+from gateway.generated.inference import grpc_service_pb2 as pb
+from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from gateway.rest.handlers import EXTENSIONS
+from gateway.service import InferenceService
+
+log = logging.getLogger(__name__)
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, service: InferenceService, limits: Limits) -> None:
+        self.service = service
+        self.limits = limits
+
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=await self.service.ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext) -> pb.ModelReadyResponse:
+        try:
+            served = self.service.model(request.name, request.version)
+        except GatewayError as error:
+            await context.abort(error.grpc_code, error.message)
+        return pb.ModelReadyResponse(ready=await served.ready())
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name="batching-gateway", version=__version__, extensions=EXTENSIONS)
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext) -> pb.ModelMetadataResponse:
+        try:
+            served = self.service.model(request.name, request.version)
+        except GatewayError as error:
+            await context.abort(error.grpc_code, error.message)
+        response = pb.ModelMetadataResponse(
+            name=served.name, versions=served.versions, platform=f"batching-gateway/{served.config.backend}")
+        if served.signature is not None:
+            for spec in served.signature.inputs:
+                response.inputs.add(name=spec.name, datatype=spec.datatype, shape=spec.shape)
+            for spec in served.signature.outputs:
+                response.outputs.add(name=spec.name, datatype=spec.datatype, shape=spec.shape)
+        return response
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        try:
+            decoded = oip_grpc.decode_request(request, self.limits)
+            requested = [o.name for o in decoded.outputs] or None
+            outcome = await self.service.infer_tensors(
+                request.model_name, request.model_version, decoded.inputs, requested, context.time_remaining())
+        except GatewayError as error:
+            await context.abort(error.grpc_code, error.message)
+        except Exception:
+            log.exception("unexpected error in ModelInfer")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        return oip_grpc.encode_response(
+            request.model_name, request.model_version, request.id, outcome.outputs, {"batch_id": outcome.batch_id})

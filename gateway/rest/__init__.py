@@ -1,0 +1,1 @@
+"""The HTTP front end (Tornado): KServe v1 and Open Inference Protocol REST endpoints."""

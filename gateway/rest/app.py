@@ -1,0 +1,31 @@
+"""The Tornado application: the URL map of the HTTP front end."""
+from __future__ import annotations
+
+import tornado.web
+
+from gateway.codecs.limits import Limits
+from gateway.rest import handlers as h
+from gateway.service import InferenceService
+
+MODEL = r"([^/:]+)"
+VERSION = r"(?:/versions/([^/]+))?"
+
+
+def make_app(service: InferenceService, limits: Limits) -> tornado.web.Application:
+    context = {"service": service, "limits": limits}
+    routes = [
+        (rf"/v1/models/{MODEL}:predict", h.V1PredictHandler),
+        (rf"/v1/models/{MODEL}", h.V1ModelHandler),
+        (r"/v2/health/live", h.LiveHandler),
+        (r"/v2/health/ready", h.ReadyHandler),
+        (r"/v2/?", h.ServerMetadataHandler),
+        (rf"/v2/models/{MODEL}{VERSION}/infer", h.InferHandler),
+        (rf"/v2/models/{MODEL}{VERSION}/ready", h.ModelReadyHandler),
+        (rf"/v2/models/{MODEL}{VERSION}", h.ModelMetadataHandler),
+    ]
+    return tornado.web.Application(
+        [(pattern, handler, context) for pattern, handler in routes],
+        default_handler_class=h.NotFoundHandler,
+        default_handler_args=context,
+        compress_response=False,
+    )

@@ -1,0 +1,175 @@
+"""Tornado handlers: decode with the wire format's codec, call the service, encode.
+
+Handlers know the service and the codecs, never a backend protocol. Every failure is a
+GatewayError rendered as `{"error": message}` with the status the error class carries.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+import tornado.web
+
+from gateway import __version__
+from gateway.codecs import oip_json, v1
+from gateway.codecs.limits import Limits
+from gateway.errors import GatewayError, InvalidInput
+from gateway.service import InferenceService
+
+log = logging.getLogger(__name__)
+TIMEOUT_HEADER = "X-Request-Timeout-Ms"
+EXTENSIONS = ["binary_tensor_data", "model_batching"]
+
+
+class BaseHandler(tornado.web.RequestHandler):
+    service: InferenceService
+    limits: Limits
+
+    def initialize(self, service: InferenceService, limits: Limits) -> None:
+        self.service = service
+        self.limits = limits
+        self._task: asyncio.Task | None = None
+        self._client_gone = False
+
+    def set_default_headers(self) -> None:
+        self.clear_header("Server")
+
+    def write_json(self, document: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(orjson.dumps(document))
+
+    def fail(self, error: GatewayError) -> None:
+        self.write_json({"error": error.message}, error.http_status)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        # Tornado's own errors (bad method, malformed request line): JSON, no traceback.
+        self.set_header("Content-Type", "application/json")
+        self.finish(orjson.dumps({"error": self._reason}))
+
+    def timeout_s(self) -> float | None:
+        value = self.request.headers.get(TIMEOUT_HEADER)
+        if value is None:
+            return None
+        try:
+            milliseconds = float(value)
+        except ValueError:
+            raise InvalidInput(f"{TIMEOUT_HEADER} must be a number of milliseconds, got '{value}'") from None
+        if not milliseconds > 0:
+            raise InvalidInput(f"{TIMEOUT_HEADER} must be positive")
+        return milliseconds / 1000
+
+    async def run(self, work) -> None:
+        """Run the request's work; answer its GatewayError; drop it if the client went away."""
+        self._task = asyncio.current_task()
+        try:
+            await work()
+        except GatewayError as error:
+            self.fail(error)
+        except asyncio.CancelledError:
+            if not self._client_gone:
+                raise
+        except Exception:
+            log.exception("unexpected error serving %s", self.request.path)
+            self.write_json({"error": "internal error"}, 500)
+
+    def on_connection_close(self) -> None:
+        # The client went away: cancel its wait so the scheduler drops it from the queue.
+        self._client_gone = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+class V1PredictHandler(BaseHandler):
+    async def post(self, model: str) -> None:
+        async def work() -> None:
+            self.service.model(model)  # an unknown model is a 404 whatever the body
+            instances = v1.decode_request(self.request.body, self.limits)
+            predictions, batch_id = await self.service.infer_instances(model, instances, self.timeout_s())
+            self.set_header("Content-Type", "application/json")
+            self.finish(v1.encode_response(predictions, batch_id))
+        await self.run(work)
+
+
+class V1ModelHandler(BaseHandler):
+    async def get(self, model: str) -> None:
+        async def work() -> None:
+            ready = await self.service.model(model).ready()
+            self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
+        await self.run(work)
+
+
+class LiveHandler(BaseHandler):
+    def get(self) -> None:
+        self.write_json({"live": True})
+
+
+class ReadyHandler(BaseHandler):
+    async def get(self) -> None:
+        ready = await self.service.ready()
+        self.write_json({"ready": ready}, 200 if ready else 503)
+
+
+class ServerMetadataHandler(BaseHandler):
+    def get(self) -> None:
+        self.write_json({"name": "batching-gateway", "version": __version__, "extensions": EXTENSIONS})
+
+
+class ModelMetadataHandler(BaseHandler):
+    async def get(self, model: str, version: str | None = None) -> None:
+        async def work() -> None:
+            served = self.service.model(model, version or "")
+            signature = served.signature
+            tensors = lambda specs: [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
+            self.write_json({
+                "name": served.name,
+                "versions": served.versions,
+                "platform": f"batching-gateway/{served.config.backend}",
+                "inputs": tensors(signature.inputs) if signature else [],
+                "outputs": tensors(signature.outputs) if signature else [],
+            })
+        await self.run(work)
+
+
+class ModelReadyHandler(BaseHandler):
+    async def get(self, model: str, version: str | None = None) -> None:
+        async def work() -> None:
+            ready = await self.service.model(model, version or "").ready()
+            self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
+        await self.run(work)
+
+
+class InferHandler(BaseHandler):
+    async def post(self, model: str, version: str | None = None) -> None:
+        async def work() -> None:
+            self.service.model(model, version or "")
+            json_length = self._header_length()
+            request = oip_json.decode_request(self.request.body, json_length, self.limits)
+            requested = [o.name for o in request.outputs] or None
+            outcome = await self.service.infer_tensors(
+                model, version or "", request.inputs, requested, self.timeout_s())
+            body, length = oip_json.encode_response(
+                model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
+            if length is None:
+                self.set_header("Content-Type", "application/json")
+            else:
+                self.set_header("Content-Type", "application/octet-stream")
+                self.set_header(oip_json.HEADER_LENGTH, str(length))
+            self.finish(body)
+        await self.run(work)
+
+    def _header_length(self) -> int | None:
+        value = self.request.headers.get(oip_json.HEADER_LENGTH)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise InvalidInput(f"{oip_json.HEADER_LENGTH} must be an integer, got '{value}'") from None
+
+
+class NotFoundHandler(BaseHandler):
+    def prepare(self) -> None:
+        self.write_json({"error": f"no endpoint {self.request.method} {self.request.path}"}, 404)

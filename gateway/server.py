@@ -1,0 +1,77 @@
+"""The gateway process: one asyncio loop hosting the Tornado and grpc.aio front ends,
+the scheduler and the backend clients, with start and graceful stop."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import tornado.httpserver
+import tornado.netutil
+
+from gateway.batching.scheduler import BatchScheduler
+from gateway.config import GatewayConfig
+from gateway.grpc.server import build_server, set_serving
+from gateway.rest.app import make_app
+from gateway.service import InferenceService
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.scheduler: BatchScheduler | None = None
+        self.service: InferenceService | None = None
+        self.http_port = 0
+        self.grpc_port = 0
+        self._http_server: tornado.httpserver.HTTPServer | None = None
+        self._grpc_server = None
+        self._health = None
+
+    async def start(self) -> None:
+        server = self.config.server
+        self.scheduler = BatchScheduler(asyncio.get_running_loop())
+        self.service = InferenceService(self.config, self.scheduler)
+        await self.service.start()
+        app = make_app(self.service, self.config.limits)
+        self._http_server = tornado.httpserver.HTTPServer(
+            app, max_body_size=self.config.limits.max_body_bytes, xheaders=True)
+        sockets = tornado.netutil.bind_sockets(server.http_port, server.host)
+        self._http_server.add_sockets(sockets)
+        self.http_port = sockets[0].getsockname()[1]
+        self._grpc_server, self._health = build_server(self.service, self.config.limits)
+        address = f"[{server.host}]" if ":" in server.host else server.host
+        self.grpc_port = self._grpc_server.add_insecure_port(f"{address}:{server.grpc_port}")
+        if self.grpc_port == 0:
+            raise OSError(f"cannot bind gRPC port {server.grpc_port} on {server.host}")
+        await self._grpc_server.start()
+        await set_serving(self._health, True)
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        grace = self.config.server.grace_s if grace_s is None else grace_s
+        if self._health is not None:
+            await set_serving(self._health, False)
+        if self._http_server is not None:
+            self._http_server.stop()  # stop accepting; requests already read keep going
+        if self.service is not None:
+            await self.service.close(grace)
+        if self._grpc_server is not None:
+            await self._grpc_server.stop(grace=1.0)
+        if self._http_server is not None:
+            await self._http_server.close_all_connections()
+
+
+async def serve(config: GatewayConfig) -> None:
+    """Run until SIGTERM or SIGINT, then stop gracefully."""
+    gateway = Gateway(config)
+    await gateway.start()
+    print(f"READY http={config.server.host}:{gateway.http_port} grpc={config.server.host}:{gateway.grpc_port} "
+          f"models={','.join(m.name for m in config.models)}", flush=True)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    await stopping.wait()
+    log.info("stopping")
+    await gateway.stop()

@@ -1,0 +1,182 @@
+"""The inference service: the one façade both front ends call.
+
+It owns the served models (config, backend client, signature) and the shared scheduler,
+and converts a decoded request into its model's *batch form* before submitting it, so
+that a KServe v1 client and an OIP client of the same model land in the same batch:
+- a tensor predictor (OIP) gets typed tensors: v1 instances are converted by the model's
+  input signature;
+- a v1 predictor gets one JSON tensor of instances: OIP tensors are converted to rows.
+Front ends know only this module and their own codec; backends never see a front end.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from backends.base import ROWS, Backend
+from backends.registry import create_backend
+from gateway.batching.scheduler import BatchScheduler
+from gateway.codecs import v1
+from gateway.config import GatewayConfig, ModelConfig
+from gateway.errors import InvalidInput, ModelNotFound, Unavailable
+from gateway.tensors import ModelSignature, Tensor
+
+log = logging.getLogger(__name__)
+METADATA_RETRY_S = 1.0
+
+
+@dataclass(slots=True)
+class InferenceOutcome:
+    outputs: list[Tensor]
+    batch_id: str
+
+
+class ServedModel:
+    """One model the gateway serves: its config, backend client and known signature."""
+
+    def __init__(self, config: ModelConfig, backend: Backend) -> None:
+        self.config = config
+        self.backend = backend
+        self.signature: ModelSignature | None = config.signature
+        self.versions: list[str] = []
+        self._metadata_task: asyncio.Task | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def takes_rows(self) -> bool:
+        return self.backend.batch_form == ROWS
+
+    def check_version(self, version: str) -> None:
+        if version and self.versions and version not in self.versions:
+            raise ModelNotFound(f"model '{self.name}' has no version '{version}' (versions: {', '.join(self.versions)})")
+
+    def require_signature(self) -> ModelSignature:
+        if self.signature is None:
+            raise Unavailable(
+                f"model '{self.name}': its input signature is not known yet (the predictor has not "
+                f"described it; declare [[models.inputs]] in the config)"
+            )
+        return self.signature
+
+    async def learn_metadata(self) -> None:
+        """Read signature and versions from the predictor, retrying until it answers."""
+        while True:
+            described = await self.backend.metadata()
+            if described is not None:
+                signature, self.versions = described
+                if self.signature is None:
+                    self.signature = signature
+                return
+            if self.takes_rows and self.signature is not None:
+                return  # a v1 predictor has no metadata endpoint; the config said it all
+            await asyncio.sleep(METADATA_RETRY_S)
+
+    async def ready(self) -> bool:
+        if not await self.backend.ready():
+            return False
+        return self.signature is not None or self.takes_rows
+
+
+class InferenceService:
+    def __init__(self, config: GatewayConfig, scheduler: BatchScheduler) -> None:
+        self.config = config
+        self.scheduler = scheduler
+        self.models: dict[str, ServedModel] = {}
+
+    async def start(self) -> None:
+        for model_config in self.config.models:
+            backend = create_backend(model_config)
+            await backend.start()
+            served = ServedModel(model_config, backend)
+            self.models[served.name] = served
+            self.scheduler.add_model(served.name, backend.infer, model_config.batching)
+            served._metadata_task = asyncio.get_running_loop().create_task(served.learn_metadata())
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        await self.scheduler.close(grace_s)
+        for served in self.models.values():
+            if served._metadata_task is not None:
+                served._metadata_task.cancel()
+            await served.backend.close()
+
+    def model(self, name: str, version: str = "") -> ServedModel:
+        served = self.models.get(name)
+        if served is None:
+            raise ModelNotFound(f"model '{name}' is not served by this gateway")
+        served.check_version(version)
+        return served
+
+    async def ready(self) -> bool:
+        checks = await asyncio.gather(*(m.ready() for m in self.models.values()))
+        return all(checks)
+
+    # -- inference -------------------------------------------------------------------
+
+    async def infer_tensors(self, name: str, version: str, inputs: list[Tensor],
+                            requested: list[str] | None = None,
+                            timeout_s: float | None = None) -> InferenceOutcome:
+        """An OIP request (REST or gRPC): tensors in, tensors out."""
+        served = self.model(name, version)
+        if served.takes_rows:
+            batch_inputs = [v1.tensors_to_rows(inputs)]
+        else:
+            batch_inputs = self._conform(served, inputs)
+        if requested and served.signature is not None and served.signature.outputs:
+            known = {spec.name for spec in served.signature.outputs}
+            unknown = [name for name in requested if name not in known]
+            if unknown:
+                raise InvalidInput(f"model '{served.name}' has no output named {', '.join(unknown)}")
+        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s)
+        outputs = result.outputs
+        if served.takes_rows:
+            outputs = v1.predictions_to_outputs(outputs[0], served.require_signature().outputs)
+        if requested:
+            by_name = {t.name: t for t in outputs}
+            missing = [n for n in requested if n not in by_name]
+            if missing:
+                raise InvalidInput(f"model '{served.name}' produced no output named {', '.join(missing)}")
+            outputs = [by_name[n] for n in requested]
+        return InferenceOutcome(outputs, ",".join(result.batch_ids))
+
+    async def infer_instances(self, name: str, instances: list[Any],
+                              timeout_s: float | None = None) -> tuple[list[Any], str]:
+        """A KServe v1 request: instances in, predictions out."""
+        served = self.model(name)
+        if served.takes_rows:
+            batch_inputs = [v1.rows_tensor(instances)]
+        else:
+            batch_inputs = v1.instances_to_tensors(instances, served.require_signature().inputs)
+        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s)
+        return v1.outputs_to_predictions(result.outputs), ",".join(result.batch_ids)
+
+    def _conform(self, served: ServedModel, inputs: list[Tensor]) -> list[Tensor]:
+        """Check tensors against the model's signature and put them in its input order."""
+        signature = served.signature
+        if signature is None:
+            return inputs
+        by_name = {t.name: t for t in inputs}
+        expected = [spec.name for spec in signature.inputs]
+        if set(by_name) != set(expected):
+            raise InvalidInput(
+                f"model '{served.name}' takes inputs {expected}; the request has {sorted(by_name)}"
+            )
+        ordered = []
+        for spec in signature.inputs:
+            tensor = by_name[spec.name]
+            if tensor.datatype != spec.datatype:
+                raise InvalidInput(
+                    f"input '{spec.name}' of model '{served.name}' is {spec.datatype}, got {tensor.datatype}"
+                )
+            declared, got = spec.shape[1:], tensor.data.shape[1:]
+            if len(declared) != len(got) or any(d not in (-1, g) for d, g in zip(declared, got)):
+                raise InvalidInput(
+                    f"input '{spec.name}' of model '{served.name}' has shape {list(spec.shape)} "
+                    f"(-1 is any size); got {list(tensor.data.shape)}"
+                )
+            ordered.append(tensor)
+        return ordered

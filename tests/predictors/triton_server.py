@@ -1,0 +1,121 @@
+"""A real Triton Inference Server (via PyTriton) serving the test model ``double``.
+
+Run by the TRITON predictor venv's interpreter (see ``tools.predictor_envs``), never by
+the gateway's: PyTriton needs ``numpy<2`` and its own pins. The harness
+(``tests.predictors.harness.TritonServer``) starts it; it can also be run by hand::
+
+    $(python -m tools.predictor_envs triton --print-python) tests/predictors/triton_server.py \
+        --http-port 8000 --grpc-port 8001 --metrics-port 8002 --workdir /tmp/triton-run
+
+Model ``double``: input ``INPUT0`` FP32 ``[-1, -1]`` (batch dim + any inner length),
+output ``OUTPUT0`` FP32 = 2 * INPUT0. Triton's own dynamic batcher is OFF
+(``batcher=None``), so every request reaches the model exactly as sent: what the
+gateway batches is what Triton executes, and ``/v2/models/double/stats`` counts it.
+
+Prints ``READY`` on stdout once Triton and the model answer; stops cleanly on
+SIGTERM / SIGINT (exit code 0), or exits 1 if Triton dies on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import signal
+import sys
+import sysconfig
+import threading
+
+MODEL_NAME = "double"
+
+
+def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http-port", type=int, required=True)
+    parser.add_argument("--grpc-port", type=int, required=True)
+    parser.add_argument("--metrics-port", type=int, required=True)
+    parser.add_argument("--workdir", type=pathlib.Path, required=True)
+    return parser.parse_args(argv)
+
+
+def _prepare_environment(workdir: pathlib.Path) -> None:
+    """Environment fixes that must be in place before pytriton is imported / Triton starts."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    # PyTriton reads PYTRITON_HOME at import time and puts its workspace (model store,
+    # sockets) there; keep it inside the test run instead of ~/.cache/pytriton.
+    os.environ["PYTRITON_HOME"] = str(workdir / "pytriton_home")
+    # The Python backend stub links libpython3.11.so.1.0 by soname; without this it picks
+    # the system's older libpython and the model fails to load ("'_thread.RLock' object
+    # has no attribute '_recursion_count'"). The harness already sets this; repeat it
+    # here so the script also works when started by hand. Triton inherits os.environ.
+    libdir = sysconfig.get_config_var("LIBDIR")
+    paths = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    if libdir and (not paths or paths[0] != libdir):
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *paths])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    _prepare_environment(args.workdir)
+
+    # Imported only now: PYTRITON_HOME must be set first.
+    import numpy as np
+    from pytriton.decorators import batch
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    # Triton's Python stub runs in this venv; numpy 2 there breaks output tensors
+    # ("output tensor shape does not match size of output"). The venv pins numpy<2.
+    if int(np.__version__.split(".")[0]) >= 2:
+        print(f"numpy {np.__version__} found; the Triton venv needs numpy<2", file=sys.stderr)
+        return 2
+
+    @batch
+    def infer_double(INPUT0: np.ndarray) -> dict[str, np.ndarray]:  # noqa: N803 (tensor name)
+        return {"OUTPUT0": (INPUT0 * 2).astype(np.float32)}
+
+    config = TritonConfig(
+        http_address="127.0.0.1",
+        http_port=args.http_port,
+        grpc_address="127.0.0.1",
+        grpc_port=args.grpc_port,
+        metrics_address="127.0.0.1",
+        metrics_port=args.metrics_port,
+        allow_gpu_metrics=False,
+        # Below 5 s PyTriton can orphan the Python stub process on shutdown.
+        exit_timeout_secs=10,
+    )
+
+    stop_requested = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    triton = Triton(config=config)
+    try:
+        triton.bind(
+            model_name=MODEL_NAME,
+            infer_func=infer_double,
+            inputs=[Tensor(name="INPUT0", dtype=np.float32, shape=(-1,))],
+            outputs=[Tensor(name="OUTPUT0", dtype=np.float32, shape=(-1,))],
+            # batcher=None: Triton's dynamic batching OFF (PyTriton's default is ON).
+            config=ModelConfig(max_batch_size=64, batcher=None),
+            strict=True,
+        )
+        triton.run()  # returns once the server and the model are ready
+        print("READY", flush=True)
+        # Wake up now and then to notice a Triton that died under us.
+        while not stop_requested.wait(timeout=1.0):
+            if not triton.is_alive():
+                print("Triton is no longer alive", file=sys.stderr, flush=True)
+                return 1
+        return 0
+    finally:
+        triton.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
