@@ -3,7 +3,8 @@
 Run `python -m tools.gen_protos` after changing a .proto; `--check` regenerates into a
 temporary folder and exits 1 if the committed stubs differ (tests/test_generated_protos.py
 runs it, so stale stubs fail the suite). Generated imports are rewritten to be relative,
-so the stubs live inside the `gateway.generated` package without touching sys.path.
+so the stubs live inside the `gateway.generated` package without touching sys.path, and
+the stubs register into the gateway's own descriptor pool (gateway/generated/pool.py).
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def generate(output_root: Path) -> list[Path]:
         raise SystemExit("protoc failed")
     written = []
     packages = {p.parent for p in output_root.rglob("*_pb2*.py*")}
-    for package in packages | {output_root}:
+    for package in packages:
         init = package / "__init__.py"
         init.write_text(HEADER)
         written.append(init)
@@ -53,6 +54,10 @@ def generate(output_root: Path) -> list[Path]:
         text = path.read_text()
         # `from inference import grpc_service_pb2` -> `from . import grpc_service_pb2`
         text = re.sub(r"^from (\w+) import (\w+_pb2)", r"from . import \2", text, flags=re.M)
+        # Register into the gateway's own pool, not protobuf's default (see generated/pool.py).
+        text = text.replace("_descriptor_pool.Default()", "_gateway_pool.POOL")
+        text = text.replace("from google.protobuf import descriptor_pool as _descriptor_pool",
+                            "from gateway.generated import pool as _gateway_pool")
         path.write_text(HEADER + text)
         written.append(path)
     return written

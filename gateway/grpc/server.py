@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from gateway.codecs.limits import Limits
+from gateway.generated import pool
 from gateway.generated.inference import grpc_service_pb2 as pb
 from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from gateway.grpc.servicer import InferenceServicer
@@ -23,9 +24,12 @@ def build_server(service: InferenceService, limits: Limits) -> tuple[grpc.aio.Se
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service, limits), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    pool.add_file(health_pb2.DESCRIPTOR)
+    pool.add_file(reflection_pb2.DESCRIPTOR)
     reflection.enable_server_reflection(
         [INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
+        pool=pool.POOL,
     )
     return server, health_servicer
 

@@ -1,0 +1,124 @@
+"""The gRPC front end on the embedded simulated model: OIP via the real tritonclient.grpc,
+raw stubs with typed and raw contents, the health service, reflection, status codes."""
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as triton_grpc
+from google.protobuf import descriptor_pool
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from tritonclient.utils import InferenceServerException
+
+from gateway.generated.inference import grpc_service_pb2 as pb
+from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from tests.harness import config_for, running_gateway
+
+
+@pytest.fixture(scope="module")
+def gw():
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 20}})
+    with running_gateway(config) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def stub(gw):
+    with grpc.insecure_channel(gw.grpc_address) as channel:
+        yield pb_grpc.GRPCInferenceServiceStub(channel)
+
+
+def test_tritonclient_grpc_infer_and_metadata(gw):
+    client = triton_grpc.InferenceServerClient(gw.grpc_address)
+    assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("demo")
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tensor = triton_grpc.InferInput("INPUT0", [3, 4], "FP32")
+    tensor.set_data_from_numpy(data)
+    result = client.infer("demo", [tensor], request_id="r1")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data * 2)
+    response = result.get_response()
+    assert response.id == "r1"
+    assert response.parameters["batch_id"].string_param
+    metadata = client.get_model_metadata("demo")
+    assert [(t.name, t.datatype, list(t.shape)) for t in metadata.inputs] == [("INPUT0", "FP32", [-1, -1])]
+    assert client.get_server_metadata().name == "batching-gateway"
+    client.close()
+
+
+def test_typed_contents_are_accepted(stub):
+    request = pb.ModelInferRequest(model_name="demo")
+    tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 3])
+    tensor.contents.fp32_contents.extend([1, 2, 3])
+    response = stub.ModelInfer(request)
+    out = np.frombuffer(response.raw_output_contents[0], dtype=np.float32)
+    np.testing.assert_array_equal(out, [2, 4, 6])
+    assert list(response.outputs[0].shape) == [1, 3]
+
+
+@pytest.mark.parametrize("build, code, message", [
+    (lambda r: r.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 3]).contents.fp32_contents.extend([1]),
+     grpc.StatusCode.INVALID_ARGUMENT, "needs 3"),
+    (lambda r: (r.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2]), r.raw_input_contents.append(b"\0" * 7)),
+     grpc.StatusCode.INVALID_ARGUMENT, "7 bytes"),
+    (lambda r: r.inputs.add(name="INPUT0", datatype="FP16", shape=[1, 1]),
+     grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents"),
+    (lambda r: r.inputs.add(name="INPUT0", datatype="NOPE", shape=[1, 1]),
+     grpc.StatusCode.INVALID_ARGUMENT, "unknown datatype"),
+    (lambda r: None, grpc.StatusCode.INVALID_ARGUMENT, "no inputs"),
+])
+def test_bad_grpc_requests_get_invalid_argument(stub, build, code, message):
+    request = pb.ModelInferRequest(model_name="demo")
+    build(request)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request)
+    assert caught.value.code() == code
+    assert message in caught.value.details()
+
+
+def test_unknown_model_is_not_found(stub):
+    request = pb.ModelInferRequest(model_name="absent")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelMetadata(pb.ModelMetadataRequest(name="absent"))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_tritonclient_grpc_sees_errors(gw):
+    client = triton_grpc.InferenceServerClient(gw.grpc_address)
+    tensor = triton_grpc.InferInput("INPUT0", [1, 2], "INT32")
+    tensor.set_data_from_numpy(np.ones((1, 2), np.int32))
+    with pytest.raises(InferenceServerException, match="is FP32"):
+        client.infer("demo", [tensor])
+    client.close()
+
+
+def test_health_service_reports_serving(gw):
+    with grpc.insecure_channel(gw.grpc_address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "inference.GRPCInferenceService"):
+            response = health.Check(health_pb2.HealthCheckRequest(service=service))
+            assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_and_describes_services_without_proto_files(gw):
+    with grpc.insecure_channel(gw.grpc_address) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        services = set(database.get_services())
+        assert {"inference.GRPCInferenceService", "grpc.health.v1.Health"} <= services
+        pool = descriptor_pool.DescriptorPool(database)
+        infer = pool.FindServiceByName("inference.GRPCInferenceService").FindMethodByName("ModelInfer")
+        assert infer.input_type.full_name == "inference.ModelInferRequest"
+        fields = {f.name: f.number for f in infer.input_type.fields}
+        assert fields["raw_input_contents"] == 7
+
+
+def test_a_grpc_deadline_shorter_than_the_wait_is_honoured(gw, stub):
+    request = pb.ModelInferRequest(model_name="demo")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request, timeout=0.005)  # the predictor takes 20 ms
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED

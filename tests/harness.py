@@ -1,0 +1,89 @@
+"""Test support: run a real gateway on 127.0.0.1 (free ports) in a background thread, and
+a tiny stdlib HTTP client. The gateway is the production `Gateway`, not a double."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import orjson
+
+from gateway import config as gateway_config
+from gateway.server import Gateway
+
+
+@dataclass
+class RunningGateway:
+    gateway: Gateway
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway.http_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.gateway.grpc_port}"
+
+    def call(self, coroutine: Any, timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def stats(self, model: str):
+        async def read():
+            return self.gateway.scheduler.stats(model)
+        return self.call(read())
+
+
+def config_for(*models: dict[str, Any], **limits: Any) -> gateway_config.GatewayConfig:
+    document: dict[str, Any] = {"models": list(models), "server": {"http_port": 0, "grpc_port": 0}}
+    if limits:
+        document["limits"] = limits
+    return gateway_config.parse(document)
+
+
+@contextlib.contextmanager
+def running_gateway(config: gateway_config.GatewayConfig, ready_timeout: float = 30) -> Iterator[RunningGateway]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="gateway-loop", daemon=True)
+    thread.start()
+    gateway = Gateway(config)
+    running = RunningGateway(gateway, loop)
+    try:
+        running.call(gateway.start())
+        running.call(_wait_ready(gateway, ready_timeout), timeout=ready_timeout + 5)
+        yield running
+    finally:
+        with contextlib.suppress(Exception):
+            running.call(gateway.stop(grace_s=1.0))
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+async def _wait_ready(gateway: Gateway, timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await gateway.service.ready():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("the gateway's models did not become ready")
+        await asyncio.sleep(0.1)
+
+
+def http(method: str, url: str, body: bytes | dict | None = None,
+         headers: dict[str, str] | None = None, timeout: float = 30) -> tuple[int, dict, bytes]:
+    if isinstance(body, dict):
+        body = orjson.dumps(body)
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def http_json(method: str, url: str, body: bytes | dict | None = None, **kwargs: Any) -> tuple[int, Any]:
+    status, _, payload = http(method, url, body, **kwargs)
+    return status, orjson.loads(payload) if payload else None

@@ -1,0 +1,145 @@
+"""The HTTP front end on the embedded simulated model: KServe v1, OIP JSON, OIP binary
+(with the real tritonclient.http), health, metadata and error statuses."""
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+import tritonclient.http as triton_http
+from tritonclient.utils import InferenceServerException
+
+from tests.harness import config_for, http, http_json, running_gateway
+
+
+@pytest.fixture(scope="module")
+def gw():
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 20}},
+                        max_instances=1000)
+    with running_gateway(config) as running:
+        yield running
+
+
+def test_v1_predict_answers_one_prediction_per_instance_with_a_batch_id(gw):
+    status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1, 2, 3, 4], [5, 6, 7, 8]]})
+    assert status == 200
+    assert body["predictions"] == [[2, 4, 6, 8], [10, 12, 14, 16]]
+    assert isinstance(body["batchId"], str) and body["batchId"]
+
+
+def test_v1_model_readiness(gw):
+    assert http_json("GET", f"{gw.http_url}/v1/models/demo") == (200, {"name": "demo", "ready": True})
+    assert http_json("GET", f"{gw.http_url}/v1/models/nope")[0] == 404
+
+
+def test_concurrent_v1_clients_share_batches_and_each_gets_its_own_rows(gw):
+    def one(i):
+        return http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[i, i + 0.5]]})
+
+    before = gw.stats("demo").batches
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(64)))
+    for i, (status, body) in enumerate(answers):
+        assert status == 200
+        assert body["predictions"] == [[2 * i, 2 * i + 1]]
+    assert gw.stats("demo").batches - before < 64
+    assert len({body["batchId"] for _, body in answers}) < 64
+
+
+def test_oip_health_and_metadata(gw):
+    assert http_json("GET", f"{gw.http_url}/v2/health/live") == (200, {"live": True})
+    assert http_json("GET", f"{gw.http_url}/v2/health/ready") == (200, {"ready": True})
+    status, server = http_json("GET", f"{gw.http_url}/v2")
+    assert status == 200 and "binary_tensor_data" in server["extensions"]
+    status, meta = http_json("GET", f"{gw.http_url}/v2/models/demo")
+    assert status == 200
+    assert meta["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}]
+    assert meta["outputs"] == [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, -1]}]
+    assert http_json("GET", f"{gw.http_url}/v2/models/demo/ready")[0] == 200
+    assert http_json("GET", f"{gw.http_url}/v2/models/demo/versions/1/ready")[0] == 200
+    assert http_json("GET", f"{gw.http_url}/v2/models/demo/versions/9/ready")[0] == 404
+
+
+def test_oip_json_infer_with_version_path_and_id(gw):
+    request = {"id": "req-7", "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2, 2], "data": [[1, 2], [3, 4]]}]}
+    status, body = http_json("POST", f"{gw.http_url}/v2/models/demo/versions/1/infer", request)
+    assert status == 200
+    assert body["id"] == "req-7"
+    assert body["outputs"] == [{"name": "OUTPUT0", "datatype": "FP32", "shape": [2, 2], "data": [2, 4, 6, 8]}]
+    assert isinstance(body["parameters"]["batch_id"], str)
+
+
+def test_tritonclient_http_binary_and_json_round_trip(gw):
+    client = triton_http.InferenceServerClient(gw.http_url.removeprefix("http://"))
+    assert client.is_server_live() and client.is_model_ready("demo")
+    data = np.random.default_rng(0).random((3, 5), dtype=np.float32)
+    for binary in (True, False):
+        tensor = triton_http.InferInput("INPUT0", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data, binary_data=binary)
+        output = triton_http.InferRequestedOutput("OUTPUT0", binary_data=binary)
+        result = client.infer("demo", [tensor], outputs=[output])
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data * 2)
+        assert result.get_response()["parameters"]["batch_id"]
+    metadata = client.get_model_metadata("demo")
+    assert metadata["inputs"][0]["name"] == "INPUT0"
+    client.close()
+
+
+def test_tritonclient_http_sees_gateway_errors(gw):
+    client = triton_http.InferenceServerClient(gw.http_url.removeprefix("http://"))
+    tensor = triton_http.InferInput("INPUT0", [1, 2], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
+    with pytest.raises(InferenceServerException, match="not served"):
+        client.infer("absent", [tensor])
+    client.close()
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1,2]", 400, "JSON object"),
+    ({"inputs": []}, 400, "non-empty"),
+    ({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 3], "data": [1, 2]}]}, 400, "needs 3"),
+    ({"inputs": [{"name": "INPUT0", "datatype": "FP99", "shape": [1], "data": [1]}]}, 400, "unknown datatype"),
+    ({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": ["x"]}]}, 400, "does not match"),
+    ({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1000000, 1000000], "data": [1]}]}, 400, "exceeds"),
+    ({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, -2], "data": [1]}]}, 400, "negative"),
+    ({"inputs": [{"name": "WRONG", "datatype": "FP32", "shape": [1, 1], "data": [1]}]}, 400, "takes inputs"),
+    ({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 1], "data": [1]}]}, 400, "is FP32"),
+    ({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2000, 1], "data": [1] * 2000}]}, 400, "limit"),
+])
+def test_bad_oip_requests_get_400_with_a_message(gw, body, status, message):
+    got_status, got = http_json("POST", f"{gw.http_url}/v2/models/demo/infer", body)
+    assert got_status == status
+    assert message in got["error"]
+
+
+def test_binary_extension_with_lying_lengths_is_rejected(gw):
+    header = b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,2],"parameters":{"binary_data_size":8}}]}'
+    for tail, length, message in [(b"\0" * 4, len(header), "past the end"),
+                                  (b"\0" * 12, len(header), "not claimed"),
+                                  (b"\0" * 8, len(header) + 100, "body is")]:
+        status, _, body = http("POST", f"{gw.http_url}/v2/models/demo/infer", header + tail,
+                               headers={"Inference-Header-Content-Length": str(length)})
+        assert status == 400 and message.encode() in body
+
+
+@pytest.mark.parametrize("path, body, status, message", [
+    ("/v1/models/demo:predict", b"nope", 400, "not valid JSON"),
+    ("/v1/models/demo:predict", {"instances": []}, 400, "empty"),
+    ("/v1/models/demo:predict", {"inputs": [1]}, 400, "no 'instances'"),
+    ("/v1/models/demo:predict", {"instances": [[1, 2], [3]]}, 400, "ragged"),
+    ("/v1/models/demo:predict", {"instances": [{"a": 1}]}, 400, "JSON object"),
+    ("/v1/models/nope:predict", {"instances": [[1]]}, 404, "not served"),
+    ("/v2/models/nope/infer", {"inputs": []}, 404, "not served"),
+    ("/v3/whatever", {}, 404, "no endpoint"),
+])
+def test_bad_requests_get_the_right_status_and_never_200(gw, path, body, status, message):
+    got_status, got = http_json("POST", gw.http_url + path, body)
+    assert got_status == status
+    assert message in got["error"]
+
+
+def test_request_timeout_header_is_validated(gw):
+    status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1]]},
+                             headers={"X-Request-Timeout-Ms": "soon"})
+    assert status == 400 and "milliseconds" in body["error"]

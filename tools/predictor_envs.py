@@ -1,0 +1,378 @@
+"""Per-predictor virtual environments for the REAL model servers the tests run against.
+
+Each predictor server (Triton via PyTriton, KServe) gets its own venv: their pins clash
+with each other and with the gateway (PyTriton needs ``numpy<2``, the gateway numpy 2).
+The venvs are cached OUTSIDE the repo and created on demand, so a fresh machine (or CI)
+builds them the first time a test needs one::
+
+    ${BATCHING_GATEWAY_CACHE:-~/.cache/batching-gateway}/
+        bootstrap/uv-<version>/bin/uv        # uv, pip-installed once (--target)
+        uv-cache/                            # uv's download cache (safe to delete)
+        venvs/<name>-<key>/                  # a complete venv (see below)
+        venvs/<name>-<key>.lock              # fcntl lock serialising builds of that venv
+
+``<key>`` is a short sha256 of the venv's fully pinned lock file
+(``tools/predictor_locks/<name>.txt``, exact versions and hashes of every package) plus
+the interpreter's version, so changing a pin or the Python version selects a new venv.
+A venv is built in a temporary directory beside its final place and renamed into place
+only when complete: an interrupted build never looks complete, and a leftover temp dir
+is swept away by the next build. Deleting the cache simply makes the next call rebuild.
+
+Public API: ``ensure_env(name) -> Path`` (the venv's python executable) for the names
+in ``SPECS`` ("triton", "kserve").
+
+CLI::
+
+    python -m tools.predictor_envs triton kserve     # build if missing, print paths + times
+    python -m tools.predictor_envs --rebuild triton  # throw the cached venv away first
+    python -m tools.predictor_envs --relock kserve   # re-resolve the lock from the top pins
+
+Only the standard library is used, so this runs from any interpreter (gateway venv, CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+
+CACHE_ENV_VAR = "BATCHING_GATEWAY_CACHE"
+UV_VERSION = "0.13.9"
+LOCK_DIR = pathlib.Path(__file__).resolve().parent / "predictor_locks"
+MARKER_FILE = "predictor-env.json"  # written last inside a venv, before the rename
+INSTALL_TIMEOUT_S = 1200
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSpec:
+    """What goes into one predictor venv."""
+
+    name: str
+    # Top-level pins; ``--relock`` resolves them into the full lock file.
+    requirements: tuple[str, ...]
+    why: str
+
+    @property
+    def lock_file(self) -> pathlib.Path:
+        return LOCK_DIR / f"{self.name}.txt"
+
+
+SPECS: dict[str, EnvSpec] = {
+    spec.name: spec
+    for spec in (
+        EnvSpec(
+            name="triton",
+            # Full dependency closure, not BACKENDS.md's lean `--no-deps` install: with only
+            # pytriton + numpy, `from pytriton.triton import Triton` fails (gevent, tritonclient,
+            # grpcio, zmq, ... are imported), and serving needs more (sh, zope.*). The lock pins
+            # every package, so the result is reproducible all the same.
+            requirements=("nvidia-pytriton==0.7.0", "numpy<2"),
+            why="Triton Inference Server 2.51 bundled in PyTriton; its Python stub needs numpy<2",
+        ),
+        EnvSpec(
+            name="kserve",
+            requirements=("kserve==0.21.0",),
+            why="KServe model server (v1 + Open Inference Protocol over REST and gRPC)",
+        ),
+    )
+}
+
+
+class PredictorEnvError(RuntimeError):
+    """A predictor venv could not be built."""
+
+
+def cache_root() -> pathlib.Path:
+    """The cache folder: ``$BATCHING_GATEWAY_CACHE`` or ``~/.cache/batching-gateway``."""
+    configured = os.environ.get(CACHE_ENV_VAR)
+    root = pathlib.Path(configured) if configured else pathlib.Path.home() / ".cache" / "batching-gateway"
+    return root.expanduser().resolve()
+
+
+def base_python() -> pathlib.Path:
+    """The real interpreter behind the running one (a venv's python is only a symlink)."""
+    return pathlib.Path(getattr(sys, "_base_executable", None) or sys.executable).resolve()
+
+
+def python_version() -> str:
+    return f"{platform.python_implementation()}-{platform.python_version()}"
+
+
+def env_key(spec: EnvSpec) -> str:
+    """Short sha256 of the pinned spec (the lock file's content) and the Python version."""
+    digest = hashlib.sha256()
+    digest.update(spec.name.encode())
+    digest.update(b"\0")
+    digest.update(_read_lock(spec).encode())
+    digest.update(b"\0")
+    digest.update(python_version().encode())
+    return digest.hexdigest()[:12]
+
+
+def env_dir(name: str) -> pathlib.Path:
+    """Where the venv for ``name`` lives (whether or not it has been built yet)."""
+    spec = _spec(name)
+    return cache_root() / "venvs" / f"{spec.name}-{env_key(spec)}"
+
+
+def ensure_env(name: str) -> pathlib.Path:
+    """Return the python executable of the predictor venv ``name``, building it if missing.
+
+    Safe to call from several processes at once: one builds, the others wait on the lock
+    and then use the result. Raises ``PredictorEnvError`` if the build fails.
+    """
+    spec = _spec(name)
+    final = env_dir(name)
+    python = final / "bin" / "python"
+    if _is_complete(final):
+        return python
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(final.with_name(final.name + ".lock")):
+        # Someone else may have finished the build while we waited for the lock.
+        if _is_complete(final):
+            return python
+        if final.exists():
+            # Present but unusable, e.g. its base interpreter was removed: rebuild.
+            _remove_tree(final)
+        _sweep_temp_dirs(final)
+        _build(spec, final)
+    return python
+
+
+def env_info(name: str) -> dict[str, object]:
+    """The marker of a built venv: pins, Python version, install seconds, build time."""
+    return json.loads((env_dir(name) / MARKER_FILE).read_text())
+
+
+# --- building ---------------------------------------------------------------------------
+
+
+def _spec(name: str) -> EnvSpec:
+    try:
+        return SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown predictor env {name!r}; known: {sorted(SPECS)}") from None
+
+
+def _read_lock(spec: EnvSpec) -> str:
+    try:
+        return spec.lock_file.read_text()
+    except FileNotFoundError:
+        raise PredictorEnvError(
+            f"{spec.lock_file} is missing; create it with `python -m tools.predictor_envs --relock {spec.name}`"
+        ) from None
+
+
+def _is_complete(venv: pathlib.Path) -> bool:
+    # The marker is written before the atomic rename, so "final dir + marker" means complete;
+    # bin/python must also still resolve (it is a symlink to the base interpreter).
+    return (venv / MARKER_FILE).is_file() and (venv / "bin" / "python").exists()
+
+
+@contextlib.contextmanager
+def _file_lock(path: pathlib.Path) -> Iterator[None]:
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
+def _temp_prefix(final: pathlib.Path) -> str:
+    return f".{final.name}.tmp-"
+
+
+def _sweep_temp_dirs(final: pathlib.Path) -> None:
+    """Remove temp dirs of interrupted builds. Only called while holding the build lock,
+    so no temp dir of this venv can belong to a build still running."""
+    for leftover in final.parent.glob(_temp_prefix(final) + "*"):
+        _remove_tree(leftover)
+
+
+def _remove_tree(path: pathlib.Path) -> None:
+    # Rename first so a half-deleted tree never sits at a name that means something.
+    doomed = path.with_name(f".{path.name}.trash-{os.getpid()}-{time.monotonic_ns()}")
+    path.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _run(cmd: Sequence[str | os.PathLike[str]], log: pathlib.Path, env: dict[str, str] | None = None) -> None:
+    """Run an install step, appending its output to ``log``; raise with the log tail on failure."""
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(map(str, cmd))}\n")
+        out.flush()
+        try:
+            result = subprocess.run(
+                [str(c) for c in cmd],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                timeout=INSTALL_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise PredictorEnvError(f"timed out after {INSTALL_TIMEOUT_S} s: {cmd}\n{_tail(log)}") from None
+    if result.returncode != 0:
+        raise PredictorEnvError(f"exit code {result.returncode}: {' '.join(map(str, cmd))}\n{_tail(log)}")
+
+
+def _tail(path: pathlib.Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _uv_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        UV_CACHE_DIR=str(cache_root() / "uv-cache"),
+        # Never fetch a Python build: only the registries are reachable, and the venv must
+        # use the same interpreter as the key says.
+        UV_PYTHON_DOWNLOADS="never",
+        # Ignore user/system uv.toml so the install depends only on the lock file.
+        UV_NO_CONFIG="1",
+    )
+    return env
+
+
+def ensure_uv() -> pathlib.Path:
+    """The pinned uv binary, pip-installed once into the cache's bootstrap folder."""
+    final = cache_root() / "bootstrap" / f"uv-{UV_VERSION}"
+    uv = final / "bin" / "uv"
+    if uv.is_file():
+        return uv
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(final.with_name(final.name + ".lock")):
+        if uv.is_file():
+            return uv
+        _sweep_temp_dirs(final)
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=_temp_prefix(final), dir=final.parent))
+        log = final.parent / f"{final.name}.log"
+        log.unlink(missing_ok=True)
+        try:
+            _run(
+                [base_python(), "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+                 "--no-compile", "--target", tmp, f"uv=={UV_VERSION}"],
+                log,
+            )
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return uv
+
+
+def _build(spec: EnvSpec, final: pathlib.Path) -> None:
+    lock_text = _read_lock(spec)
+    uv = ensure_uv()
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=_temp_prefix(final), dir=final.parent))
+    log = final.with_name(final.name + ".build.log")  # kept beside the venv for post-mortems
+    log.unlink(missing_ok=True)
+    started = time.monotonic()
+    try:
+        env = _uv_env()
+        # --relocatable: entry-point scripts and activate files refer to the venv relatively,
+        # so they keep working after the rename from the temp dir to the final name.
+        _run([uv, "venv", "--relocatable", "--python", base_python(), "--clear", tmp], log, env)
+        _run(
+            [uv, "pip", "install", "--python", tmp / "bin" / "python",
+             "--require-hashes",
+             # Every package is pinned with hashes; resolving again would be pure overhead,
+             # and --require-hashes already refuses a lock that misses a dependency.
+             "--no-deps",
+             # Write .pyc now: this machine sets PYTHONDONTWRITEBYTECODE=1, so without them
+             # every server start would compile from source (KServe: ~7 s instead of ~2 s).
+             "--compile-bytecode",
+             "-r", spec.lock_file],
+            log,
+            env,
+        )
+        _run([uv, "pip", "check", "--python", tmp / "bin" / "python"], log, env)
+        seconds = round(time.monotonic() - started, 1)
+        marker = {
+            "name": spec.name,
+            "requirements": list(spec.requirements),
+            "lock_sha256": hashlib.sha256(lock_text.encode()).hexdigest(),
+            "python": python_version(),
+            "base_python": str(base_python()),
+            "uv": UV_VERSION,
+            "install_seconds": seconds,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
+        tmp.rename(final)  # atomic: the venv appears complete or not at all
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def relock(name: str) -> pathlib.Path:
+    """Re-resolve ``SPECS[name].requirements`` into its lock file (exact pins + hashes).
+
+    The lock is resolved for the running interpreter's Python version and platform
+    (CPython 3.11, Linux x86_64 on the project's machines).
+    """
+    spec = _spec(name)
+    uv = ensure_uv()
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmpdir:
+        requirements_in = pathlib.Path(tmpdir) / f"{name}.in"
+        requirements_in.write_text("\n".join(spec.requirements) + "\n")
+        log = pathlib.Path(tmpdir) / "relock.log"
+        _run(
+            [uv, "pip", "compile", requirements_in, "--python", base_python(),
+             "--generate-hashes", "--no-header", "--annotation-style", "line",
+             "--output-file", spec.lock_file],
+            log,
+            _uv_env(),
+        )
+    header = (
+        f"# Lock for the '{name}' predictor venv: {spec.why}.\n"
+        f"# Top-level pins: {', '.join(spec.requirements)}\n"
+        f"# Resolved for {python_version()} on {platform.system()} {platform.machine()}.\n"
+        f"# Regenerate with: python -m tools.predictor_envs --relock {name}\n"
+    )
+    spec.lock_file.write_text(header + spec.lock_file.read_text())
+    return spec.lock_file
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.predictor_envs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="+", choices=sorted(SPECS), help="predictor venvs to build")
+    parser.add_argument("--rebuild", action="store_true", help="delete the cached venv and build it again")
+    parser.add_argument("--relock", action="store_true", help="re-resolve the lock file(s), then build")
+    args = parser.parse_args(argv)
+
+    for name in args.names:
+        if args.relock:
+            print(f"{name}: lock written to {relock(name)}", flush=True)
+        final = env_dir(name)
+        if args.rebuild and final.exists():
+            with _file_lock(final.with_name(final.name + ".lock")):
+                _remove_tree(final)
+        was_built = _is_complete(final)
+        started = time.monotonic()
+        python = ensure_env(name)
+        info = env_info(name)
+        if was_built:
+            how = f"cached; its install took {info['install_seconds']} s on {info['built_at']}"
+        else:
+            how = f"installed in {info['install_seconds']} s ({time.monotonic() - started:.1f} s with uv bootstrap)"
+        print(f"{name}: {python}  ({how})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
