@@ -1,0 +1,71 @@
+"""Config: defaults, the documented keys, and errors that name the key and the problem."""
+from __future__ import annotations
+
+import pytest
+
+from gateway import config
+
+
+def test_embedded_default_serves_demo_on_the_simulated_predictor():
+    default = config.embedded_default()
+    assert [m.name for m in default.models] == ["demo"]
+    assert default.models[0].backend == "simulated"
+    assert (default.server.http_port, default.server.grpc_port) == (8080, 8081)
+
+
+def test_a_full_model_entry_parses_with_its_defaults():
+    parsed = config.parse({"models": [{
+        "name": "double", "backend": "triton", "protocol": "grpc", "url": "127.0.0.1:8001",
+        "batching": {"policy": "window", "max_batch_size": 16, "max_latency_ms": 250, "timeout_s": 5,
+                     "max_inflight": 2, "max_queue": 100},
+    }]})
+    model = parsed.models[0]
+    assert model.target_model == "double"
+    assert model.batching.policy == "window" and model.batching.max_latency_s == 0.25
+    assert (model.batching.max_batch_size, model.batching.max_inflight, model.batching.max_queue) == (16, 2, 100)
+
+
+def test_kserve_http_defaults_to_v1_and_can_choose_v2():
+    v1 = config.parse({"models": [{"name": "m", "backend": "kserve", "url": "http://127.0.0.1:1"}]})
+    v2 = config.parse({"models": [{"name": "m", "backend": "kserve", "url": "http://127.0.0.1:1", "api": "v2"}]})
+    assert (v1.models[0].api, v2.models[0].api) == ("v1", "v2")
+
+
+def test_declared_signature():
+    parsed = config.parse({"models": [{"name": "m", "backend": "kserve", "url": "http://x:1",
+                                       "inputs": [{"name": "X", "datatype": "INT64", "shape": [-1, 3]}],
+                                       "outputs": [{"name": "Y", "datatype": "FP32"}]}]})
+    signature = parsed.models[0].signature
+    assert signature.inputs[0].shape == (-1, 3) and signature.outputs[0].shape == (-1, -1)
+
+
+@pytest.mark.parametrize("document, key, problem", [
+    ({}, "models", "at least one"),
+    ({"models": [{"backend": "triton", "url": "http://x:1"}]}, "models[0].name", "required"),
+    ({"models": [{"name": "m", "backend": "onnx"}]}, "models[0].backend", "must be one of"),
+    ({"models": [{"name": "m", "backend": "triton"}]}, "models[0].url", "required"),
+    ({"models": [{"name": "m", "backend": "triton", "url": "127.0.0.1:8000"}]}, "models[0].url", "http://"),
+    ({"models": [{"name": "m", "batching": {"max_batch_size": 0}}]}, "models[0].batching.max_batch_size", ">= 1"),
+    ({"models": [{"name": "m", "batching": {"max_batch_size": "big"}}]}, "models[0].batching.max_batch_size", "integer"),
+    ({"models": [{"name": "m", "batching": {"policy": "eager"}}]}, "models[0].batching.policy", "adaptive"),
+    ({"models": [{"name": "m", "batching": {"max_latency": 5}}]}, "models[0].batching.max_latency", "unknown key"),
+    ({"models": [{"name": "m"}, {"name": "m"}]}, "models[1].name", "duplicate"),
+    ({"models": [{"name": "m", "backend": "kserve", "protocol": "grpc", "url": "x:1", "api": "v1"}]}, "models[0].api", "HTTP only"),
+    ({"models": [{"name": "m", "inputs": [{"name": "X", "datatype": "FLOAT"}]}]}, "models[0].inputs[0].datatype", "unknown"),
+    ({"models": [{"name": "m"}], "server": {"http_port": 70000}}, "server.http_port", "<= 65535"),
+    ({"models": [{"name": "m"}], "extra": 1}, "extra", "unknown key"),
+])
+def test_errors_name_the_key_and_the_problem(document, key, problem):
+    with pytest.raises(config.ConfigError) as caught:
+        config.parse(document)
+    assert caught.value.key == key
+    assert problem in caught.value.problem
+
+
+def test_load_reports_bad_toml_and_missing_files(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[models]\nname=")
+    with pytest.raises(config.ConfigError, match="not valid TOML"):
+        config.load(bad)
+    with pytest.raises(config.ConfigError, match="file not found"):
+        config.load(tmp_path / "absent.toml")
