@@ -1,0 +1,43 @@
+"""The gateway in front of the REAL KServe model server over v1 HTTP, v2 HTTP and v2 gRPC.
+KServe's own call log (one line per predict call) shows concurrent clients merged."""
+from __future__ import annotations
+
+import pytest
+
+from tests.backends.clients import fire_mixed
+from tests.harness import config_for, http_json, running_gateway
+
+N = 60
+SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 4]}],
+             "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, 4]}]}
+
+
+@pytest.mark.parametrize("protocol, api", [("http", "v1"), ("http", "v2"), ("grpc", "v2")])
+def test_concurrent_clients_of_both_protocols_become_fewer_kserve_calls(kserve_server, protocol, api):
+    url = kserve_server.http_url if protocol == "http" else kserve_server.grpc_address
+    model = {"name": "double", "backend": "kserve", "protocol": protocol, "url": url, "api": api, **SIGNATURE}
+    with running_gateway(config_for(model)) as gw:
+        before = len(kserve_server.calls())
+        batch_ids = fire_mixed(gw.http_url, gw.grpc_address, "double", N)
+        calls = kserve_server.calls()[before:]
+        assert sum(call["batch_size"] for call in calls) == N  # every row reached KServe once
+        assert len(calls) < N, "requests were not merged"
+        assert {call["protocol"] for call in calls} == {api}
+        assert len(calls) == gw.stats("double").batches == len(set(batch_ids))
+
+
+def test_kserve_v1_opaque_instances_pass_through_untouched(kserve_server):
+    # No signature declared: v1 instances travel to the v1 predictor as they are.
+    model = {"name": "double", "backend": "kserve", "protocol": "http", "url": kserve_server.http_url}
+    with running_gateway(config_for(model)) as gw:
+        status, body = http_json("POST", f"{gw.http_url}/v1/models/double:predict", {"instances": [[1, 2], [3, 4, 5]]})
+        assert status == 200
+        assert body["predictions"] == [[2, 4], [6, 8, 10]]
+
+
+def test_kserve_rejecting_a_batch_is_a_400_not_a_200(kserve_server):
+    model = {"name": "double", "backend": "kserve", "protocol": "http", "url": kserve_server.http_url}
+    with running_gateway(config_for(model)) as gw:
+        status, body = http_json("POST", f"{gw.http_url}/v1/models/double:predict", {"instances": ["not a number"]})
+        assert status == 400
+        assert "rejected" in body["error"]

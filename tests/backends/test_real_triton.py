@@ -1,0 +1,64 @@
+"""The gateway in front of the REAL Triton server (tritonserver from nvidia-pytriton, its
+own batching off), over HTTP (JSON and binary) and gRPC. Triton's own statistics show
+that concurrent clients became fewer model executions."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tritonclient.grpc as triton_grpc
+
+from tests.backends.clients import fire_mixed
+from tests.harness import config_for, http_json, running_gateway
+
+N = 60
+
+
+@pytest.mark.parametrize("protocol, binary", [("http", False), ("http", True), ("grpc", False)])
+def test_concurrent_clients_of_both_protocols_become_fewer_triton_executions(triton_server, protocol, binary):
+    url = triton_server.http_url if protocol == "http" else triton_server.grpc_address
+    model = {"name": "double", "backend": "triton", "protocol": protocol, "url": url, "binary_data": binary,
+             "batching": {"max_batch_size": 64}}
+    with running_gateway(config_for(model)) as gw:
+        executions = triton_server.execution_count("double")
+        inferences = triton_server.inference_count("double")
+        batch_ids = fire_mixed(gw.http_url, gw.grpc_address, "double", N)
+        executed = triton_server.execution_count("double") - executions
+        assert triton_server.inference_count("double") - inferences == N  # every row reached Triton once
+        assert executed < N, "requests were not merged"
+        assert executed == gw.stats("double").batches
+        assert len(set(batch_ids)) == executed
+
+
+def test_gateway_serves_tritons_metadata_and_readiness(triton_server):
+    model = {"name": "double", "backend": "triton", "protocol": "grpc", "url": triton_server.grpc_address}
+    with running_gateway(config_for(model)) as gw:
+        status, metadata = http_json("GET", f"{gw.http_url}/v2/models/double")
+        assert status == 200
+        assert metadata["inputs"][0]["name"] == "INPUT0" and metadata["inputs"][0]["datatype"] == "FP32"
+        assert metadata["outputs"][0]["name"] == "OUTPUT0"
+        assert http_json("GET", f"{gw.http_url}/v2/models/double/ready")[0] == 200
+
+
+def test_tritonclient_grpc_through_the_gateway_to_triton(triton_server):
+    model = {"name": "double", "backend": "triton", "protocol": "grpc", "url": triton_server.grpc_address}
+    with running_gateway(config_for(model)) as gw:
+        client = triton_grpc.InferenceServerClient(gw.grpc_address)
+        data = np.arange(40, dtype=np.float32).reshape(10, 4)
+        tensor = triton_grpc.InferInput("INPUT0", [10, 4], "FP32")
+        tensor.set_data_from_numpy(data)
+        result = client.infer("double", [tensor])
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data * 2)
+        client.close()
+
+
+def test_a_request_larger_than_max_batch_size_is_split_and_reassembled(triton_server):
+    model = {"name": "double", "backend": "triton", "protocol": "http", "url": triton_server.http_url,
+             "batching": {"max_batch_size": 8}}
+    with running_gateway(config_for(model)) as gw:
+        executions = triton_server.execution_count("double")
+        rows = [[float(i), float(i + 1)] for i in range(20)]
+        status, body = http_json("POST", f"{gw.http_url}/v1/models/double:predict", {"instances": rows})
+        assert status == 200
+        assert body["predictions"] == [[2 * a, 2 * b] for a, b in rows]
+        assert triton_server.execution_count("double") - executions == 3  # 8 + 8 + 4
+        assert len(body["batchId"].split(",")) == 3
