@@ -133,12 +133,14 @@ class Predictor:
         await self._before_call()
 
     async def infer(self, inputs: list[Tensor], requested: list[oip_json.RequestedOutput]) -> list[Tensor]:
+        """One model call; only the requested outputs (all when none are named), in that order."""
+        declared = [spec.name for spec in self.model.signature.outputs]
+        for output in requested:
+            if output.name not in declared:
+                raise InvalidInput(f"model '{self.model.name}' has no output '{output.name}' (it has {declared})")
         outputs = await self.model.predict(inputs)
         if requested:
             by_name = {t.name: t for t in outputs}
-            missing = [o.name for o in requested if o.name not in by_name]
-            if missing:
-                raise InvalidInput(f"model '{self.model.name}' has no output {missing[0]!r}")
             outputs = [by_name[o.name] for o in requested]
         if self.faults.wrong_rows:
             outputs = [Tensor(t.name, t.datatype, t.data[:-1]) for t in outputs]
@@ -401,6 +403,7 @@ class PredictorServer:
         self._grpc = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),  # a port in use is an error, never silently shared
         ])
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(self.predictor), self._grpc)
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -453,7 +456,11 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await server.start()
+    try:
+        await server.start()
+    except (OSError, RuntimeError) as exc:  # a port in use, an address we cannot bind
+        await server.stop(grace=0)
+        raise SystemExit(f"simulated-predictor: cannot listen on {args.host}: {exc}") from None
     try:
         print(f"READY http={server.http_port} grpc={server.grpc_port}", flush=True)
         await stop.wait()
