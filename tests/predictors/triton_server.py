@@ -4,8 +4,11 @@ Run by the TRITON predictor venv's interpreter (see ``tools.predictor_envs``), n
 the gateway's: PyTriton needs ``numpy<2`` and its own pins. The harness
 (``tests.predictors.harness.TritonServer``) starts it; it can also be run by hand::
 
-    $(python -m tools.predictor_envs triton --print-python) tests/predictors/triton_server.py \
+    <triton venv>/bin/python tests/predictors/triton_server.py \
         --http-port 8000 --grpc-port 8001 --metrics-port 8002 --workdir /tmp/triton-run
+
+(``python -m tools.predictor_envs triton`` prints the venv's python.) Keep ``--workdir``
+short: PyTriton's Unix sockets live under it and AF_UNIX paths are limited to 107 bytes.
 
 Model ``double``: input ``INPUT0`` FP32 ``[-1, -1]`` (batch dim + any inner length),
 output ``OUTPUT0`` FP32 = 2 * INPUT0. Triton's own dynamic batcher is OFF
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import shutil
 import signal
 import sys
 import sysconfig
@@ -35,7 +39,32 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grpc-port", type=int, required=True)
     parser.add_argument("--metrics-port", type=int, required=True)
     parser.add_argument("--workdir", type=pathlib.Path, required=True)
+    parser.add_argument(
+        "--remove-workdir", action="store_true", help="delete --workdir on exit (the harness's throwaway dir)"
+    )
+    parser.add_argument(
+        "--exit-on-stdin-eof", action="store_true", help="shut down when stdin closes (the harness's watchdog)"
+    )
     return parser.parse_args(argv)
+
+
+def _exit_on_stdin_eof() -> None:
+    """SIGTERM ourselves when stdin reaches EOF. The harness holds the other end of the
+    pipe, so this fires when the test process dies without stopping us (no orphan server
+    keeps its ports and CPU)."""
+
+    def watch() -> None:
+        # os.read on fd 0, not sys.stdin: a daemon thread blocked inside the buffered
+        # reader holds its lock, and the interpreter then aborts at exit ("could not
+        # acquire lock for <_io.BufferedReader name='<stdin>'> at interpreter shutdown").
+        try:
+            while os.read(0, 65536):
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stdin-eof-watchdog", daemon=True).start()
 
 
 def _prepare_environment(workdir: pathlib.Path) -> None:
@@ -62,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from pytriton.decorators import batch
     from pytriton.model_config import ModelConfig, Tensor
-    from pytriton.triton import Triton, TritonConfig
+    from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
     # Triton's Python stub runs in this venv; numpy 2 there breaks output tensors
     # ("output tensor shape does not match size of output"). The venv pins numpy<2.
@@ -93,8 +122,15 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    if args.exit_on_stdin_eof:
+        _exit_on_stdin_eof()
 
-    triton = Triton(config=config)
+    # PyTriton 0.7 protects shared-memory, model-repository, statistics, trace and logging
+    # with a random access token by default (403 "expecting header 'triton-access-token'"),
+    # unlike a stock tritonserver. Tests read /v2/models/<m>/stats, and the server only
+    # listens on loopback: restrict nothing, as tritonserver does out of the box.
+    security = TritonSecurityConfig(restricted_endpoints=[])
+    triton = Triton(config=config, security_config=security)
     try:
         triton.bind(
             model_name=MODEL_NAME,
@@ -115,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         triton.stop()
+        if args.remove_workdir:
+            shutil.rmtree(args.workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

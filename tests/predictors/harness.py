@@ -1,0 +1,486 @@
+"""Start and stop the REAL predictor servers (Triton, KServe) for tests, on loopback.
+
+Standard library only, so it runs in the gateway's venv: each server itself runs in
+its own predictor venv (``tools.predictor_envs``), as a separate process group.
+
+* ``free_port()``: a free TCP port on 127.0.0.1.
+* ``PredictorProcess``: one server process in its own process group, logging to a file
+  in its workdir; ``start()`` waits for a readiness probe (and fails with the log's tail
+  if the process dies first), ``stop()`` sends SIGTERM to the whole group by PID, waits
+  up to ``stop_timeout`` seconds, then SIGKILLs what is left.
+* ``TritonServer`` / ``KServeServer``: handles with ``http_url``, ``grpc_address``,
+  ``model`` and the predictor's OWN count of calls it received
+  (Triton: ``execution_count()``, ``inference_count()``, ``batch_size_counts()`` from
+  ``/v2/models/<m>/stats``;
+  KServe: ``calls()`` from the model's call log).
+
+Servers started here also exit by themselves if the test process dies without stopping
+them: they watch a stdin pipe that only the test process holds (``--exit-on-stdin-eof``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+TRITON_SCRIPT = HERE / "triton_server.py"
+KSERVE_SCRIPT = HERE / "kserve_server.py"
+MODEL = "double"
+
+# An opener without proxy handling: a proxy from http_proxy/HTTP_PROXY must never
+# see (or break) requests to our loopback servers.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+_handed_out_ports: set[int] = set()
+_ports_lock = threading.Lock()
+
+
+class PredictorStartError(RuntimeError):
+    """A predictor process exited, or did not become ready in time."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now and not yet handed out by this process.
+
+    The port is released before the server binds it, so another program could take it
+    in between; remembering handed-out ports at least avoids clashes between our servers.
+    """
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        with _ports_lock:
+            if port not in _handed_out_ports:
+                _handed_out_ports.add(port)
+                return port
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    """GET ``url``; return (status, body). Non-2xx statuses are returned, not raised."""
+    try:
+        with _OPENER.open(url, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """True if ``GET url`` answers 200; False if it answers otherwise or not at all."""
+    try:
+        return http_get(url, timeout)[0] == 200
+    except (OSError, urllib.error.URLError):  # refused / reset / timed out while starting
+        return False
+
+
+def http_json(url: str, timeout: float = 5.0) -> Any:
+    status, body = http_get(url, timeout)
+    if status != 200:
+        raise RuntimeError(f"GET {url} -> {status}: {body[:500]!r}")
+    return json.loads(body)
+
+
+def http_post_json(url: str, body: Any, timeout: float = 10.0) -> tuple[int, Any]:
+    """POST ``body`` as JSON; return (status, decoded JSON reply). Non-2xx are returned.
+
+    Content-Type is exactly ``application/json``: KServe parses the body as JSON only then.
+    """
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def _tail(path: pathlib.Path, lines: int = 60) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    # The predictor runs from its own venv: nothing of the gateway's environment may leak
+    # into its import path.
+    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"):
+        env.pop(name, None)
+    env["PYTHONUNBUFFERED"] = "1"  # log lines (and READY) reach the log file at once
+    env.update(extra or {})
+    return env
+
+
+def _pids_in_group(pgid: int) -> list[int]:
+    """PIDs of live (non-zombie) processes whose process group is ``pgid`` (Linux /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # Fields after the ")" closing the command name: state ppid pgrp ...
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            pids.append(int(entry))
+    return pids
+
+
+class PredictorProcess:
+    """One predictor server process, in its own process group, logging to ``workdir``."""
+
+    def __init__(
+        self,
+        name: str,
+        cmd: Sequence[str | int | os.PathLike[str]],
+        workdir: pathlib.Path,
+        ready_probe: Callable[[], bool],
+        *,
+        env: dict[str, str] | None = None,
+        ready_timeout: float = 120.0,
+        stop_timeout: float = 15.0,
+        cleanup: Sequence[pathlib.Path] = (),
+    ) -> None:
+        self.name = name
+        self.cmd = [str(part) for part in cmd]
+        self.workdir = pathlib.Path(workdir)
+        self.ready_probe = ready_probe
+        self.env = _child_env(env)
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self.cleanup = list(cleanup)  # directories removed once the process group is gone
+        self.log_path = self.workdir / f"{name}.log"
+        self.startup_seconds: float | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def group_pids(self) -> list[int]:
+        """Live PIDs of the server's process group (the server and everything it started)."""
+        return _pids_in_group(self.pid)
+
+    def log_tail(self, lines: int = 60) -> str:
+        return _tail(self.log_path, lines)
+
+    def start(self) -> PredictorProcess:
+        """Start the process and block until ``ready_probe()`` is true."""
+        if self._proc is not None:
+            raise RuntimeError(f"{self.name} already started")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {' '.join(self.cmd)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                self.cmd,
+                # A pipe only we hold: it reaches EOF when this process dies, however it
+                # dies, so a server started with --exit-on-stdin-eof cannot outlive us.
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=self.env,
+                # Own process group (pgid == pid): stop() signals the server AND whatever it
+                # spawned (tritonserver, Python stubs, ...) without touching pytest.
+                start_new_session=True,
+            )
+        try:
+            self._wait_ready(started)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def _wait_ready(self, started: float) -> None:
+        deadline = started + self.ready_timeout
+        while True:
+            code = self._proc.poll() if self._proc else None
+            if code is not None:
+                raise PredictorStartError(
+                    f"{self.name} exited with code {code} before it was ready "
+                    f"(log {self.log_path}):\n{self.log_tail()}"
+                )
+            if self.ready_probe():
+                return
+            if time.monotonic() > deadline:
+                raise PredictorStartError(
+                    f"{self.name} not ready after {self.ready_timeout:.0f} s (log {self.log_path}):\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+
+    def stop(self) -> int | None:
+        """SIGTERM the process group, wait up to ``stop_timeout`` s, then SIGKILL it.
+
+        Returns the server's exit code (None if it was never started). Idempotent.
+        """
+        if self._proc is None:
+            return None
+        pgid = self._proc.pid
+        self._signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout
+        try:
+            self._proc.wait(timeout=self.stop_timeout)
+        except subprocess.TimeoutExpired:
+            self._signal_group(pgid, signal.SIGKILL)
+            self._proc.wait()
+        # The leader is gone; give what it started the rest of the time, then kill it too.
+        while _pids_in_group(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _pids_in_group(pgid):
+            self._signal_group(pgid, signal.SIGKILL)
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        for path in self.cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+        return self._proc.returncode
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass  # the whole group has already exited
+
+    def __enter__(self) -> PredictorProcess:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _venv_libdir(python: pathlib.Path) -> str:
+    """``sysconfig LIBDIR`` of ``python`` (for a venv: its base interpreter's lib dir)."""
+    result = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_child_env(),
+    )
+    return result.stdout.strip()
+
+
+def _read_log_contains(path: pathlib.Path, needle: str) -> bool:
+    try:
+        return needle in path.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+
+
+@dataclasses.dataclass
+class TritonServer:
+    """A running Triton Inference Server (PyTriton) serving ``double``."""
+
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    process: PredictorProcess
+    model: str = MODEL
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @classmethod
+    def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, ready_timeout: float = 120.0) -> TritonServer:
+        """Start ``triton_server.py`` with the Triton venv's ``python`` on free loopback ports."""
+        workdir = pathlib.Path(workdir)
+        http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+        libdir = _venv_libdir(python)
+        # PyTriton and Triton's Python stub talk over Unix sockets under PYTRITON_HOME and
+        # $TMPDIR, and AF_UNIX paths are limited to 107 bytes: below a pytest tmp dir they
+        # overflow ("OSError: AF_UNIX path too long", model load fails). So the server's
+        # own --workdir is a short dir in /tmp, removed when it exits (and again by stop(),
+        # in case it had to be killed); the log stays in workdir.
+        runtime = pathlib.Path(tempfile.mkdtemp(prefix="triton-", dir="/tmp" if os.path.isdir("/tmp") else None))
+        tmpdir = runtime / "tmp"
+        tmpdir.mkdir()
+        env = {
+            # Fix 1 of BACKENDS.md: the Python backend stub must load the venv interpreter's
+            # libpython3.11.so.1.0, not the system's (model load fails otherwise).
+            "LD_LIBRARY_PATH": os.pathsep.join(
+                p for p in (libdir, os.environ.get("LD_LIBRARY_PATH", "")) if p
+            ),
+            # Temp files and multiprocessing sockets of PyTriton and the stub: kept short and
+            # removed with the runtime dir. (The Python backend's /tmp/folderXXXX model copies
+            # ignore TMPDIR; Triton removes them itself on a clean shutdown.)
+            "TMPDIR": str(tmpdir),
+        }
+        http_url = f"http://127.0.0.1:{http_port}"
+        log_path = workdir / "triton.log"
+
+        def ready() -> bool:
+            # READY is printed once PyTriton has loaded the model; the HTTP checks confirm
+            # the server really answers on our port.
+            return (
+                _read_log_contains(log_path, "READY")
+                and http_ok(f"{http_url}/v2/health/ready")
+                and http_ok(f"{http_url}/v2/models/{MODEL}/ready")
+            )
+
+        process = PredictorProcess(
+            "triton",
+            [python, TRITON_SCRIPT, "--http-port", http_port, "--grpc-port", grpc_port,
+             "--metrics-port", metrics_port, "--workdir", runtime, "--remove-workdir",
+             "--exit-on-stdin-eof"],
+            workdir,
+            ready,
+            env=env,
+            ready_timeout=ready_timeout,
+            cleanup=[runtime],
+        )
+        process.start()
+        return cls(http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, process=process)
+
+    def stop(self) -> int | None:
+        return self.process.stop()
+
+    def metadata(self, model: str | None = None) -> dict[str, Any]:
+        """``GET /v2/models/<model>``."""
+        return http_json(f"{self.http_url}/v2/models/{model or self.model}")
+
+    def model_stats(self, model: str | None = None) -> dict[str, Any]:
+        """``GET /v2/models/<model>/stats`` (Triton's statistics extension)."""
+        return http_json(f"{self.http_url}/v2/models/{model or self.model}/stats")
+
+    def batch_size_counts(self, model: str | None = None) -> dict[int, int]:
+        """{batch size: how many executions had it}, from the stats' ``batch_stats``."""
+        counts: dict[int, int] = {}
+        for stats in self.model_stats(model)["model_stats"]:
+            for batch in stats.get("batch_stats", []):
+                size = int(batch["batch_size"])
+                counts[size] = counts.get(size, 0) + int(batch["compute_infer"]["count"])
+        return counts
+
+    def execution_count(self, model: str | None = None) -> int:
+        """How many times Triton executed the model: one per batch it ran."""
+        return sum(int(s.get("execution_count", 0)) for s in self.model_stats(model)["model_stats"])
+
+    def inference_count(self, model: str | None = None) -> int:
+        """How many inferences (rows, summed over all batches) Triton ran."""
+        return sum(int(s.get("inference_count", 0)) for s in self.model_stats(model)["model_stats"])
+
+
+@dataclasses.dataclass
+class KServeServer:
+    """A running KServe model server serving ``double`` (v1 and v2, REST and gRPC)."""
+
+    http_port: int
+    grpc_port: int
+    call_log: pathlib.Path
+    process: PredictorProcess
+    model: str = MODEL
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @classmethod
+    def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, ready_timeout: float = 60.0) -> KServeServer:
+        """Start ``kserve_server.py`` with the KServe venv's ``python`` on free loopback ports."""
+        workdir = pathlib.Path(workdir)
+        http_port, grpc_port = free_port(), free_port()
+        call_log = workdir / "calls.jsonl"
+        http_url = f"http://127.0.0.1:{http_port}"
+
+        def ready() -> bool:
+            # KServe has no READY hook: poll the server and the model. The gRPC server is
+            # started in the same event loop right after the REST one.
+            return http_ok(f"{http_url}/v2/health/ready") and http_ok(f"{http_url}/v2/models/{MODEL}/ready")
+
+        process = PredictorProcess(
+            "kserve",
+            [python, KSERVE_SCRIPT, "--http-port", http_port, "--grpc-port", grpc_port, "--call-log", call_log,
+             "--exit-on-stdin-eof"],
+            workdir,
+            ready,
+            ready_timeout=ready_timeout,
+        )
+        process.start()
+        return cls(http_port=http_port, grpc_port=grpc_port, call_log=call_log, process=process)
+
+    def stop(self) -> int | None:
+        return self.process.stop()
+
+    def metadata(self, model: str | None = None) -> dict[str, Any]:
+        """``GET /v2/models/<model>``."""
+        return http_json(f"{self.http_url}/v2/models/{model or self.model}")
+
+    def calls(self) -> list[dict[str, Any]]:
+        """The predict calls the model received so far, oldest first (one dict per call)."""
+        try:
+            text = self.call_log.read_text()
+        except FileNotFoundError:
+            return []
+        # Only complete lines: the server may be appending one right now.
+        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Start one server by hand and keep it running: ``python -m tests.predictors.harness triton``."""
+    import argparse
+
+    from tools.predictor_envs import ensure_env  # run from the repo root (python -m)
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("server", choices=["triton", "kserve"])
+    args = parser.parse_args(argv)
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"{args.server}-"))
+    python = ensure_env(args.server)
+    server: TritonServer | KServeServer
+    server = (TritonServer if args.server == "triton" else KServeServer).start(python, workdir)
+    print(f"{args.server} ready in {server.process.startup_seconds:.1f} s: {server.http_url} grpc "
+          f"{server.grpc_address} (log {server.process.log_path}); Ctrl-C stops it", flush=True)
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
