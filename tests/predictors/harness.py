@@ -127,6 +127,15 @@ def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def is_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (dead, not yet reaped by its parent) is not alive."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
+
+
 def _pids_in_group(pgid: int) -> list[int]:
     """PIDs of live (non-zombie) processes whose process group is ``pgid`` (Linux /proc)."""
     pids = []
@@ -258,6 +267,10 @@ class PredictorProcess:
             time.sleep(0.1)
         if _pids_in_group(pgid):
             self._signal_group(pgid, signal.SIGKILL)
+            # SIGKILL is asynchronous: wait (bounded) until nothing of the group still runs.
+            killed_by = time.monotonic() + 5.0
+            while _pids_in_group(pgid) and time.monotonic() < killed_by:
+                time.sleep(0.05)
         if self._proc.stdin is not None:
             self._proc.stdin.close()
         for path in self.cleanup:

@@ -23,6 +23,7 @@ from tests.predictors.harness import (
     TritonServer,
     _pids_in_group,
     http_ok,
+    is_alive,
     http_post_json,
 )
 from tools.predictor_envs import ensure_env
@@ -150,9 +151,8 @@ def test_stop_leaves_no_process_behind(kind: str, tmp_path: pathlib.Path) -> Non
         code = server.stop()
     assert code == 0, server.process.log_tail()  # a clean shutdown, not a SIGKILL
     for pid in pids:
-        assert not pathlib.Path(f"/proc/{pid}").exists(), f"process {pid} of {kind} outlived stop()"
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+        # A SIGKILLed orphan may linger as a zombie where PID 1 does not reap: it runs nothing.
+        assert not is_alive(pid), f"process {pid} of {kind} outlived stop()"
     assert not http_ok(f"{server.http_url}/v2/health/ready", timeout=0.5)
 
 
