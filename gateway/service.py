@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import ROWS, Backend
+from gateway import __version__
 from backends.registry import create_backend
 from gateway.batching.scheduler import BatchScheduler
 from gateway.codecs import v1
@@ -25,6 +26,8 @@ from gateway.tensors import ModelSignature, Tensor
 
 log = logging.getLogger(__name__)
 METADATA_RETRY_S = 1.0
+SERVER_NAME = "batching-gateway"
+EXTENSIONS = ("binary_tensor_data", "model_batching")
 
 
 @dataclass(slots=True)
@@ -47,6 +50,15 @@ class ServedModel:
     def name(self) -> str:
         return self.config.name
 
+    def describe(self) -> dict[str, Any]:
+        """The model's OIP metadata, as both front ends answer it."""
+        def tensors(specs):
+            return [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
+        signature = self.signature or ModelSignature()
+        return {"name": self.name, "versions": self.versions,
+                "platform": f"{SERVER_NAME}/{self.config.backend}",
+                "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
+
     @property
     def takes_rows(self) -> bool:
         return self.backend.batch_form == ROWS
@@ -63,7 +75,15 @@ class ServedModel:
             )
         return self.signature
 
-    async def learn_metadata(self) -> None:
+    def start(self) -> None:
+        self._metadata_task = asyncio.get_running_loop().create_task(self._learn_metadata())
+
+    async def close(self) -> None:
+        if self._metadata_task is not None:
+            self._metadata_task.cancel()
+        await self.backend.close()
+
+    async def _learn_metadata(self) -> None:
         """Read signature and versions from the predictor, retrying until it answers."""
         while True:
             described = await self.backend.metadata()
@@ -95,14 +115,12 @@ class InferenceService:
             served = ServedModel(model_config, backend)
             self.models[served.name] = served
             self.scheduler.add_model(served.name, backend.infer, model_config.batching)
-            served._metadata_task = asyncio.get_running_loop().create_task(served.learn_metadata())
+            served.start()
 
     async def close(self, grace_s: float = 0.0) -> None:
         await self.scheduler.close(grace_s)
         for served in self.models.values():
-            if served._metadata_task is not None:
-                served._metadata_task.cancel()
-            await served.backend.close()
+            await served.close()
 
     def model(self, name: str, version: str = "") -> ServedModel:
         served = self.models.get(name)
@@ -110,6 +128,9 @@ class InferenceService:
             raise ModelNotFound(f"model '{name}' is not served by this gateway")
         served.check_version(version)
         return served
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
 
     async def ready(self) -> bool:
         checks = await asyncio.gather(*(m.ready() for m in self.models.values()))

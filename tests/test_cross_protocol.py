@@ -47,4 +47,4 @@ def test_a_v1_http_request_and_an_oip_grpc_request_share_one_batch():
         np.testing.assert_array_equal(np.frombuffer(grpc_response.raw_output_contents[0], np.float32), [6, 8])
         assert v1_body["batchId"] == grpc_response.parameters["batch_id"].string_param
         assert results["blocker"][1]["batchId"] != v1_body["batchId"]
-        assert gw.stats("demo").batch_sizes == [1, 2]
+        assert list(gw.stats("demo").recent_batch_sizes) == [1, 2]

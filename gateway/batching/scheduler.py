@@ -43,7 +43,8 @@ from typing import Awaitable, Callable
 
 import numpy as np
 
-from gateway.errors import DeadlineExceeded, GatewayError, InvalidInput, ModelNotFound, Overloaded, Unavailable, BadPredictorAnswer
+from gateway.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, InvalidInput, ModelNotFound,
+                            Overloaded, Unavailable)
 from gateway.tensors import Tensor, signature_key
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class ModelStats:
     requests: int = 0
     refused: int = 0
     expired: int = 0
-    batch_sizes: list[int] = field(default_factory=list)
+    recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
 
 
 class _Request:
@@ -271,7 +272,7 @@ class BatchScheduler:
         rows = sum(part.size for part in parts)
         queue.stats.batches += 1
         queue.stats.instances += rows
-        queue.stats.batch_sizes.append(rows)
+        queue.stats.recent_batch_sizes.append(rows)
         error: GatewayError | None = None
         outputs: list[Tensor] = []
         try:

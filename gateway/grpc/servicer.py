@@ -9,14 +9,13 @@ from __future__ import annotations
 import logging
 
 import grpc
+from google.protobuf import json_format
 
-from gateway import __version__
 from gateway.codecs import oip_grpc
 from gateway.codecs.limits import Limits
 from gateway.errors import GatewayError
 from gateway.generated.inference import grpc_service_pb2 as pb
 from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from gateway.rest.handlers import EXTENSIONS
 from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
@@ -41,20 +40,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelReadyResponse(ready=await served.ready())
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(name="batching-gateway", version=__version__, extensions=EXTENSIONS)
+        return pb.ServerMetadataResponse(**self.service.server_metadata())
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext) -> pb.ModelMetadataResponse:
         try:
             served = self.service.model(request.name, request.version)
         except GatewayError as error:
             await context.abort(error.grpc_code, error.message)
-        response = pb.ModelMetadataResponse(
-            name=served.name, versions=served.versions, platform=f"batching-gateway/{served.config.backend}")
-        if served.signature is not None:
-            for spec in served.signature.inputs:
-                response.inputs.add(name=spec.name, datatype=spec.datatype, shape=spec.shape)
-            for spec in served.signature.outputs:
-                response.outputs.add(name=spec.name, datatype=spec.datatype, shape=spec.shape)
+        response = pb.ModelMetadataResponse()
+        json_format.ParseDict(served.describe(), response)
         return response
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:

@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 import tornado.web
 
-from gateway import __version__
 from gateway.codecs import oip_json, v1
 from gateway.codecs.limits import Limits
 from gateway.errors import GatewayError, InvalidInput
@@ -20,7 +19,6 @@ from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
 TIMEOUT_HEADER = "X-Request-Timeout-Ms"
-EXTENSIONS = ["binary_tensor_data", "model_batching"]
 
 
 class BaseHandler(tornado.web.RequestHandler):
@@ -114,22 +112,13 @@ class ReadyHandler(BaseHandler):
 
 class ServerMetadataHandler(BaseHandler):
     def get(self) -> None:
-        self.write_json({"name": "batching-gateway", "version": __version__, "extensions": EXTENSIONS})
+        self.write_json(self.service.server_metadata())
 
 
 class ModelMetadataHandler(BaseHandler):
     async def get(self, model: str, version: str | None = None) -> None:
         async def work() -> None:
-            served = self.service.model(model, version or "")
-            signature = served.signature
-            tensors = lambda specs: [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
-            self.write_json({
-                "name": served.name,
-                "versions": served.versions,
-                "platform": f"batching-gateway/{served.config.backend}",
-                "inputs": tensors(signature.inputs) if signature else [],
-                "outputs": tensors(signature.outputs) if signature else [],
-            })
+            self.write_json(self.service.model(model, version or "").describe())
         await self.run(work)
 
 
