@@ -14,6 +14,9 @@ Semantics
   no batching delay; under load, requests pile up while all slots are busy and leave
   together. Policy `window` (KServe's batcher): a batch ships when it holds
   `max_batch_size` rows or its oldest request has waited `max_latency`.
+* One request never fails the others in its batch: if the predictor rejects a merged
+  batch as bad input, the batch is bisected (in the same slot) until the requests it
+  rejects are alone; only they get the error.
 * Every request has a deadline. A request whose deadline passes while queued is answered
   with DeadlineExceeded and never sent; one whose batch is at the executor is answered at
   its deadline too, and the executor call itself is abandoned once every member's deadline
@@ -44,7 +47,7 @@ from typing import Awaitable, Callable
 import numpy as np
 
 from gateway.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, InvalidInput, ModelNotFound,
-                            Overloaded, Unavailable)
+                            Overloaded, PredictorRejected, Unavailable)
 from gateway.tensors import Tensor, signature_key
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,7 @@ class ModelStats:
     requests: int = 0
     refused: int = 0
     expired: int = 0
+    isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
     recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
 
 
@@ -273,8 +277,37 @@ class BatchScheduler:
         queue.stats.batches += 1
         queue.stats.instances += rows
         queue.stats.recent_batch_sizes.append(rows)
-        error: GatewayError | None = None
-        outputs: list[Tensor] = []
+        try:
+            outcomes = await self._execute(queue, parts)
+        except asyncio.CancelledError:
+            _fail(parts, Unavailable("the gateway is shutting down"))
+            raise
+        finally:
+            queue.inflight -= 1
+            self._pump(queue)  # ship the next batch before waking this one's clients
+        for group, outcome in outcomes:
+            if isinstance(outcome, GatewayError):
+                _fail(group, outcome)
+            else:
+                self._deliver(group, outcome, batch_id)
+
+    async def _execute(self, queue: _ModelQueue, parts: list[_Part]) -> list[tuple[list[_Part], list[Tensor] | GatewayError]]:
+        """Run the parts as one executor call. If the predictor rejects the merged batch as
+        bad input, bisect it, so that only the offending request fails and the others
+        still get their answers (log2(n) extra calls per bad request, in the same slot)."""
+        live = [part for part in parts if not part.request.future.done()]
+        if not live:
+            return []
+        outcome = await self._call(queue, live)
+        if isinstance(outcome, PredictorRejected) and len({id(p.request) for p in live}) > 1:
+            queue.stats.isolations += 1
+            middle = len(live) // 2
+            return await self._execute(queue, live[:middle]) + await self._execute(queue, live[middle:])
+        return [(live, outcome)]
+
+    async def _call(self, queue: _ModelQueue, parts: list[_Part]) -> list[Tensor] | GatewayError:
+        """One executor call; every failure comes back as the GatewayError to answer."""
+        rows = sum(part.size for part in parts)
         try:
             inputs = _concatenate([part.inputs for part in parts])
             timeout = max(part.request.deadline for part in parts) - self._loop.time()
@@ -284,25 +317,14 @@ class BatchScheduler:
                     raise BadPredictorAnswer(
                         f"predictor returned {len(tensor.data)} rows of '{tensor.name}' for a batch of {rows}"
                     )
+            return outputs
         except GatewayError as exc:
-            error = exc
+            return exc
         except (asyncio.TimeoutError, TimeoutError):
-            error = DeadlineExceeded(f"model '{queue.name}': the predictor did not answer within the deadline")
-        except asyncio.CancelledError:
-            error = Unavailable("the gateway is shutting down")
-            raise
+            return DeadlineExceeded(f"model '{queue.name}': the predictor did not answer within the deadline")
         except Exception:  # a bug or an unexpected predictor failure: never lose the requests
-            log.exception("batch %s for model %s failed", batch_id, queue.name)
-            error = GatewayError(f"model '{queue.name}': internal error while running the batch")
-        finally:
-            queue.inflight -= 1
-            self._pump(queue)  # ship the next batch before waking this one's clients
-            if error is not None:
-                for part in parts:
-                    if not part.request.future.done():
-                        part.request.future.set_exception(error)
-        if error is None:
-            self._deliver(parts, outputs, batch_id)
+            log.exception("a batch for model %s failed", queue.name)
+            return GatewayError(f"model '{queue.name}': internal error while running the batch")
 
     def _deliver(self, parts: list[_Part], outputs: list[Tensor], batch_id: str) -> None:
         offset = 0
@@ -356,6 +378,12 @@ class BatchScheduler:
                 task.cancel()
             if queue.tasks:
                 await asyncio.gather(*queue.tasks, return_exceptions=True)
+
+
+def _fail(parts: list[_Part], error: GatewayError) -> None:
+    for part in parts:
+        if not part.request.future.done():
+            part.request.future.set_exception(error)
 
 
 def _concatenate(groups: list[list[Tensor]]) -> list[Tensor]:

@@ -253,3 +253,30 @@ def test_submit_can_be_awaited_from_another_event_loop():
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
+
+
+async def test_a_request_the_predictor_rejects_does_not_fail_the_others_in_its_batch():
+    calls: list[int] = []
+
+    async def rejects_negative_rows(inputs):
+        calls.append(len(inputs[0].data))
+        await asyncio.sleep(0.01)
+        if (inputs[0].data < 0).any():
+            raise PredictorRejected("negative values are not allowed")
+        return [Tensor("OUTPUT0", "FP32", inputs[0].data * 2)]
+
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    scheduler.add_model("m", rejects_negative_rows, BatchingPolicy(max_batch_size=32))
+    blocker = asyncio.ensure_future(scheduler.submit("m", rows(0, 1)))
+    await asyncio.sleep(0)
+    requests = [rows(i, 1) for i in range(1, 9)]
+    requests[5] = [Tensor("INPUT0", "FP32", -np.ones((1, 2), np.float32))]
+    outcomes = await asyncio.gather(*(scheduler.submit("m", r) for r in requests), return_exceptions=True)
+    await blocker
+    assert isinstance(outcomes[5], PredictorRejected)
+    for i, outcome in enumerate(outcomes):
+        if i != 5:
+            np.testing.assert_array_equal(outcome.outputs[0].data, requests[i][0].data * 2)
+    assert calls[1] == 8  # the merged batch was tried first
+    assert len(calls) <= 2 + 2 * 3  # then bisected: about log2(8) levels
+    assert scheduler.stats("m").isolations >= 1
