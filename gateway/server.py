@@ -49,29 +49,47 @@ class Gateway:
         await set_serving(self._health, True)
 
     async def stop(self, grace_s: float | None = None) -> None:
+        """Graceful stop: refuse new work (503), let queued and in-flight requests finish
+        within the grace period, answer the rest 503, then close everything."""
         grace = self.config.server.grace_s if grace_s is None else grace_s
         if self._health is not None:
             await set_serving(self._health, False)
         if self._http_server is not None:
-            self._http_server.stop()  # stop accepting; requests already read keep going
+            self._http_server.stop()  # no new connections
         if self.service is not None:
             await self.service.close(grace)
+            # Let every answered request write its response before connections close.
+            flush_deadline = asyncio.get_running_loop().time() + 2.0
+            while self.service.active_requests and asyncio.get_running_loop().time() < flush_deadline:
+                await asyncio.sleep(0.01)
         if self._grpc_server is not None:
-            await self._grpc_server.stop(grace=1.0)
+            await self._grpc_server.stop(grace=0.5)
         if self._http_server is not None:
             await self._http_server.close_all_connections()
 
+    def hurry(self) -> None:
+        """End the grace period now: what is still queued or in flight is answered 503."""
+        if self.scheduler is not None:
+            self.scheduler.hurry()
+
 
 async def serve(config: GatewayConfig) -> None:
-    """Run until SIGTERM or SIGINT, then stop gracefully."""
+    """Run until SIGTERM or SIGINT, then stop gracefully; a second signal hurries the stop."""
     gateway = Gateway(config)
     await gateway.start()
     print(f"READY http={config.server.host}:{gateway.http_port} grpc={config.server.host}:{gateway.grpc_port} "
           f"models={','.join(m.name for m in config.models)}", flush=True)
     stopping = asyncio.Event()
+
+    def on_signal() -> None:
+        if stopping.is_set():
+            log.warning("second signal: answering what is left with 503 and exiting")
+            gateway.hurry()
+        stopping.set()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
+        loop.add_signal_handler(signum, on_signal)
     await stopping.wait()
-    log.info("stopping")
+    log.info("stopping: finishing queued and in-flight requests (grace %s s)", config.server.grace_s)
     await gateway.stop()

@@ -107,6 +107,7 @@ class InferenceService:
         self.config = config
         self.scheduler = scheduler
         self.models: dict[str, ServedModel] = {}
+        self.active_requests = 0  # inside infer_*: what a graceful stop waits for
 
     async def start(self) -> None:
         for model_config in self.config.models:
@@ -142,6 +143,14 @@ class InferenceService:
                             requested: list[str] | None = None,
                             timeout_s: float | None = None) -> InferenceOutcome:
         """An OIP request (REST or gRPC): tensors in, tensors out."""
+        self.active_requests += 1
+        try:
+            return await self._infer_tensors(name, version, inputs, requested, timeout_s)
+        finally:
+            self.active_requests -= 1
+
+    async def _infer_tensors(self, name: str, version: str, inputs: list[Tensor],
+                             requested: list[str] | None, timeout_s: float | None) -> InferenceOutcome:
         served = self.model(name, version)
         if served.takes_rows:
             batch_inputs = [v1.tensors_to_rows(inputs)]
@@ -167,6 +176,14 @@ class InferenceService:
     async def infer_instances(self, name: str, instances: list[Any],
                               timeout_s: float | None = None) -> tuple[list[Any], str]:
         """A KServe v1 request: instances in, predictions out."""
+        self.active_requests += 1
+        try:
+            return await self._infer_instances(name, instances, timeout_s)
+        finally:
+            self.active_requests -= 1
+
+    async def _infer_instances(self, name: str, instances: list[Any],
+                               timeout_s: float | None) -> tuple[list[Any], str]:
         served = self.model(name)
         if served.takes_rows:
             batch_inputs = [v1.rows_tensor(instances)]

@@ -38,15 +38,17 @@ class RunningGateway:
         return self.call(read())
 
 
-def config_for(*models: dict[str, Any], **limits: Any) -> gateway_config.GatewayConfig:
-    document: dict[str, Any] = {"models": list(models), "server": {"http_port": 0, "grpc_port": 0}}
+def config_for(*models: dict[str, Any], server: dict[str, Any] | None = None,
+               **limits: Any) -> gateway_config.GatewayConfig:
+    document: dict[str, Any] = {"models": list(models), "server": {"http_port": 0, "grpc_port": 0, **(server or {})}}
     if limits:
         document["limits"] = limits
     return gateway_config.parse(document)
 
 
 @contextlib.contextmanager
-def running_gateway(config: gateway_config.GatewayConfig, ready_timeout: float = 30) -> Iterator[RunningGateway]:
+def running_gateway(config: gateway_config.GatewayConfig, ready_timeout: float = 30,
+                    wait_ready: bool = True) -> Iterator[RunningGateway]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="gateway-loop", daemon=True)
     thread.start()
@@ -54,7 +56,8 @@ def running_gateway(config: gateway_config.GatewayConfig, ready_timeout: float =
     running = RunningGateway(gateway, loop)
     try:
         running.call(gateway.start())
-        running.call(_wait_ready(gateway, ready_timeout), timeout=ready_timeout + 5)
+        if wait_ready:
+            running.call(_wait_ready(gateway, ready_timeout), timeout=ready_timeout + 5)
         yield running
     finally:
         with contextlib.suppress(Exception):

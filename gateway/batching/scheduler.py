@@ -133,6 +133,7 @@ class BatchScheduler:
         self._batch_counter = itertools.count(1)
         self._batch_prefix = os.urandom(4).hex()
         self._closed = False
+        self._hurry = False
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -362,10 +363,12 @@ class BatchScheduler:
     # -- shutdown ------------------------------------------------------------------------
 
     async def close(self, grace_s: float = 0.0) -> None:
-        """Stop accepting; give queued and in-flight work `grace_s` to finish, then fail it."""
+        """Stop accepting; give queued and in-flight work `grace_s` to finish (or until
+        `hurry` is called), then answer whatever is left with Unavailable."""
         self._closed = True
         deadline = self._loop.time() + grace_s
-        while self._loop.time() < deadline and any(q.pending or q.inflight for q in self._queues.values()):
+        while (not self._hurry and self._loop.time() < deadline
+               and any(q.pending or q.inflight for q in self._queues.values())):
             await asyncio.sleep(0.01)
         for queue in self._queues.values():
             if queue.wake is not None:
@@ -378,6 +381,10 @@ class BatchScheduler:
                 task.cancel()
             if queue.tasks:
                 await asyncio.gather(*queue.tasks, return_exceptions=True)
+
+    def hurry(self) -> None:
+        """End a `close` grace period now (a second SIGTERM)."""
+        self._hurry = True
 
 
 def _fail(parts: list[_Part], error: GatewayError) -> None:

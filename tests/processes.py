@@ -1,0 +1,73 @@
+"""Start the project's own servers as real processes and stop them by PID.
+
+Both the gateway (`python -m gateway serve`) and the simulated predictor
+(`python -m backends.simulated.server`) print one `READY key=value ...` line when they
+listen; `Process.fields` holds those values."""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Process:
+    def __init__(self, args: list[str], ready_timeout: float = 30) -> None:
+        self.log = tempfile.TemporaryFile()
+        self.popen = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=self.log, text=True, start_new_session=True)
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: lines.put(self.popen.stdout.readline()), daemon=True).start()
+        try:
+            line = lines.get(timeout=ready_timeout)
+        except queue.Empty:
+            line = ""
+        if not line.startswith("READY"):
+            self.kill()
+            raise RuntimeError(f"{args} did not start: {line!r}\n{self.log_text()[-3000:]}")
+        self.fields = dict(part.split("=", 1) for part in line.split()[1:])
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log_text(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        os.killpg(self.pid, signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout=timeout)
+
+    def stop(self, timeout: float = 20) -> int:
+        """SIGTERM, wait, then SIGKILL; returns the exit code."""
+        if self.popen.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.popen.returncode
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.signal(signal.SIGKILL)
+            self.popen.wait(timeout=10)
+
+
+def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -> Process:
+    return Process(["-m", "backends.simulated.server", "--host", "127.0.0.1",
+                    "--http-port", str(http_port), "--grpc-port", str(grpc_port), *options])
+
+
+def gateway(config_path: Path) -> Process:
+    return Process(["-m", "gateway", "serve", "--config", str(config_path),
+                    "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING"])
