@@ -24,6 +24,10 @@ class InvalidInput(GatewayError):
     grpc_code = grpc.StatusCode.INVALID_ARGUMENT
 
 
+class PayloadTooLarge(InvalidInput):
+    http_status = 413
+
+
 class ModelNotFound(GatewayError):
     http_status = 404
     grpc_code = grpc.StatusCode.NOT_FOUND

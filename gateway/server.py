@@ -36,7 +36,8 @@ class Gateway:
         await self.service.start()
         app = make_app(self.service, self.config.limits)
         self._http_server = tornado.httpserver.HTTPServer(
-            app, max_body_size=self.config.limits.max_body_bytes, xheaders=True)
+            # Handlers refuse over-limit bodies with a 413 of their own; this is the backstop.
+            app, max_body_size=self.config.limits.max_body_bytes + 1, xheaders=True)
         sockets = tornado.netutil.bind_sockets(server.http_port, server.host)
         self._http_server.add_sockets(sockets)
         self.http_port = sockets[0].getsockname()[1]

@@ -181,9 +181,12 @@ def json_to_array(name: str, datatype: str, data: Any) -> np.ndarray:
         out = np.empty(values.shape, dtype=object)
         flat_in, flat_out = values.reshape(-1), out.reshape(-1)
         for i, element in enumerate(flat_in):
-            if not isinstance(element, str):
+            if isinstance(element, str):
+                flat_out[i] = element.encode()
+            elif isinstance(element, bytes):  # already decoded, e.g. a v1 {"b64": ...}
+                flat_out[i] = element
+            else:
                 raise InvalidInput(f"tensor '{name}': BYTES elements in JSON must be strings")
-            flat_out[i] = element.encode()
         return out
     dtype = NUMPY_DTYPES.get(datatype)
     if dtype is None or datatype == "JSON":

@@ -8,6 +8,8 @@ stay opaque JSON values (datatype JSON) and pass through untouched.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 import numpy as np
@@ -80,7 +82,9 @@ def instances_to_tensors(instances: list[Any], inputs: tuple[TensorSpec, ...]) -
 
 
 def _column(spec: TensorSpec, rows: list[Any]) -> Tensor:
-    if any(isinstance(row, dict) for row in rows):
+    if spec.datatype == "BYTES":
+        rows = [_decode_b64(spec.name, row) for row in rows]
+    elif any(isinstance(row, dict) for row in rows):
         raise InvalidInput(
             f"this model takes tensor input '{spec.name}' ({spec.datatype}); an instance that is a "
             f"JSON object cannot be expressed as a row of it"
@@ -93,6 +97,20 @@ def _column(spec: TensorSpec, rows: list[Any]) -> Tensor:
             f"expects {list(declared)} (-1 is any size)"
         )
     return Tensor(spec.name, spec.datatype, data)
+
+
+def _decode_b64(name: str, value: Any) -> Any:
+    """KServe v1's convention for binary data: {"b64": "<base64>"} stands for raw bytes."""
+    if isinstance(value, list):
+        return [_decode_b64(name, item) for item in value]
+    if isinstance(value, dict):
+        if set(value) != {"b64"} or not isinstance(value["b64"], str):
+            raise InvalidInput(f"input '{name}': a binary instance must be {{\"b64\": \"<base64>\"}}")
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidInput(f"input '{name}': 'b64' is not valid base64") from None
+    return value
 
 
 def tensors_to_rows(tensors: list[Tensor]) -> Tensor:

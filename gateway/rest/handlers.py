@@ -14,7 +14,7 @@ import tornado.web
 
 from gateway.codecs import oip_json, v1
 from gateway.codecs.limits import Limits
-from gateway.errors import GatewayError, InvalidInput
+from gateway.errors import GatewayError, InvalidInput, PayloadTooLarge
 from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
@@ -80,11 +80,35 @@ class BaseHandler(tornado.web.RequestHandler):
             self._task.cancel()
 
 
-class V1PredictHandler(BaseHandler):
+@tornado.web.stream_request_body
+class BodyHandler(BaseHandler):
+    """A POST endpoint whose body is refused with 413 before it is read if it is too large."""
+
+    def prepare(self) -> None:
+        self._chunks: list[bytes] = []
+        self._received = 0
+        declared = self.request.headers.get("Content-Length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
+            self.fail(PayloadTooLarge(
+                f"request body of {declared} bytes exceeds the limit of {self.limits.max_body_bytes} bytes"))
+
+    def data_received(self, chunk: bytes) -> None:
+        self._received += len(chunk)
+        if self._received <= self.limits.max_body_bytes:
+            self._chunks.append(chunk)
+
+    @property
+    def body(self) -> bytes:
+        if self._received > self.limits.max_body_bytes:
+            raise PayloadTooLarge(f"request body exceeds the limit of {self.limits.max_body_bytes} bytes")
+        return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+
+
+class V1PredictHandler(BodyHandler):
     async def post(self, model: str) -> None:
         async def work() -> None:
             self.service.model(model)  # an unknown model is a 404 whatever the body
-            instances = v1.decode_request(self.request.body, self.limits)
+            instances = v1.decode_request(self.body, self.limits)
             predictions, batch_id = await self.service.infer_instances(model, instances, self.timeout_s())
             self.set_header("Content-Type", "application/json")
             self.finish(v1.encode_response(predictions, batch_id))
@@ -130,12 +154,12 @@ class ModelReadyHandler(BaseHandler):
         await self.run(work)
 
 
-class InferHandler(BaseHandler):
+class InferHandler(BodyHandler):
     async def post(self, model: str, version: str | None = None) -> None:
         async def work() -> None:
             self.service.model(model, version or "")
             json_length = self._header_length()
-            request = oip_json.decode_request(self.request.body, json_length, self.limits)
+            request = oip_json.decode_request(self.body, json_length, self.limits)
             requested = [o.name for o in request.outputs] or None
             outcome = await self.service.infer_tensors(
                 model, version or "", request.inputs, requested, self.timeout_s())
