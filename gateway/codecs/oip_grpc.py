@@ -110,12 +110,12 @@ def _typed_to_array(name: str, datatype: str, shape: list[int], count: int, cont
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
         raise InvalidInput(f"tensor '{name}': {datatype} can only be sent as raw_input_contents")
-    values = getattr(contents, field)
-    if len(values) != count:
-        raise InvalidInput(f"tensor '{name}': {len(values)} elements in {field} but shape {shape} needs {count}")
     for other in _CONTENTS_FIELD.values():
         if other != field and len(getattr(contents, other)):
             raise InvalidInput(f"tensor '{name}': datatype {datatype} expects {field}, got {other}")
+    values = getattr(contents, field)
+    if len(values) != count:
+        raise InvalidInput(f"tensor '{name}': {len(values)} elements in {field} but shape {shape} needs {count}")
     if datatype == "BYTES":
         out = np.empty(count, dtype=object)
         out[:] = list(values)

@@ -1,0 +1,250 @@
+"""A corpus of bad inputs across v1 HTTP, OIP JSON, OIP binary and OIP gRPC. Each gets a
+4xx / INVALID_ARGUMENT (or the documented code) with a message naming the problem, and
+never a 200, while good requests keep flowing through the same gateway the whole time."""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+import grpc
+import numpy as np
+import orjson
+import pytest
+
+from gateway.generated.inference import grpc_service_pb2 as pb
+from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from tests.harness import config_for, http, http_json, running_gateway
+
+LIMITS = {"max_body_bytes": 200_000, "max_instances": 100, "max_tensor_elements": 10_000}
+FP32_1x2 = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}
+
+
+@pytest.fixture(scope="module")
+def gw():
+    demo = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 5}}
+    text = {"name": "text", "backend": "simulated", "inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [-1]}]}
+    with running_gateway(config_for(demo, text, **LIMITS)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def good_traffic(gw):
+    """Good requests over HTTP and gRPC for as long as the corpus runs."""
+    stop = threading.Event()
+    outcomes: list[str] = []
+
+    def http_client():
+        i = 0
+        while not stop.is_set() and i < 5000:
+            status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[i, 1]]})
+            outcomes.append("ok" if status == 200 and body["predictions"] == [[2 * i, 2]] else f"http {status} {body}")
+            i += 1
+
+    def grpc_client():
+        with grpc.insecure_channel(gw.grpc_address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            i = 0
+            while not stop.is_set() and i < 5000:
+                request = pb.ModelInferRequest(model_name="demo")
+                request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(i)
+                try:
+                    response = stub.ModelInfer(request, timeout=10)
+                    got = np.frombuffer(response.raw_output_contents[0], np.float32)[0]
+                    outcomes.append("ok" if got == 2 * i else f"grpc wrong {got}")
+                except grpc.RpcError as error:
+                    outcomes.append(f"grpc {error.code()}")
+                i += 1
+
+    threads = [threading.Thread(target=http_client), threading.Thread(target=grpc_client)]
+    for thread in threads:
+        thread.start()
+    yield outcomes
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+
+
+def j(document) -> bytes:
+    return orjson.dumps(document)
+
+
+def infer_with(**tensor) -> bytes:
+    return j({"inputs": [{**FP32_1x2, **tensor}]})
+
+
+V1 = "/v1/models/demo:predict"
+V2 = "/v2/models/demo/infer"
+HTTP_CASES = [
+    # (id, path, body, status, message)
+    ("v1-empty-body", V1, b"", 400, "not valid JSON"),
+    ("v1-truncated", V1, b'{"instances": [[1, 2]', 400, "not valid JSON"),
+    ("v1-lone-brace", V1, b"{", 400, "not valid JSON"),
+    ("v1-null", V1, b"null", 400, "JSON object"),
+    ("v1-list", V1, b"[]", 400, "JSON object"),
+    ("v1-string", V1, b'"instances"', 400, "JSON object"),
+    ("v1-number", V1, b"42", 400, "JSON object"),
+    ("v1-instances-object", V1, j({"instances": {}}), 400, "must be a list"),
+    ("v1-instances-string", V1, j({"instances": "x"}), 400, "must be a list"),
+    ("v1-instances-empty", V1, j({"instances": []}), 400, "empty"),
+    ("v1-no-instances", V1, j({}), 400, "no 'instances'"),
+    ("v1-ragged", V1, j({"instances": [[1, 2], [3]]}), 400, "ragged"),
+    ("v1-strings-for-fp32", V1, j({"instances": [["a", "b"]]}), 400, "does not match"),
+    ("v1-bools-for-fp32", V1, j({"instances": [[True]]}), 400, "does not match"),
+    ("v1-nulls", V1, j({"instances": [[None]]}), 400, "does not match"),
+    ("v1-object-instance", V1, j({"instances": [{"x": 1}]}), 400, "JSON object"),
+    ("v1-wrong-rank", V1, j({"instances": [[[1]], [[2]]]}), 400, "expects"),
+    ("v1-scalar-rows", V1, j({"instances": [1, 2]}), 400, "expects"),
+    ("v1-too-many-instances", V1, j({"instances": [[1]] * 101}), 400, "limit of 100"),
+    ("v1-invalid-utf8", V1, b'{"instances": [["\xff"]]}', 400, "not valid JSON"),
+    ("v1-too-deep", V1, b"[" * 2000 + b"]" * 2000, 400, "not valid JSON"),
+    ("v1-unknown-model", "/v1/models/absent:predict", j({"instances": [[1]]}), 404, "not served"),
+    ("v1-invalid-base64", "/v1/models/text:predict", j({"instances": [{"b64": "!!!"}]}), 400, "base64"),
+    ("v1-b64-not-string", "/v1/models/text:predict", j({"instances": [{"b64": 5}]}), 400, "b64"),
+    ("v1-number-for-bytes", "/v1/models/text:predict", j({"instances": [5]}), 400, "strings"),
+    ("v1-body-over-limit", V1, b'{"instances": [' + b"[1]," * 60_000 + b"[1]]}", 413, "exceeds the limit"),
+    ("oip-bad-json", V2, b"{bad", 400, "not valid JSON"),
+    ("oip-list", V2, b"[]", 400, "JSON object"),
+    ("oip-inputs-object", V2, j({"inputs": {}}), 400, "non-empty list"),
+    ("oip-inputs-missing", V2, j({"id": "x"}), 400, "non-empty list"),
+    ("oip-input-not-object", V2, j({"inputs": [1]}), 400, "JSON object"),
+    ("oip-no-name", V2, j({"inputs": [{}]}), 400, "'name'"),
+    ("oip-name-number", V2, infer_with(name=5), 400, "'name'"),
+    ("oip-no-datatype", V2, j({"inputs": [{"name": "INPUT0", "shape": [1, 2], "data": [1, 2]}]}), 400, "datatype"),
+    ("oip-datatype-number", V2, infer_with(datatype=5), 400, "datatype"),
+    ("oip-unknown-datatype", V2, infer_with(datatype="FLOAT32"), 400, "unknown datatype"),
+    ("oip-internal-datatype", V2, infer_with(datatype="JSON"), 400, "unknown datatype"),
+    ("oip-no-shape", V2, j({"inputs": [{"name": "INPUT0", "datatype": "FP32", "data": [1]}]}), 400, "shape"),
+    ("oip-shape-string", V2, infer_with(shape="1,2"), 400, "shape"),
+    ("oip-shape-empty", V2, infer_with(shape=[]), 400, "batch dimension"),
+    ("oip-shape-negative", V2, infer_with(shape=[1, -2]), 400, "negative"),
+    ("oip-shape-float", V2, infer_with(shape=[1, 1.5]), 400, "integers"),
+    ("oip-shape-bool", V2, infer_with(shape=[True, 2]), 400, "integers"),
+    ("oip-shape-huge", V2, infer_with(shape=[10**6, 10**6]), 400, "exceeds"),
+    ("oip-shape-absurd", V2, infer_with(shape=[10**12]), 400, "exceeds"),
+    ("oip-data-too-short", V2, infer_with(shape=[1, 3]), 400, "needs 3"),
+    ("oip-data-too-long", V2, infer_with(data=[1, 2, 3]), 400, "needs 2"),
+    ("oip-no-data", V2, j({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2]}]}), 400, "neither"),
+    ("oip-data-scalar", V2, infer_with(data=5), 400, "must be a list"),
+    ("oip-strings-for-fp32", V2, infer_with(data=["a", "b"]), 400, "does not match"),
+    ("oip-float-for-int32", V2, infer_with(datatype="INT32", data=[1.5, 2]), 400, "does not match"),
+    ("oip-uint8-out-of-range", V2, infer_with(datatype="UINT8", data=[300, 1]), 400, "out of range"),
+    ("oip-int-for-bool", V2, infer_with(datatype="BOOL", data=[2, 1]), 400, "does not match"),
+    ("oip-ragged-data", V2, infer_with(data=[[1, 2], [3]]), 400, "ragged"),
+    ("oip-duplicate-inputs", V2, j({"inputs": [FP32_1x2, FP32_1x2]}), 400, "twice"),
+    ("oip-wrong-input-name", V2, infer_with(name="IMAGE"), 400, "takes inputs"),
+    ("oip-wrong-datatype", V2, infer_with(datatype="INT32"), 400, "is FP32"),
+    ("oip-wrong-rank", V2, infer_with(shape=[2], data=[1, 2]), 400, "has shape"),
+    ("oip-extra-input", V2, j({"inputs": [FP32_1x2, {**FP32_1x2, "name": "INPUT1"}]}), 400, "takes inputs"),
+    ("oip-mismatched-batch", V2, j({"inputs": [FP32_1x2, {**FP32_1x2, "name": "B", "shape": [2, 1]}]}), 400, "takes inputs"),
+    ("oip-id-number", V2, j({"id": 5, "inputs": [FP32_1x2]}), 400, "'id'"),
+    ("oip-parameters-list", V2, j({"parameters": [], "inputs": [FP32_1x2]}), 400, "parameters"),
+    ("oip-outputs-object", V2, j({"outputs": {}, "inputs": [FP32_1x2]}), 400, "'outputs'"),
+    ("oip-output-name-number", V2, j({"outputs": [{"name": 5}], "inputs": [FP32_1x2]}), 400, "'name'"),
+    ("oip-unknown-output", V2, j({"outputs": [{"name": "NOPE"}], "inputs": [FP32_1x2]}), 400, "no output named"),
+    ("oip-unknown-version", "/v2/models/demo/versions/7/infer", infer_with(), 404, "no version"),
+    ("oip-unknown-model", "/v2/models/absent/infer", infer_with(), 404, "not served"),
+    ("oip-body-over-limit", V2, infer_with(shape=[1, 120_000], data=[1] * 120_000), 413, "exceeds the limit"),
+    ("no-such-endpoint", "/v2/models/demo/explain", infer_with(), 404, "no endpoint"),
+]
+
+
+@pytest.mark.parametrize("case_id, path, body, status, message", HTTP_CASES, ids=[c[0] for c in HTTP_CASES])
+def test_bad_http_input(gw, good_traffic, case_id, path, body, status, message):
+    got_status, _, payload = http("POST", gw.http_url + path, body, headers={"Content-Type": "application/json"})
+    assert got_status == status, payload
+    error = orjson.loads(payload)["error"]
+    assert message in error
+    assert "Traceback" not in error
+
+
+def binary_body(header: dict, tail: bytes) -> tuple[bytes, dict[str, str]]:
+    head = j(header)
+    return head + tail, {"Inference-Header-Content-Length": str(len(head))}
+
+
+def binary_input(size: int, **extra) -> dict:
+    return {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2],
+                        "parameters": {"binary_data_size": size}, **extra}]}
+
+
+BYTES_INPUT = {"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [2], "parameters": {"binary_data_size": 12}}]}
+BINARY_CASES = [
+    ("size-past-end", "demo", *binary_body(binary_input(8), b"\0" * 4), "past the end"),
+    ("unclaimed-bytes", "demo", *binary_body(binary_input(8), b"\0" * 12), "not claimed"),
+    ("size-not-element-multiple", "demo", *binary_body(binary_input(7), b"\0" * 7), "needs 8"),
+    ("size-negative", "demo", *binary_body(binary_input(-1), b""), "non-negative"),
+    ("size-string", "demo", *binary_body(binary_input("8"), b"\0" * 8), "non-negative"),
+    ("bytes-length-lies", "text", *binary_body(BYTES_INPUT, struct.pack("<I", 99) + b"abcdefgh"), "past the end"),
+    ("bytes-leftover", "text", *binary_body(BYTES_INPUT, struct.pack("<I", 1) + b"a" + struct.pack("<I", 1) + b"bxx"), "left over"),
+    ("header-longer-than-body", "demo", b'{"inputs": []}', {"Inference-Header-Content-Length": "500"}, "body is"),
+    ("header-negative", "demo", b'{"inputs": []}', {"Inference-Header-Content-Length": "-5"}, "body is"),
+    ("header-not-a-number", "demo", b'{"inputs": []}', {"Inference-Header-Content-Length": "abc"}, "integer"),
+]
+
+
+@pytest.mark.parametrize("case_id, model, body, headers, message", BINARY_CASES, ids=[c[0] for c in BINARY_CASES])
+def test_bad_binary_input(gw, good_traffic, case_id, model, body, headers, message):
+    status, _, payload = http("POST", f"{gw.http_url}/v2/models/{model}/infer", body,
+                              headers={"Content-Type": "application/octet-stream", **headers})
+    assert status == 400, payload
+    assert message in orjson.loads(payload)["error"]
+
+
+def grpc_request(*inputs, raw: list[bytes] | None = None, model: str = "demo") -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name=model)
+    for name, datatype, shape, fp32 in inputs:
+        tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
+        if fp32 is not None:
+            tensor.contents.fp32_contents.extend(fp32)
+    request.raw_input_contents.extend(raw or [])
+    return request
+
+
+def with_int_contents() -> pb.ModelInferRequest:
+    request = grpc_request(("INPUT0", "FP32", [1, 1], None))
+    request.inputs[0].contents.int_contents.append(1)
+    return request
+
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+GRPC_CASES = [
+    ("no-inputs", grpc_request(), INVALID, "no inputs"),
+    ("typed-count-mismatch", grpc_request(("INPUT0", "FP32", [1, 3], [1])), INVALID, "needs 3"),
+    ("raw-wrong-size", grpc_request(("INPUT0", "FP32", [1, 2], None), raw=[b"\0" * 7]), INVALID, "7 bytes"),
+    ("fp16-typed", grpc_request(("INPUT0", "FP16", [1, 1], None)), INVALID, "raw_input_contents"),
+    ("unknown-datatype", grpc_request(("INPUT0", "FLOAT", [1, 1], [1])), INVALID, "unknown datatype"),
+    ("raw-count-mismatch", grpc_request(("INPUT0", "FP32", [1, 1], None), raw=[b"\0" * 4, b"\0" * 4]), INVALID, "one per tensor"),
+    ("typed-and-raw", grpc_request(("INPUT0", "FP32", [1, 1], [1]), raw=[b"\0" * 4]), INVALID, "both"),
+    ("wrong-contents-field", with_int_contents(), INVALID, "int_contents"),
+    ("negative-shape", grpc_request(("INPUT0", "FP32", [1, -1], None), raw=[b""]), INVALID, "negative"),
+    ("absurd-shape", grpc_request(("INPUT0", "FP32", [10**12], None), raw=[b""]), INVALID, "exceeds"),
+    ("empty-shape", grpc_request(("INPUT0", "FP32", [], [1])), INVALID, "batch dimension"),
+    ("duplicate-names", grpc_request(("INPUT0", "FP32", [1, 1], [1]), ("INPUT0", "FP32", [1, 1], [1])), INVALID, "twice"),
+    ("empty-name", grpc_request(("", "FP32", [1, 1], [1])), INVALID, "no name"),
+    ("wrong-input-name", grpc_request(("X", "FP32", [1, 1], [1])), INVALID, "takes inputs"),
+    ("unknown-model", grpc_request(("INPUT0", "FP32", [1, 1], [1]), model="absent"), grpc.StatusCode.NOT_FOUND, "not served"),
+    ("over-message-limit", grpc_request(("INPUT0", "FP32", [1, 60_000], None), raw=[b"\0" * 240_000]),
+     grpc.StatusCode.RESOURCE_EXHAUSTED, ""),
+]
+
+
+@pytest.mark.parametrize("case_id, request_message, code, message", GRPC_CASES, ids=[c[0] for c in GRPC_CASES])
+def test_bad_grpc_input(gw, good_traffic, case_id, request_message, code, message):
+    with grpc.insecure_channel(gw.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.ModelInfer(request_message, timeout=10)
+    assert caught.value.code() == code
+    assert message in (caught.value.details() or "")
+
+
+def test_corpus_size():
+    assert len(HTTP_CASES) + len(BINARY_CASES) + len(GRPC_CASES) >= 60
+
+
+def test_good_requests_all_succeeded_while_the_corpus_ran(good_traffic):
+    time.sleep(0.2)  # let the background clients complete a few more round trips
+    assert len(good_traffic) > 20
+    failures = [outcome for outcome in good_traffic if outcome != "ok"]
+    assert not failures, failures[:5]
