@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import aiohttp
 
@@ -15,16 +16,18 @@ PROBE_TIMEOUT_S = 2.0
 class HttpPredictor:
     """One keep-alive connection pool to one predictor base URL."""
 
-    def __init__(self, base_url: str, model: str, pool_size: int = 64) -> None:
+    def __init__(self, base_url: str, model: str, pool_size: int = 64, ca_file: str = "") -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
+        # https:// URLs are verified against ca_file if given, else the system's CAs.
+        self._ssl: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
 
     def _ensure_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._pool_size, enable_cleanup_closed=True),
+                connector=aiohttp.TCPConnector(limit=self._pool_size, enable_cleanup_closed=True, ssl=self._ssl),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
                 # Never ask for compressed answers: tensors barely compress and gzip costs
                 # more CPU than the bytes it saves next to the predictor.

@@ -16,8 +16,8 @@ from gateway.tensors import Tensor
 class KServeV1Backend(Backend):
     batch_form = ROWS
 
-    def __init__(self, base_url: str, model: str) -> None:
-        self.http = HttpPredictor(base_url, model)
+    def __init__(self, base_url: str, model: str, ca_file: str = "") -> None:
+        self.http = HttpPredictor(base_url, model, ca_file=ca_file)
         self.model = model
         self._predict_path = f"/v1/models/{model}:predict"
         self._ready_path = f"/v1/models/{model}"

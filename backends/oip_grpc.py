@@ -1,6 +1,8 @@
 """Open Inference Protocol over gRPC (Triton, KServe v2): ModelInfer with raw contents."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 
 from backends import errors
@@ -17,22 +19,31 @@ PROBE_TIMEOUT_S = 2.0
 
 
 class OipGrpcBackend(Backend):
-    def __init__(self, address: str, model: str, version: str = "") -> None:
+    def __init__(self, address: str, model: str, version: str = "", tls: bool = False,
+                 ca_file: str = "") -> None:
         self.address = address.removeprefix("grpc://")
         self.model = model
         self.version = version
+        self.tls = tls
+        self.ca_file = ca_file
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.GRPCInferenceServiceStub | None = None
 
     async def start(self) -> None:
         # One HTTP/2 channel multiplexes every batch; it reconnects by itself after a restart.
-        self._channel = grpc.aio.insecure_channel(self.address, options=[
+        options = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1_000),
-        ])
+        ]
+        if self.tls:
+            root = Path(self.ca_file).read_bytes() if self.ca_file else None
+            credentials = grpc.ssl_channel_credentials(root_certificates=root)
+            self._channel = grpc.aio.secure_channel(self.address, credentials, options=options)
+        else:
+            self._channel = grpc.aio.insecure_channel(self.address, options=options)
         self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:

@@ -13,8 +13,9 @@ from gateway.tensors import ModelSignature, Tensor
 
 
 class OipHttpBackend(Backend):
-    def __init__(self, base_url: str, model: str, version: str = "", binary: bool = False) -> None:
-        self.http = HttpPredictor(base_url, model)
+    def __init__(self, base_url: str, model: str, version: str = "", binary: bool = False,
+                 ca_file: str = "") -> None:
+        self.http = HttpPredictor(base_url, model, ca_file=ca_file)
         self.model = model
         prefix = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
         self._infer_path = prefix + "/infer"

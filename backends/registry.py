@@ -17,8 +17,8 @@ def create_backend(config: ModelConfig) -> Backend:
     if config.protocol == "grpc":
         if config.backend == "torchserve":
             raise ConfigError(f"models.{config.name}.protocol", "TorchServe over gRPC is not supported yet; use http")
-        return OipGrpcBackend(config.url, config.target_model)
+        return OipGrpcBackend(config.url, config.target_model, tls=config.tls, ca_file=config.ca_file)
     if config.backend == "torchserve" or config.api == "v1":
         # TorchServe with service_envelope=kserve answers the KServe v1 API.
-        return KServeV1Backend(config.url, config.target_model)
-    return OipHttpBackend(config.url, config.target_model, binary=config.binary_data)
+        return KServeV1Backend(config.url, config.target_model, ca_file=config.ca_file)
+    return OipHttpBackend(config.url, config.target_model, binary=config.binary_data, ca_file=config.ca_file)

@@ -6,6 +6,7 @@ default serves model `demo` from the in-process simulated predictor.
 """
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ class ModelConfig:
     backend_model: str = ""
     api: str = "v2"                  # kserve over http: v1 | v2
     binary_data: bool = False        # OIP HTTP to the predictor with the binary tensor extension
+    tls: bool = False                # gRPC to the predictor over TLS (HTTP: use an https:// url)
+    ca_file: str = ""                # CA bundle to verify the predictor's certificate (default: system CAs)
     batching: BatchingPolicy = field(default_factory=BatchingPolicy)
     signature: ModelSignature | None = None  # None: read from the predictor's metadata
     simulated: SimulatedCost = field(default_factory=SimulatedCost)
@@ -57,6 +60,9 @@ class ServerConfig:
     http_port: int = 8080
     grpc_port: int = 8081
     grace_s: float = 10.0
+    tls_cert_file: str = ""      # with tls_key_file: both front ends serve TLS only
+    tls_key_file: str = ""
+    auth_token: str = ""         # read from the env var named by auth_token_env; "" = no auth
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +109,7 @@ def _model(raw: Any, key: str) -> ModelConfig:
     if not isinstance(raw, dict):
         raise ConfigError(key, "must be a table")
     _only(raw, key, {"name", "backend", "protocol", "url", "backend_model", "api", "binary_data",
-                     "batching", "inputs", "outputs", "simulated"})
+                     "tls", "ca_file", "batching", "inputs", "outputs", "simulated"})
     name = _str(raw, key, "name", required=True)
     backend = _choice(raw, key, "backend", BACKENDS, "simulated")
     protocol = _choice(raw, key, "protocol", PROTOCOLS, "http")
@@ -125,6 +131,8 @@ def _model(raw: Any, key: str) -> ModelConfig:
         name=name, backend=backend, protocol=protocol, url=url,
         backend_model=_str(raw, key, "backend_model") or name, api=api,
         binary_data=_bool(raw, key, "binary_data", backend == "triton"),
+        tls=_bool(raw, key, "tls", url.startswith("https://")),
+        ca_file=_file(raw, key, "ca_file"),
         batching=_batching(_table(raw, "batching", f"{key}.batching"), f"{key}.batching"),
         signature=signature,
         simulated=_simulated(_table(raw, "simulated", f"{key}.simulated"), f"{key}.simulated"),
@@ -145,9 +153,21 @@ def _batching(raw: dict, key: str) -> BatchingPolicy:
 
 
 def _server(raw: dict) -> ServerConfig:
-    _only(raw, "server", {"host", "http_port", "grpc_port", "grace_s"})
+    _only(raw, "server", {"host", "http_port", "grpc_port", "grace_s", "tls", "auth_token_env"})
     default = ServerConfig()
+    tls = _table(raw, "tls", "server.tls")
+    _only(tls, "server.tls", {"cert_file", "key_file"})
+    cert_file, key_file = _file(tls, "server.tls", "cert_file"), _file(tls, "server.tls", "key_file")
+    if bool(cert_file) != bool(key_file):
+        raise ConfigError("server.tls", "set both cert_file and key_file")
+    token = ""
+    token_env = _str(raw, "server", "auth_token_env")
+    if token_env:
+        token = os.environ.get(token_env, "")
+        if not token:
+            raise ConfigError("server.auth_token_env", f"environment variable {token_env} is unset or empty")
     return ServerConfig(
+        tls_cert_file=cert_file, tls_key_file=key_file, auth_token=token,
         host=_str(raw, "server", "host") or default.host,
         http_port=_number(raw, "server", "http_port", default.http_port, integer=True, minimum=0, maximum=65535),
         grpc_port=_number(raw, "server", "grpc_port", default.grpc_port, integer=True, minimum=0, maximum=65535),
@@ -220,6 +240,13 @@ def _str(raw: dict, key: str, name: str, required: bool = False) -> str:
     if not isinstance(value, str) or (required and not value):
         raise ConfigError(f"{key}.{name}", f"must be a non-empty string, got {value!r}")
     return value
+
+
+def _file(raw: dict, key: str, name: str) -> str:
+    path = _str(raw, key, name)
+    if path and not os.path.isfile(path):
+        raise ConfigError(f"{key}.{name}", f"no such file: {path}")
+    return path
 
 
 def _bool(raw: dict, key: str, name: str, default: bool) -> bool:

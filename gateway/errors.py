@@ -28,6 +28,11 @@ class PayloadTooLarge(InvalidInput):
     http_status = 413
 
 
+class Unauthenticated(GatewayError):
+    http_status = 401
+    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+
+
 class ModelNotFound(GatewayError):
     http_status = 404
     grpc_code = grpc.StatusCode.NOT_FOUND

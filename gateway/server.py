@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
+from pathlib import Path
+
+import grpc
 
 import tornado.httpserver
 import tornado.netutil
 
 from gateway.batching.scheduler import BatchScheduler
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, ServerConfig
 from gateway.grpc.server import build_server, set_serving
 from gateway.rest.app import make_app
 from gateway.service import InferenceService
@@ -34,16 +38,22 @@ class Gateway:
         self.scheduler = BatchScheduler(asyncio.get_running_loop())
         self.service = InferenceService(self.config, self.scheduler)
         await self.service.start()
-        app = make_app(self.service, self.config.limits)
+        app = make_app(self.service, self.config.limits, server.auth_token)
         self._http_server = tornado.httpserver.HTTPServer(
             # Handlers refuse over-limit bodies with a 413 of their own; this is the backstop.
-            app, max_body_size=self.config.limits.max_body_bytes + 1, xheaders=True)
+            app, max_body_size=self.config.limits.max_body_bytes + 1, xheaders=True,
+            ssl_options=_server_ssl_context(server))
         sockets = tornado.netutil.bind_sockets(server.http_port, server.host)
         self._http_server.add_sockets(sockets)
         self.http_port = sockets[0].getsockname()[1]
-        self._grpc_server, self._health = build_server(self.service, self.config.limits)
+        self._grpc_server, self._health = build_server(self.service, self.config.limits, server.auth_token)
         address = f"[{server.host}]" if ":" in server.host else server.host
-        self.grpc_port = self._grpc_server.add_insecure_port(f"{address}:{server.grpc_port}")
+        if server.tls_cert_file:
+            credentials = grpc.ssl_server_credentials([(
+                Path(server.tls_key_file).read_bytes(), Path(server.tls_cert_file).read_bytes())])
+            self.grpc_port = self._grpc_server.add_secure_port(f"{address}:{server.grpc_port}", credentials)
+        else:
+            self.grpc_port = self._grpc_server.add_insecure_port(f"{address}:{server.grpc_port}")
         if self.grpc_port == 0:
             raise OSError(f"cannot bind gRPC port {server.grpc_port} on {server.host}")
         await self._grpc_server.start()
@@ -72,6 +82,14 @@ class Gateway:
         """End the grace period now: what is still queued or in flight is answered 503."""
         if self.scheduler is not None:
             self.scheduler.hurry()
+
+
+def _server_ssl_context(server: ServerConfig) -> ssl.SSLContext | None:
+    if not server.tls_cert_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(server.tls_cert_file, server.tls_key_file)
+    return context
 
 
 async def serve(config: GatewayConfig) -> None:

@@ -6,6 +6,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from gateway.codecs.limits import Limits
+from gateway.grpc.auth import BearerTokenInterceptor
 from gateway.generated import pool
 from gateway.generated.inference import grpc_service_pb2 as pb
 from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
@@ -15,8 +16,10 @@ from gateway.service import InferenceService
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
 
-def build_server(service: InferenceService, limits: Limits) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-    server = grpc.aio.server(options=[
+def build_server(service: InferenceService, limits: Limits,
+                 auth_token: str = "") -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    interceptors = [BearerTokenInterceptor(auth_token)] if auth_token else []
+    server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", limits.max_body_bytes),
         ("grpc.max_send_message_length", 2**31 - 1),
         ("grpc.so_reuseport", 0),

@@ -11,8 +11,8 @@ MODEL = r"([^/:]+)"
 VERSION = r"(?:/versions/([^/]+))?"
 
 
-def make_app(service: InferenceService, limits: Limits) -> tornado.web.Application:
-    context = {"service": service, "limits": limits}
+def make_app(service: InferenceService, limits: Limits, auth_token: str = "") -> tornado.web.Application:
+    context = {"service": service, "limits": limits, "auth_token": auth_token}
     routes = [
         (rf"/v1/models/{MODEL}:predict", h.V1PredictHandler),
         (rf"/v1/models/{MODEL}", h.V1ModelHandler),

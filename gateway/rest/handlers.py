@@ -14,7 +14,8 @@ import tornado.web
 
 from gateway.codecs import oip_json, v1
 from gateway.codecs.limits import Limits
-from gateway.errors import GatewayError, InvalidInput, PayloadTooLarge
+from gateway.auth import check_bearer
+from gateway.errors import GatewayError, InvalidInput, PayloadTooLarge, Unauthenticated
 from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
@@ -24,15 +25,25 @@ TIMEOUT_HEADER = "X-Request-Timeout-Ms"
 class BaseHandler(tornado.web.RequestHandler):
     service: InferenceService
     limits: Limits
+    requires_auth = True  # health probes opt out
 
-    def initialize(self, service: InferenceService, limits: Limits) -> None:
+    def initialize(self, service: InferenceService, limits: Limits, auth_token: str = "") -> None:
         self.service = service
         self.limits = limits
+        self.auth_token = auth_token
         self._task: asyncio.Task | None = None
         self._client_gone = False
 
     def set_default_headers(self) -> None:
         self.clear_header("Server")
+
+    def prepare(self) -> None:
+        if self.requires_auth:
+            try:
+                check_bearer(self.auth_token, self.request.headers.get("Authorization"))
+            except Unauthenticated as error:
+                self.set_header("WWW-Authenticate", "Bearer")
+                self.fail(error)
 
     def write_json(self, document: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -87,6 +98,9 @@ class BodyHandler(BaseHandler):
     def prepare(self) -> None:
         self._chunks: list[bytes] = []
         self._received = 0
+        super().prepare()
+        if self._finished:
+            return
         declared = self.request.headers.get("Content-Length")
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
             self.fail(PayloadTooLarge(
@@ -124,11 +138,15 @@ class V1ModelHandler(BaseHandler):
 
 
 class LiveHandler(BaseHandler):
+    requires_auth = False
+
     def get(self) -> None:
         self.write_json({"live": True})
 
 
 class ReadyHandler(BaseHandler):
+    requires_auth = False
+
     async def get(self) -> None:
         ready = await self.service.ready()
         self.write_json({"ready": ready}, 200 if ready else 503)

@@ -1,0 +1,19 @@
+"""Bearer-token authentication, shared by both front ends.
+
+With `[server] auth_token_env` set, every request must carry `authorization: Bearer <token>`
+(HTTP header or gRPC metadata); health checks are exempt so probes need no secret."""
+from __future__ import annotations
+
+import hmac
+
+from gateway.errors import Unauthenticated
+
+
+def check_bearer(token: str, authorization: str | None) -> None:
+    """Raise Unauthenticated unless `authorization` carries `token` (no-op if token is "")."""
+    if not token:
+        return
+    if not authorization or not authorization.startswith("Bearer "):
+        raise Unauthenticated("this gateway requires an 'authorization: Bearer <token>' header")
+    if not hmac.compare_digest(authorization[len("Bearer "):].encode(), token.encode()):
+        raise Unauthenticated("the bearer token is not valid")
