@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -90,3 +91,40 @@ def http(method: str, url: str, body: bytes | dict | None = None,
 def http_json(method: str, url: str, body: bytes | dict | None = None, **kwargs: Any) -> tuple[int, Any]:
     status, _, payload = http(method, url, body, **kwargs)
     return status, orjson.loads(payload) if payload else None
+
+
+def timed_predict(gw: RunningGateway, model: str, row: list[float], timeout: float = 30) -> tuple[int, Any, float]:
+    """One v1 request of one row: (status, body, seconds taken)."""
+    started = time.monotonic()
+    status, body = http_json("POST", f"{gw.http_url}/v1/models/{model}:predict", {"instances": [row]}, timeout=timeout)
+    return status, body, time.monotonic() - started
+
+
+def run_clients(gw: RunningGateway, seconds: float, workers: int = 8, limit: int = 2000, pause_s: float = 0.02,
+                model: str = "demo", row: list[float] | None = None) -> list[tuple[int, float, float]]:
+    """Paced closed-loop v1 clients for a bounded time and count: (status, elapsed, finished_at).
+
+    The pause keeps fast failures during an outage from using up the request budget; a
+    client that hangs fails the caller."""
+    row = row or [1.0, 1.0]
+    results: list[tuple[int, float, float]] = []
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def client() -> None:
+        while time.monotonic() < stop_at:
+            with lock:
+                if len(results) >= limit:
+                    return
+            status, _, elapsed = timed_predict(gw, model, row)
+            with lock:
+                results.append((status, elapsed, time.monotonic()))
+            time.sleep(pause_s)
+
+    threads = [threading.Thread(target=client) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=seconds + 30)
+    assert not any(thread.is_alive() for thread in threads), "a client hung"
+    return results

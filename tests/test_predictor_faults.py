@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.harness import config_for, http_json, running_gateway
+from tests.harness import config_for, http_json, run_clients, running_gateway, timed_predict
 from tests.predictors.harness import free_port
 from tests.processes import simulated_predictor
 
@@ -36,10 +36,7 @@ def model_for(predictor_fields: dict[str, str] | None, protocol: str, *, port: i
 
 
 def predict(gw, value: float = 1.0, timeout: float = 30) -> tuple[int, dict, float]:
-    started = time.monotonic()
-    status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[value, value]]},
-                             timeout=timeout)
-    return status, body, time.monotonic() - started
+    return timed_predict(gw, "demo", [value, value], timeout)
 
 
 def control(fields: dict[str, str], **knobs) -> None:
@@ -142,34 +139,6 @@ def test_garbage_is_502_and_hang_ups_are_503(protocol):
         status, body, elapsed = predict(gw)
         assert status == 503, body
         assert elapsed < 5
-
-
-def run_clients(gw, seconds: float, workers: int = 8, limit: int = 2000,
-                pause_s: float = 0.02) -> list[tuple[int, float, float]]:
-    """Paced closed-loop clients for a bounded time and count: (status, elapsed, finished_at).
-
-    The pause keeps fast failures during an outage from using up the request budget."""
-    results: list[tuple[int, float, float]] = []
-    lock = threading.Lock()
-    stop_at = time.monotonic() + seconds
-
-    def client():
-        while time.monotonic() < stop_at:
-            with lock:
-                if len(results) >= limit:
-                    return
-            status, _, elapsed = predict(gw)
-            with lock:
-                results.append((status, elapsed, time.monotonic()))
-            time.sleep(pause_s)
-
-    threads = [threading.Thread(target=client) for _ in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=seconds + 30)
-    assert not any(thread.is_alive() for thread in threads), "a client hung"
-    return results
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
