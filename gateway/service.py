@@ -22,6 +22,7 @@ from gateway.batching.scheduler import BatchScheduler
 from gateway.codecs import v1
 from gateway.config import GatewayConfig, ModelConfig
 from gateway.errors import InvalidInput, ModelNotFound, Unavailable
+from gateway.metrics import Metrics
 from gateway.tensors import ModelSignature, Tensor
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class InferenceService:
         self.scheduler = scheduler
         self.models: dict[str, ServedModel] = {}
         self.active_requests = 0  # inside infer_*: what a graceful stop waits for
+        self.metrics = Metrics(scheduler)
 
     async def start(self) -> None:
         for model_config in self.config.models:

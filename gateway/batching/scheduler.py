@@ -41,11 +41,12 @@ import itertools
 import logging
 import os
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 import numpy as np
 
+from gateway.batching.stats import ModelStats
 from gateway.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, InvalidInput, ModelNotFound,
                             Overloaded, PredictorRejected, Unavailable)
 from gateway.tensors import Tensor, signature_key
@@ -70,18 +71,6 @@ class BatchingPolicy:
 class BatchResult:
     outputs: list[Tensor]
     batch_ids: list[str]  # one per batch the request travelled in (more than one if split)
-
-
-@dataclass(slots=True)
-class ModelStats:
-    """Counters a test or the metrics endpoint can read."""
-    batches: int = 0
-    instances: int = 0
-    requests: int = 0
-    refused: int = 0
-    expired: int = 0
-    isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
-    recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
 
 
 class _Request:
@@ -160,6 +149,12 @@ class BatchScheduler:
 
     def queue_depth(self, name: str) -> int:
         return self._queues[name].queued_rows
+
+    def inflight(self, name: str) -> int:
+        return self._queues[name].inflight
+
+    def model_names(self) -> list[str]:
+        return list(self._queues)
 
     # -- submitting --------------------------------------------------------------------
 
@@ -278,6 +273,10 @@ class BatchScheduler:
         queue.stats.batches += 1
         queue.stats.instances += rows
         queue.stats.recent_batch_sizes.append(rows)
+        queue.stats.batch_size.observe(rows)
+        now = self._loop.time()
+        for part in parts:
+            queue.stats.queue_wait_s.observe(now - part.enqueued_at)
         try:
             outcomes = await self._execute(queue, parts)
         except asyncio.CancelledError:
@@ -311,8 +310,10 @@ class BatchScheduler:
         rows = sum(part.size for part in parts)
         try:
             inputs = _concatenate([part.inputs for part in parts])
-            timeout = max(part.request.deadline for part in parts) - self._loop.time()
+            started = self._loop.time()
+            timeout = max(part.request.deadline for part in parts) - started
             outputs = await asyncio.wait_for(queue.executor(inputs), timeout)
+            queue.stats.predictor_s.observe(self._loop.time() - started)
             for tensor in outputs:
                 if len(tensor.data) != rows:
                     raise BadPredictorAnswer(

@@ -52,15 +52,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return response
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        model = request.model_name if request.model_name in self.service.models else "unknown"
         try:
             decoded = oip_grpc.decode_request(request, self.limits)
             requested = [o.name for o in decoded.outputs] or None
             outcome = await self.service.infer_tensors(
                 request.model_name, request.model_version, decoded.inputs, requested, context.time_remaining())
         except GatewayError as error:
+            self.service.metrics.count_request(model, "oip_grpc", error.grpc_code.name)
             await context.abort(error.grpc_code, error.message)
         except Exception:
             log.exception("unexpected error in ModelInfer")
+            self.service.metrics.count_request(model, "oip_grpc", grpc.StatusCode.INTERNAL.name)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        self.service.metrics.count_request(model, "oip_grpc", grpc.StatusCode.OK.name)
         return oip_grpc.encode_response(
             request.model_name, request.model_version, request.id, outcome.outputs, {"batch_id": outcome.batch_id})

@@ -5,6 +5,7 @@ import tornado.web
 
 from gateway.codecs.limits import Limits
 from gateway.rest import handlers as h
+from gateway.rest import torchserve as ts
 from gateway.service import InferenceService
 
 MODEL = r"([^/:]+)"
@@ -16,12 +17,15 @@ def make_app(service: InferenceService, limits: Limits, auth_token: str = "") ->
     routes = [
         (rf"/v1/models/{MODEL}:predict", h.V1PredictHandler),
         (rf"/v1/models/{MODEL}", h.V1ModelHandler),
+        (r"/metrics", h.MetricsHandler),
         (r"/v2/health/live", h.LiveHandler),
         (r"/v2/health/ready", h.ReadyHandler),
         (r"/v2/?", h.ServerMetadataHandler),
         (rf"/v2/models/{MODEL}{VERSION}/infer", h.InferHandler),
         (rf"/v2/models/{MODEL}{VERSION}/ready", h.ModelReadyHandler),
         (rf"/v2/models/{MODEL}{VERSION}", h.ModelMetadataHandler),
+        (rf"/predictions/{MODEL}(?:/([^/]+))?", ts.PredictionsHandler),  # TorchServe style
+        (r"/ping", ts.PingHandler),
     ]
     return tornado.web.Application(
         [(pattern, handler, context) for pattern, handler in routes],

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import tornado.web
 
+from gateway import metrics
 from gateway.codecs import oip_json, v1
 from gateway.codecs.limits import Limits
 from gateway.auth import check_bearer
@@ -26,6 +27,7 @@ class BaseHandler(tornado.web.RequestHandler):
     service: InferenceService
     limits: Limits
     requires_auth = True  # health probes opt out
+    protocol: str | None = None  # set on inference endpoints: counted in gateway_requests
 
     def initialize(self, service: InferenceService, limits: Limits, auth_token: str = "") -> None:
         self.service = service
@@ -84,6 +86,11 @@ class BaseHandler(tornado.web.RequestHandler):
             log.exception("unexpected error serving %s", self.request.path)
             self.write_json({"error": "internal error"}, 500)
 
+    def on_finish(self) -> None:
+        if self.protocol is not None and self.path_args:
+            model = self.path_args[0] if self.path_args[0] in self.service.models else "unknown"
+            self.service.metrics.count_request(model, self.protocol, str(self.get_status()))
+
     def on_connection_close(self) -> None:
         # The client went away: cancel its wait so the scheduler drops it from the queue.
         self._client_gone = True
@@ -119,6 +126,8 @@ class BodyHandler(BaseHandler):
 
 
 class V1PredictHandler(BodyHandler):
+    protocol = "v1"
+
     async def post(self, model: str) -> None:
         async def work() -> None:
             self.service.model(model)  # an unknown model is a 404 whatever the body
@@ -173,6 +182,8 @@ class ModelReadyHandler(BaseHandler):
 
 
 class InferHandler(BodyHandler):
+    protocol = "oip_http"
+
     async def post(self, model: str, version: str | None = None) -> None:
         async def work() -> None:
             self.service.model(model, version or "")
@@ -199,6 +210,12 @@ class InferHandler(BodyHandler):
             return int(value)
         except ValueError:
             raise InvalidInput(f"{oip_json.HEADER_LENGTH} must be an integer, got '{value}'") from None
+
+
+class MetricsHandler(BaseHandler):
+    def get(self) -> None:
+        self.set_header("Content-Type", metrics.CONTENT_TYPE)
+        self.finish(self.service.metrics.exposition())
 
 
 class NotFoundHandler(BaseHandler):

@@ -1,0 +1,54 @@
+"""What the scheduler counts about each model: plain counters and fixed-bucket histograms.
+
+Recording is a few integer additions on the scheduler's loop (no locks, no metrics
+library on the hot path); `gateway.metrics` turns these into Prometheus families when
+/metrics is scraped.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
+
+
+class Histogram:
+    """Cumulative-on-read histogram with fixed upper bounds (Prometheus `le` semantics)."""
+
+    __slots__ = ("bounds", "counts", "sum", "count")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last bucket is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        running, out = 0, []
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts):
+            running += count
+            out.append((bound, running))
+        return out
+
+
+BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+SECONDS_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass(slots=True)
+class ModelStats:
+    """Counters a test or the metrics endpoint can read."""
+    batches: int = 0
+    instances: int = 0
+    requests: int = 0
+    refused: int = 0
+    expired: int = 0
+    isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
+    recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
+    batch_size: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BOUNDS))
+    queue_wait_s: Histogram = field(default_factory=lambda: Histogram(SECONDS_BOUNDS))
+    predictor_s: Histogram = field(default_factory=lambda: Histogram(SECONDS_BOUNDS))

@@ -1,0 +1,70 @@
+"""Prometheus metrics for GET /metrics.
+
+Request counts by model, protocol and status are counted by the front ends as they
+answer. Everything the scheduler knows (batches, batch sizes, queue wait, predictor
+latency, queue depth, batches in flight, refusals, timeouts) is read from its own stats
+when /metrics is scraped, so batching pays nothing for metrics. Each gateway has its own
+registry, so several gateways can live in one process (tests do).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from gateway.batching.scheduler import BatchScheduler
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    def __init__(self, scheduler: BatchScheduler) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter("gateway_requests", "Inference requests answered, by model, protocol and status code",
+                                 ["model", "protocol", "code"], registry=self.registry)
+        self.registry.register(_SchedulerCollector(scheduler))
+
+    def count_request(self, model: str, protocol: str, code: str) -> None:
+        self._requests.labels(model, protocol, code).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _SchedulerCollector:
+    def __init__(self, scheduler: BatchScheduler) -> None:
+        self.scheduler = scheduler
+
+    def describe(self) -> list[Metric]:
+        return []  # families are only known at collect time
+
+    def collect(self) -> Iterator[Metric]:
+        counters = {
+            "gateway_batches": ("Batches sent to the predictor", "batches"),
+            "gateway_batched_instances": ("Rows sent to the predictor in batches", "instances"),
+            "gateway_refused": ("Requests refused because the queue was full", "refused"),
+            "gateway_timeouts": ("Requests answered with a deadline error", "expired"),
+            "gateway_isolations": ("Merged batches the predictor rejected, bisected to isolate the bad request", "isolations"),
+        }
+        histograms = {
+            "gateway_batch_size": ("Rows per batch", "batch_size"),
+            "gateway_queue_wait_seconds": ("Time a request (or part) waited in the queue", "queue_wait_s"),
+            "gateway_predictor_latency_seconds": ("Time the predictor took per call", "predictor_s"),
+        }
+        families: list[Metric] = [CounterMetricFamily(name, text, labels=["model"]) for name, (text, _) in counters.items()]
+        families += [HistogramMetricFamily(name, text, labels=["model"]) for name, (text, _) in histograms.items()]
+        depth = GaugeMetricFamily("gateway_queue_depth", "Rows queued", labels=["model"])
+        inflight = GaugeMetricFamily("gateway_batches_in_flight", "Batches at the predictor", labels=["model"])
+        for model in self.scheduler.model_names():
+            stats = self.scheduler.stats(model)
+            for family, (_, attribute) in zip(families, counters.values()):
+                family.add_metric([model], getattr(stats, attribute))
+            for family, (_, attribute) in zip(families[len(counters):], histograms.values()):
+                histogram = getattr(stats, attribute)
+                family.add_metric([model], histogram.cumulative(), histogram.sum)
+            depth.add_metric([model], self.scheduler.queue_depth(model))
+            inflight.add_metric([model], self.scheduler.inflight(model))
+        yield from families
+        yield depth
+        yield inflight

@@ -1,0 +1,74 @@
+"""GET /metrics: Prometheus text whose counts match the traffic the test sent."""
+from __future__ import annotations
+
+import concurrent.futures
+
+import grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.generated.inference import grpc_service_pb2 as pb
+from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from tests.harness import config_for, http, http_json, running_gateway
+
+
+def scrape(gw) -> dict[tuple[str, tuple], float]:
+    status, headers, body = http("GET", f"{gw.http_url}/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def test_metrics_count_the_traffic_sent():
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 20},
+                         "batching": {"max_queue": 4}})
+    with running_gateway(config) as gw, grpc.insecure_channel(gw.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        for i in range(10):
+            assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[i]]})[0] == 200
+        for _ in range(3):
+            assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": []})[0] == 400
+        assert http_json("POST", f"{gw.http_url}/v2/models/demo/infer", {"inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1]}]})[0] == 200
+        assert http_json("POST", f"{gw.http_url}/v1/models/absent:predict", {"instances": [[1]]})[0] == 404
+        request = pb.ModelInferRequest(model_name="demo")
+        request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1)
+        for _ in range(5):
+            stub.ModelInfer(request, timeout=10)
+        bad = pb.ModelInferRequest(model_name="demo")
+        for _ in range(2):
+            try:
+                stub.ModelInfer(bad, timeout=10)
+            except grpc.RpcError:
+                pass
+        # Overload: 40 concurrent rows into a queue of 4 while the predictor is busy.
+        with concurrent.futures.ThreadPoolExecutor(40) as pool:
+            codes = list(pool.map(lambda i: http_json("POST", f"{gw.http_url}/v1/models/demo:predict",
+                                                      {"instances": [[i]]})[0], range(40)))
+        refused = codes.count(429)
+        assert refused > 0
+
+        samples = scrape(gw)
+
+        def value(name, **labels):
+            return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+        assert value("gateway_requests_total", model="demo", protocol="v1", code="200") == 10 + codes.count(200)
+        assert value("gateway_requests_total", model="demo", protocol="v1", code="400") == 3
+        assert value("gateway_requests_total", model="demo", protocol="v1", code="429") == refused
+        assert value("gateway_requests_total", model="unknown", protocol="v1", code="404") == 1
+        assert value("gateway_requests_total", model="demo", protocol="oip_http", code="200") == 1
+        assert value("gateway_requests_total", model="demo", protocol="oip_grpc", code="OK") == 5
+        assert value("gateway_requests_total", model="demo", protocol="oip_grpc", code="INVALID_ARGUMENT") == 2
+        assert value("gateway_refused_total", model="demo") == refused
+        stats = gw.stats("demo")
+        assert value("gateway_batches_total", model="demo") == stats.batches
+        assert value("gateway_batch_size_count", model="demo") == stats.batches
+        assert value("gateway_batch_size_sum", model="demo") == stats.instances == 16 + codes.count(200)
+        assert value("gateway_predictor_latency_seconds_count", model="demo") == stats.batches
+        assert value("gateway_queue_wait_seconds_count", model="demo") == 16 + codes.count(200)
+        assert value("gateway_queue_depth", model="demo") == 0
+        assert value("gateway_batches_in_flight", model="demo") == 0
+        assert value("gateway_timeouts_total", model="demo") == 0
