@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import logging
 import sys
 
 from gateway import config as gateway_config
+from gateway import logs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--http-port", type=int, help="HTTP port (default 8080; 0 picks a free one)")
     serve.add_argument("--grpc-port", type=int, help="gRPC port (default 8081; 0 picks a free one)")
-    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                       help="DEBUG adds one line per batch")
+    serve.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line")
     check = commands.add_parser("check-config", help="validate a config file without starting")
     check.add_argument("file")
     args = parser.parse_args(argv)
@@ -40,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batching-gateway: config error: {error}", file=sys.stderr)
         return 2
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("tornado.access").setLevel(logging.WARNING)
+    logs.configure(args.log_level, args.log_format)
     from gateway.server import serve as run  # imported late: check-config needs no servers
     try:
         asyncio.run(run(loaded))

@@ -143,16 +143,17 @@ class InferenceService:
 
     async def infer_tensors(self, name: str, version: str, inputs: list[Tensor],
                             requested: list[str] | None = None,
-                            timeout_s: float | None = None) -> InferenceOutcome:
+                            timeout_s: float | None = None, request_id: str = "") -> InferenceOutcome:
         """An OIP request (REST or gRPC): tensors in, tensors out."""
         self.active_requests += 1
         try:
-            return await self._infer_tensors(name, version, inputs, requested, timeout_s)
+            return await self._infer_tensors(name, version, inputs, requested, timeout_s, request_id)
         finally:
             self.active_requests -= 1
 
     async def _infer_tensors(self, name: str, version: str, inputs: list[Tensor],
-                             requested: list[str] | None, timeout_s: float | None) -> InferenceOutcome:
+                             requested: list[str] | None, timeout_s: float | None,
+                             request_id: str) -> InferenceOutcome:
         served = self.model(name, version)
         if served.takes_rows:
             batch_inputs = [v1.tensors_to_rows(inputs)]
@@ -163,7 +164,7 @@ class InferenceService:
             unknown = [name for name in requested if name not in known]
             if unknown:
                 raise InvalidInput(f"model '{served.name}' has no output named {', '.join(unknown)}")
-        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s)
+        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, request_id)
         outputs = result.outputs
         if served.takes_rows:
             outputs = v1.predictions_to_outputs(outputs[0], served.require_signature().outputs)
@@ -176,22 +177,22 @@ class InferenceService:
         return InferenceOutcome(outputs, ",".join(result.batch_ids))
 
     async def infer_instances(self, name: str, instances: list[Any],
-                              timeout_s: float | None = None) -> tuple[list[Any], str]:
+                              timeout_s: float | None = None, request_id: str = "") -> tuple[list[Any], str]:
         """A KServe v1 request: instances in, predictions out."""
         self.active_requests += 1
         try:
-            return await self._infer_instances(name, instances, timeout_s)
+            return await self._infer_instances(name, instances, timeout_s, request_id)
         finally:
             self.active_requests -= 1
 
     async def _infer_instances(self, name: str, instances: list[Any],
-                               timeout_s: float | None) -> tuple[list[Any], str]:
+                               timeout_s: float | None, request_id: str) -> tuple[list[Any], str]:
         served = self.model(name)
         if served.takes_rows:
             batch_inputs = [v1.rows_tensor(instances)]
         else:
             batch_inputs = v1.instances_to_tensors(instances, served.require_signature().inputs)
-        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s)
+        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, request_id)
         return v1.outputs_to_predictions(result.outputs), ",".join(result.batch_ids)
 
     def _conform(self, served: ServedModel, inputs: list[Tensor]) -> list[Tensor]:

@@ -75,9 +75,11 @@ class BatchResult:
 
 class _Request:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
-                 "parts_left", "part_outputs", "batch_ids", "sent")
+                 "parts_left", "part_outputs", "batch_ids", "sent", "id")
 
-    def __init__(self, signature: tuple, size: int, deadline: float, future: asyncio.Future, parts: int) -> None:
+    def __init__(self, signature: tuple, size: int, deadline: float, future: asyncio.Future, parts: int,
+                 request_id: str = "") -> None:
+        self.id = request_id
         self.signature = signature
         self.size = size
         self.deadline = deadline
@@ -158,17 +160,20 @@ class BatchScheduler:
 
     # -- submitting --------------------------------------------------------------------
 
-    async def submit(self, model: str, inputs: list[Tensor], timeout_s: float | None = None) -> BatchResult:
+    async def submit(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
+                     request_id: str = "") -> BatchResult:
         """Queue a request and wait for its rows of the batch result. Safe from any loop."""
         if asyncio.get_running_loop() is self._loop:
-            return await self._submit(model, inputs, timeout_s)
-        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s))
+            return await self._submit(model, inputs, timeout_s, request_id)
+        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, request_id))
 
-    def submit_threadsafe(self, model: str, inputs: list[Tensor], timeout_s: float | None = None) -> concurrent.futures.Future:
+    def submit_threadsafe(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
+                          request_id: str = "") -> concurrent.futures.Future:
         """Queue a request from any thread; returns a concurrent future of its BatchResult."""
-        return asyncio.run_coroutine_threadsafe(self._submit(model, inputs, timeout_s), self._loop)
+        return asyncio.run_coroutine_threadsafe(self._submit(model, inputs, timeout_s, request_id), self._loop)
 
-    async def _submit(self, model: str, inputs: list[Tensor], timeout_s: float | None) -> BatchResult:
+    async def _submit(self, model: str, inputs: list[Tensor], timeout_s: float | None,
+                      request_id: str = "") -> BatchResult:
         queue = self._queues.get(model)
         if queue is None:
             raise ModelNotFound(f"model '{model}' is not served by this gateway")
@@ -190,7 +195,8 @@ class BatchScheduler:
         now = loop.time()
         timeout = policy.timeout_s if timeout_s is None else min(timeout_s, policy.timeout_s)
         step = policy.max_batch_size
-        request = _Request(signature_key(inputs), size, now + timeout, loop.create_future(), -(-size // step))
+        request = _Request(signature_key(inputs), size, now + timeout, loop.create_future(), -(-size // step),
+                           request_id)
         if size <= step:
             queue.pending.append(_Part(request, 0, inputs, size, now))
         else:
@@ -290,6 +296,13 @@ class BatchScheduler:
                 _fail(group, outcome)
             else:
                 self._deliver(group, outcome, batch_id)
+        if log.isEnabledFor(logging.DEBUG):
+            failed = [type(o).__name__ for _, o in outcomes if isinstance(o, GatewayError)]
+            log.debug("batch %s model=%s rows=%d requests=%d outcome=%s", batch_id, queue.name, rows, len(parts),
+                      ",".join(failed) or "ok",
+                      extra={"batch_id": batch_id, "model": queue.name, "rows": rows,
+                             "request_ids": [p.request.id for p in parts if p.request.id][:32],
+                             "outcome": failed or "ok"})
 
     async def _execute(self, queue: _ModelQueue, parts: list[_Part]) -> list[tuple[list[_Part], list[Tensor] | GatewayError]]:
         """Run the parts as one executor call. If the predictor rejects the merged batch as

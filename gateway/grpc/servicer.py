@@ -57,7 +57,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             decoded = oip_grpc.decode_request(request, self.limits)
             requested = [o.name for o in decoded.outputs] or None
             outcome = await self.service.infer_tensors(
-                request.model_name, request.model_version, decoded.inputs, requested, context.time_remaining())
+                request.model_name, request.model_version, decoded.inputs, requested, context.time_remaining(),
+                request.id)
         except GatewayError as error:
             self.service.metrics.count_request(model, "oip_grpc", error.grpc_code.name)
             await context.abort(error.grpc_code, error.message)

@@ -132,7 +132,8 @@ class V1PredictHandler(BodyHandler):
         async def work() -> None:
             self.service.model(model)  # an unknown model is a 404 whatever the body
             instances = v1.decode_request(self.body, self.limits)
-            predictions, batch_id = await self.service.infer_instances(model, instances, self.timeout_s())
+            predictions, batch_id = await self.service.infer_instances(
+                model, instances, self.timeout_s(), self.request.headers.get("X-Request-Id", ""))
             self.set_header("Content-Type", "application/json")
             self.finish(v1.encode_response(predictions, batch_id))
         await self.run(work)
@@ -191,7 +192,8 @@ class InferHandler(BodyHandler):
             request = oip_json.decode_request(self.body, json_length, self.limits)
             requested = [o.name for o in request.outputs] or None
             outcome = await self.service.infer_tensors(
-                model, version or "", request.inputs, requested, self.timeout_s())
+                model, version or "", request.inputs, requested, self.timeout_s(),
+                request.id or self.request.headers.get("X-Request-Id", ""))
             body, length = oip_json.encode_response(
                 model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
             if length is None:
