@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(args.log_level, args.log_format)
     from gateway.server import serve as run  # imported late: check-config needs no servers
     try:
-        asyncio.run(run(loaded))
+        asyncio.run(run(loaded, args.config))
     except OSError as error:
         print(f"batching-gateway: cannot start: {error}", file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@ the scheduler and the backend clients, with start and graceful stop."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import ssl
@@ -14,7 +15,8 @@ import tornado.httpserver
 import tornado.netutil
 
 from gateway.batching.scheduler import BatchScheduler
-from gateway.config import GatewayConfig, ServerConfig
+from gateway.config import ConfigError, GatewayConfig, ServerConfig
+from gateway.config import load as load_config
 from gateway.grpc.server import build_server, set_serving
 from gateway.rest.app import make_app
 from gateway.service import InferenceService
@@ -78,6 +80,19 @@ class Gateway:
         if self._http_server is not None:
             await self._http_server.close_all_connections()
 
+    async def reload(self, path: str) -> None:
+        """Re-read the config file and apply its model changes (server and limits changes
+        need a restart: they are reported, not applied)."""
+        try:
+            fresh = load_config(path)
+        except ConfigError as error:
+            log.error("reload: config error, keeping the running config: %s", error)
+            return
+        fresh = dataclasses.replace(fresh, server=self.config.server, limits=self.config.limits)
+        changes = await self.service.reconfigure(fresh, self.config.server.grace_s)
+        self.config = fresh
+        log.info("reload: %s", ", ".join(f"{kind} {names}" for kind, names in changes.items() if names) or "no changes")
+
     def hurry(self) -> None:
         """End the grace period now: what is still queued or in flight is answered 503."""
         if self.scheduler is not None:
@@ -92,8 +107,10 @@ def _server_ssl_context(server: ServerConfig) -> ssl.SSLContext | None:
     return context
 
 
-async def serve(config: GatewayConfig) -> None:
-    """Run until SIGTERM or SIGINT, then stop gracefully; a second signal hurries the stop."""
+async def serve(config: GatewayConfig, config_path: str | None = None) -> None:
+    """Run until SIGTERM or SIGINT, then stop gracefully; a second signal hurries the stop.
+    SIGHUP reloads `config_path` (models added, removed, re-tuned); a bad file is logged
+    and the running config kept."""
     gateway = Gateway(config)
     await gateway.start()
     print(f"READY http={config.server.host}:{gateway.http_port} grpc={config.server.host}:{gateway.grpc_port} "
@@ -109,6 +126,8 @@ async def serve(config: GatewayConfig) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
+    if config_path is not None:
+        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(gateway.reload(config_path)))
     await stopping.wait()
     log.info("stopping: finishing queued and in-flight requests (grace %s s)", config.server.grace_s)
     await gateway.stop()

@@ -11,6 +11,7 @@ Front ends know only this module and their own codec; backends never see a front
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -113,12 +114,57 @@ class InferenceService:
 
     async def start(self) -> None:
         for model_config in self.config.models:
-            backend = create_backend(model_config)
-            await backend.start()
-            served = ServedModel(model_config, backend)
-            self.models[served.name] = served
-            self.scheduler.add_model(served.name, backend.infer, model_config.batching)
-            served.start()
+            await self._add_model(model_config)
+
+    async def _add_model(self, model_config: ModelConfig) -> None:
+        backend = create_backend(model_config)
+        await backend.start()
+        served = ServedModel(model_config, backend)
+        self.scheduler.add_model(served.name, backend.infer, model_config.batching)
+        self.models[served.name] = served
+        served.start()
+
+    async def reconfigure(self, config: GatewayConfig, grace_s: float) -> dict[str, list[str]]:
+        """Apply a reloaded config without dropping requests in flight.
+
+        New models start serving; removed models stop taking requests, finish what they
+        have queued and in flight (within `grace_s`), then close. A model whose batching
+        changed is re-tuned in place; one whose predictor changed gets a new backend for
+        new batches while batches already sent finish on the old one."""
+        old = {m.name: m for m in self.config.models}
+        new = {m.name: m for m in config.models}
+        changes: dict[str, list[str]] = {"added": [], "removed": [], "retuned": [], "replaced": []}
+        for name in new.keys() - old.keys():
+            await self._add_model(new[name])
+            changes["added"].append(name)
+        for name in old.keys() - new.keys():
+            served = self.models.pop(name)
+            asyncio.get_running_loop().create_task(self._retire(name, served, grace_s))
+            changes["removed"].append(name)
+        for name in old.keys() & new.keys():
+            before, after = old[name], new[name]
+            if before == after:
+                continue
+            if dataclasses.replace(before, batching=after.batching) == after:
+                self.scheduler.add_model(name, self.models[name].backend.infer, after.batching)
+                self.models[name].config = after
+                changes["retuned"].append(name)
+                continue
+            retired = self.models[name]
+            await self._add_model(after)  # the scheduler now sends new batches to the new backend
+            asyncio.get_running_loop().create_task(self._close_when_idle(retired, grace_s))
+            changes["replaced"].append(name)
+        self.config = config
+        return changes
+
+    async def _retire(self, name: str, served: ServedModel, grace_s: float) -> None:
+        await self.scheduler.remove_model(name, grace_s)
+        await served.close()
+
+    async def _close_when_idle(self, served: ServedModel, grace_s: float) -> None:
+        """Close a replaced backend once the batches it was given have come back."""
+        await asyncio.sleep(min(grace_s, served.config.batching.timeout_s))
+        await served.close()
 
     async def close(self, grace_s: float = 0.0) -> None:
         await self.scheduler.close(grace_s)

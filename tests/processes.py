@@ -68,6 +68,6 @@ def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -
                     "--http-port", str(http_port), "--grpc-port", str(grpc_port), *options])
 
 
-def gateway(config_path: Path) -> Process:
+def gateway(config_path: Path, log_level: str = "WARNING") -> Process:
     return Process(["-m", "gateway", "serve", "--config", str(config_path),
-                    "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING"])
+                    "--http-port", "0", "--grpc-port", "0", "--log-level", log_level])

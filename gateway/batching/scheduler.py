@@ -143,6 +143,19 @@ class BatchScheduler:
             return
         self._queues[name] = _ModelQueue(name, executor, policy)
 
+    async def remove_model(self, name: str, grace_s: float) -> None:
+        """Stop taking requests for a model; let what it has queued and in flight finish
+        within `grace_s`, answer the rest Unavailable, and forget it."""
+        queue = self._queues.pop(name, None)
+        if queue is None:
+            return
+        deadline = self._loop.time() + grace_s
+        while (queue.pending or queue.inflight) and self._loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        self._abandon(queue, Unavailable(f"model '{name}' was removed from the gateway"))
+        if queue.tasks:
+            await asyncio.gather(*queue.tasks, return_exceptions=True)
+
     def has_model(self, name: str) -> bool:
         return name in self._queues
 
@@ -385,16 +398,21 @@ class BatchScheduler:
                and any(q.pending or q.inflight for q in self._queues.values())):
             await asyncio.sleep(0.01)
         for queue in self._queues.values():
-            if queue.wake is not None:
-                queue.wake.cancel()
-            while queue.pending:
-                future = queue.pending.popleft().request.future
-                if not future.done():
-                    future.set_exception(Unavailable("the gateway is shutting down"))
-            for task in list(queue.tasks):
-                task.cancel()
+            self._abandon(queue, Unavailable("the gateway is shutting down"))
             if queue.tasks:
                 await asyncio.gather(*queue.tasks, return_exceptions=True)
+
+    @staticmethod
+    def _abandon(queue: _ModelQueue, error: GatewayError) -> None:
+        """Answer everything still queued with `error` and cancel batches in flight."""
+        if queue.wake is not None:
+            queue.wake.cancel()
+        while queue.pending:
+            future = queue.pending.popleft().request.future
+            if not future.done():
+                future.set_exception(error)
+        for task in list(queue.tasks):
+            task.cancel()
 
     def hurry(self) -> None:
         """End a `close` grace period now (a second SIGTERM)."""
