@@ -113,8 +113,6 @@ async def serve(config: GatewayConfig, config_path: str | None = None) -> None:
     and the running config kept."""
     gateway = Gateway(config)
     await gateway.start()
-    print(f"READY http={config.server.host}:{gateway.http_port} grpc={config.server.host}:{gateway.grpc_port} "
-          f"models={','.join(m.name for m in config.models)}", flush=True)
     stopping = asyncio.Event()
 
     def on_signal() -> None:
@@ -128,6 +126,9 @@ async def serve(config: GatewayConfig, config_path: str | None = None) -> None:
         loop.add_signal_handler(signum, on_signal)
     if config_path is not None:
         loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(gateway.reload(config_path)))
+    # Only now: a signal sent as soon as READY is seen must find its handler installed.
+    print(f"READY http={config.server.host}:{gateway.http_port} grpc={config.server.host}:{gateway.grpc_port} "
+          f"models={','.join(m.name for m in config.models)}", flush=True)
     await stopping.wait()
     log.info("stopping: finishing queued and in-flight requests (grace %s s)", config.server.grace_s)
     await gateway.stop()
