@@ -1,0 +1,278 @@
+"""Reading what tests/deploy checks: the Dockerfile, the kustomize trees under deploy/, the
+gateway.toml files they carry, and a gateway process started and stopped by PID."""
+from __future__ import annotations
+
+import copy
+import os
+import queue
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+DOCKERFILE = ROOT / "Dockerfile"
+CONFIG_KEY = "gateway.toml"
+
+# Resources that are not in the Kubernetes schema (custom resources): checked structurally.
+CUSTOM_KINDS = {("serving.kserve.io/v1beta1", "InferenceService")}
+CLUSTER_SCOPED_KINDS = {"Namespace"}
+
+
+# -- Dockerfile ------------------------------------------------------------------------
+
+@dataclass
+class Instruction:
+    keyword: str  # upper case: FROM, RUN, COPY, ...
+    arguments: str
+    line: int
+
+
+def dockerfile_instructions(path: Path = DOCKERFILE) -> list[Instruction]:
+    """The Dockerfile's instructions, continuation lines joined, comments dropped."""
+    instructions: list[Instruction] = []
+    pending: list[str] = []
+    start = 0
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        stripped = raw.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if pending and stripped.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending.append(stripped[:-1].strip())
+            continue
+        pending.append(stripped)
+        text = " ".join(part for part in pending if part)
+        pending = []
+        keyword, _, arguments = text.partition(" ")
+        instructions.append(Instruction(keyword.upper(), arguments.strip(), start))
+    assert not pending, "the Dockerfile ends inside a continued instruction"
+    return instructions
+
+
+def stages(instructions: list[Instruction]) -> list[list[Instruction]]:
+    """Instructions grouped by build stage (each group starts with its FROM)."""
+    groups: list[list[Instruction]] = []
+    for instruction in instructions:
+        if instruction.keyword == "FROM":
+            groups.append([])
+        if groups:
+            groups[-1].append(instruction)
+    return groups
+
+
+def shell_words(arguments: str) -> list[str]:
+    return shlex.split(arguments)
+
+
+# -- kustomize trees -------------------------------------------------------------------
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    with open(path) as handle:
+        return [document for document in yaml.safe_load_all(handle) if document is not None]
+
+
+def kustomization_dirs() -> list[Path]:
+    return sorted(path.parent for path in DEPLOY.rglob("kustomization.yaml"))
+
+
+@dataclass
+class Rendered:
+    """What `kubectl apply -k DIR` would apply, for the kustomize features used here."""
+    root: Path
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    files: set[Path] = field(default_factory=set)  # every file the tree read
+    namespace: str | None = None
+
+    def find(self, kind: str, name: str | None = None) -> list[dict[str, Any]]:
+        return [r for r in self.resources
+                if r["kind"] == kind and (name is None or r["metadata"]["name"] == name)]
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        found = self.find(kind, name)
+        assert len(found) == 1, f"{self.root}: expected one {kind} {name or ''}, found {len(found)}"
+        return found[0]
+
+
+# Kustomization keys render() implements. Anything else fails the tests (so a new feature
+# in a kustomization.yaml comes with its support here, instead of being silently ignored).
+SUPPORTED_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "namespace", "patches"}
+
+
+def render(directory: Path) -> Rendered:
+    """A small kustomize: resources (files and directories), namespace, and strategic-merge
+    patches of ConfigMap data. The same result as `kubectl kustomize DIR` for this tree."""
+    kustomization_path = directory / "kustomization.yaml"
+    kustomization = load_documents(kustomization_path)[0]
+    unknown = set(kustomization) - SUPPORTED_KUSTOMIZATION_KEYS
+    assert not unknown, f"{kustomization_path}: keys not understood by tests/deploy/support.render: {unknown}"
+    assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
+    assert kustomization["kind"] == "Kustomization"
+    rendered = Rendered(directory, files={kustomization_path})
+    for entry in kustomization.get("resources", []):
+        target = (directory / entry).resolve()
+        if target.is_dir():
+            inner = render(target)
+            rendered.resources.extend(inner.resources)
+            rendered.files |= inner.files
+        else:
+            assert target.is_file(), f"{kustomization_path}: resource {entry} does not exist"
+            rendered.resources.extend(copy.deepcopy(load_documents(target)))
+            rendered.files.add(target)
+    for patch in kustomization.get("patches", []):
+        assert set(patch) == {"path"}, f"{kustomization_path}: only `path:` patches are supported"
+        patch_path = (directory / patch["path"]).resolve()
+        rendered.files.add(patch_path)
+        for document in load_documents(patch_path):
+            _apply_configmap_patch(rendered, document, patch_path)
+    namespace = kustomization.get("namespace")
+    if namespace:
+        rendered.namespace = namespace
+        for resource in rendered.resources:
+            if resource["kind"] not in CLUSTER_SCOPED_KINDS:
+                resource.setdefault("metadata", {})["namespace"] = namespace
+    return rendered
+
+
+def _apply_configmap_patch(rendered: Rendered, patch: dict[str, Any], source: Path) -> None:
+    assert patch["kind"] == "ConfigMap", f"{source}: render() patches ConfigMaps only"
+    assert set(patch) <= {"apiVersion", "kind", "metadata", "data"}, f"{source}: patch only metadata and data"
+    target = rendered.one("ConfigMap", patch["metadata"]["name"])
+    target.setdefault("data", {}).update(patch.get("data", {}))
+    labels = patch["metadata"].get("labels")
+    if labels:
+        target["metadata"].setdefault("labels", {}).update(labels)
+
+
+def all_manifest_files() -> list[Path]:
+    """Every Kubernetes manifest file under deploy/ (kustomization files excluded)."""
+    return sorted(path for path in DEPLOY.rglob("*.yaml") if path.name != "kustomization.yaml")
+
+
+def config_maps_with_gateway_toml() -> list[tuple[Path, dict[str, Any]]]:
+    """(file, ConfigMap) for every ConfigMap under deploy/ that carries a gateway.toml."""
+    found = []
+    for path in all_manifest_files():
+        for document in load_documents(path):
+            if document.get("kind") == "ConfigMap" and CONFIG_KEY in document.get("data", {}):
+                found.append((path, document))
+    return found
+
+
+def pod_spec(rendered: Rendered) -> dict[str, Any]:
+    return rendered.one("Deployment")["spec"]["template"]["spec"]
+
+
+def gateway_container(rendered: Rendered) -> dict[str, Any]:
+    containers = pod_spec(rendered)["containers"]
+    assert len(containers) == 1, "the gateway pod has one container"
+    return containers[0]
+
+
+def container_port(container: dict[str, Any], port: int | str) -> int:
+    """A probe's or Service's port (number or name) as the container's port number."""
+    if isinstance(port, int):
+        return port
+    for declared in container.get("ports", []):
+        if declared.get("name") == port:
+            return declared["containerPort"]
+    raise AssertionError(f"container {container['name']} declares no port named {port!r}")
+
+
+# -- a gateway process ----------------------------------------------------------------
+
+class GatewayProcess:
+    """`python -m gateway ARGS` (or any command) until it prints READY; stopped by PID."""
+
+    def __init__(self, command: list[str], env: dict[str, str] | None = None, ready_timeout: float = 30) -> None:
+        self.stderr = tempfile.TemporaryFile()
+        self.popen = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.stderr,
+                                      text=True, start_new_session=True, env=env)
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: lines.put(self.popen.stdout.readline()), daemon=True).start()
+        try:
+            line = lines.get(timeout=ready_timeout)
+        except queue.Empty:
+            line = ""
+        if not line.startswith("READY"):
+            self.stop()
+            raise AssertionError(f"{command} did not print READY: {line!r}\n{self.stderr_text()[-3000:]}")
+        self.fields = dict(part.split("=", 1) for part in line.split()[1:])
+        # gateway.server.serve prints READY just BEFORE it installs its SIGTERM handler: a
+        # SIGTERM sent in between kills it outright (exit -15). An answered request means the
+        # loop has run past that point, so stop() then always meets the graceful path.
+        self._answered_once()
+
+    def _answered_once(self, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(self.http_url + "/v2/health/live", timeout=2):
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+
+    @classmethod
+    def module(cls, *args: str, **kwargs: Any) -> "GatewayProcess":
+        return cls([sys.executable, "-m", "gateway", *args], **kwargs)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def http_url(self) -> str:
+        return "http://" + self.fields["http"]
+
+    @property
+    def grpc_address(self) -> str:
+        return self.fields["grpc"]
+
+    def stderr_text(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
+    def stop(self, timeout: float = 20) -> int:
+        """SIGTERM to its process group (by PID), wait; SIGKILL if it does not stop."""
+        if self.popen.poll() is None:
+            os.killpg(self.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.popen.wait()
+                raise
+        return self.popen.returncode
+
+
+def gateway_command_shim(directory: Path) -> Path:
+    """A `batching-gateway` on PATH that runs this checkout's gateway with this Python
+    (the test venv has the dependencies, not necessarily the installed console script)."""
+    shim = directory / "batching-gateway"
+    shim.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))} exec {shlex.quote(sys.executable)} -m gateway "$@"\n')
+    shim.chmod(0o755)
+    return shim
+
+
+def localise_predictor_urls(toml_text: str, port: int) -> str:
+    """The same config with every predictor address on 127.0.0.1:PORT (scheme kept)."""
+    def replace(match: re.Match) -> str:
+        url = match.group(2)
+        local = f"http://127.0.0.1:{port}" if url.startswith(("http://", "https://")) else f"127.0.0.1:{port}"
+        return f'{match.group(1)}"{local}"'
+    return re.sub(r'^(\s*url\s*=\s*)"([^"]*)"', replace, toml_text, flags=re.MULTILINE)
