@@ -16,11 +16,12 @@ from gateway.tensors import Tensor
 class KServeV1Backend(Backend):
     batch_form = ROWS
 
-    def __init__(self, base_url: str, model: str, ca_file: str = "") -> None:
+    def __init__(self, base_url: str, model: str, ca_file: str = "", ready_path: str = "") -> None:
         self.http = HttpPredictor(base_url, model, ca_file=ca_file)
         self.model = model
         self._predict_path = f"/v1/models/{model}:predict"
-        self._ready_path = f"/v1/models/{model}"
+        # TorchServe answers 404 here: it passes "/ping" ({"status": "Healthy"}, 500 if not).
+        self._ready_path = ready_path or f"/v1/models/{model}"
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         rows = inputs[0].data

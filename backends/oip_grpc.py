@@ -1,7 +1,17 @@
-"""Open Inference Protocol over gRPC (Triton, KServe v2): ModelInfer with raw contents."""
+"""Open Inference Protocol over gRPC (Triton, KServe v2): ModelInfer with raw contents.
+
+TorchServe 0.12 (``service_envelope=kservev2``, ``ts_open_inference_protocol=true``) speaks
+the same messages with three quirks, each a clearly named option here rather than a second
+client: its service has another name (``service``), it reads only the typed ``contents``
+(``typed_contents``), and its outputs come back flattened, as FP64 and named after the
+inputs (``restore_outputs``: batch shape, datatype and name from the model's signature).
+"""
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import grpc
 
@@ -9,23 +19,29 @@ from backends import errors
 from backends.base import Backend
 from backends.metadata import signature_from_proto
 from gateway.codecs import oip_grpc
-from gateway.errors import InvalidInput
+from gateway.errors import BadPredictorAnswer, InvalidInput
 from gateway.generated.inference import grpc_service_pb2 as pb
 from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from gateway.tensors import ModelSignature, Tensor
+from gateway.tensors import NUMPY_DTYPES, ModelSignature, Tensor, TensorSpec
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 PROBE_TIMEOUT_S = 2.0
+OIP_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
 
 class OipGrpcBackend(Backend):
     def __init__(self, address: str, model: str, version: str = "", tls: bool = False,
-                 ca_file: str = "") -> None:
+                 ca_file: str = "", *, service: str = OIP_SERVICE, typed_contents: bool = False,
+                 restore_outputs: bool = False, signature: ModelSignature | None = None) -> None:
         self.address = address.removeprefix("grpc://")
         self.model = model
         self.version = version
         self.tls = tls
         self.ca_file = ca_file
+        self.service = service                   # the OIP service's full gRPC name
+        self.typed_contents = typed_contents     # send typed `contents`, not raw_input_contents
+        self.restore_outputs = restore_outputs   # un-flatten outputs, cast to the signature's types
+        self._signature = signature              # from config, else learned from metadata()
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.GRPCInferenceServiceStub | None = None
 
@@ -44,18 +60,21 @@ class OipGrpcBackend(Backend):
             self._channel = grpc.aio.secure_channel(self.address, credentials, options=options)
         else:
             self._channel = grpc.aio.insecure_channel(self.address, options=options)
-        self._stub = pb_grpc.GRPCInferenceServiceStub(self._channel)
+        self._stub = _stub(self._channel, self.service)
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
-        request = oip_grpc.encode_request(inputs, self.model, self.version)
+        request = oip_grpc.encode_request(inputs, self.model, self.version, typed=self.typed_contents)
         try:
             response = await self._stub.ModelInfer(request)
         except grpc.aio.AioRpcError as error:
             raise errors.from_grpc_error(self.model, error) from None
         try:
-            return oip_grpc.decode_response(response)
+            outputs = oip_grpc.decode_response(response)
         except InvalidInput as exc:
             raise errors.unreadable(self.model, exc.message) from None
+        if self.restore_outputs:
+            outputs = restore_flattened_outputs(self.model, outputs, inputs, self._signature)
+        return outputs
 
     async def ready(self) -> bool:
         try:
@@ -71,8 +90,81 @@ class OipGrpcBackend(Backend):
                 pb.ModelMetadataRequest(name=self.model, version=self.version), timeout=PROBE_TIMEOUT_S)
         except grpc.aio.AioRpcError:
             return None
-        return signature_from_proto(response)
+        described = signature_from_proto(response)
+        if described is not None and self._signature is None:
+            self._signature = described[0]
+        if described is None and self.restore_outputs and self._signature is not None:
+            # TorchServe describes no tensors: the configured signature stands, with its versions.
+            return self._signature, [str(v) for v in response.versions]
+        return described
 
     async def close(self) -> None:
         if self._channel is not None:
             await self._channel.close()
+
+
+def _stub(channel: grpc.aio.Channel, service: str) -> Any:
+    """The OIP stub, for the standard service name or another one with the same methods."""
+    if service == OIP_SERVICE:
+        return pb_grpc.GRPCInferenceServiceStub(channel)
+    methods = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods
+    return SimpleNamespace(**{
+        method.name: channel.unary_unary(
+            f"/{service}/{method.name}",
+            request_serializer=getattr(pb, method.input_type.name).SerializeToString,
+            response_deserializer=getattr(pb, method.output_type.name).FromString)
+        for method in methods
+    })
+
+
+def restore_flattened_outputs(model: str, outputs: list[Tensor], inputs: list[Tensor],
+                              signature: ModelSignature | None) -> list[Tensor]:
+    """Give outputs that come back flattened (``[12]`` for a ``[3, 4]`` batch), as FP64 and
+    named after the inputs (TorchServe's kservev2 envelope) their batch shape, and the
+    datatype and name the model's signature declares (matched by name, else by position)."""
+    rows = inputs[0].data.shape[0]
+    specs = signature.outputs if signature is not None else ()
+    by_name = {spec.name: spec for spec in specs}
+    restored = []
+    for index, tensor in enumerate(outputs):
+        spec = by_name.get(tensor.name) or (specs[index] if len(specs) == len(outputs) else None)
+        source = inputs[index] if index < len(inputs) else None
+        data = tensor.data.reshape(_batch_shape(model, tensor, rows, spec, source))
+        datatype = spec.datatype if spec is not None else tensor.datatype
+        if datatype != tensor.datatype:
+            if "BYTES" in (datatype, tensor.datatype):
+                raise errors.unreadable(
+                    model, f"output '{tensor.name}' is {tensor.datatype}, the model declares {datatype}")
+            cast = data.astype(NUMPY_DTYPES[datatype])
+            if cast.dtype.kind in "iub" and not (cast == data).all():
+                raise errors.unreadable(model, f"output '{tensor.name}' has values that are not {datatype}")
+            data = cast
+        restored.append(Tensor(spec.name if spec is not None else tensor.name, datatype, data))
+    return restored
+
+
+def _batch_shape(model: str, tensor: Tensor, rows: int, spec: TensorSpec | None,
+                 source: Tensor | None) -> list[int]:
+    shape, count = list(tensor.data.shape), tensor.data.size
+    if len(shape) >= 2 and shape[0] == rows:
+        return shape  # not flattened
+    if rows == 0 or count % rows:
+        raise BadPredictorAnswer(f"model '{model}': output '{tensor.name}' has {count} elements, "
+                                 f"which is not {rows} rows of equal size")
+    per_row = count // rows
+    declared = list(spec.shape[1:]) if spec is not None else None
+    if declared is not None and -1 not in declared:
+        if math.prod(declared) != per_row:
+            raise BadPredictorAnswer(f"model '{model}': output '{tensor.name}' has {per_row} elements per row, "
+                                     f"the model declares shape {list(spec.shape)}")
+        return [rows, *declared]
+    if source is not None:  # most often an output is shaped like the input it comes from
+        inner = list(source.data.shape[1:])
+        fits = declared is None or (len(declared) == len(inner) and all(d in (-1, g) for d, g in zip(declared, inner)))
+        if math.prod(inner) == per_row and fits:
+            return [rows, *inner]
+    if declared is not None and declared.count(-1) == 1:
+        known = math.prod(d for d in declared if d != -1)
+        if known and per_row % known == 0:
+            return [rows, *(per_row // known if d == -1 else d for d in declared)]
+    return [rows, per_row]

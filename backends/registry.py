@@ -7,7 +7,8 @@ from backends.oip_grpc import OipGrpcBackend
 from backends.oip_http import OipHttpBackend
 from backends.simulated.inprocess import InProcessBackend
 from backends.simulated.model import Cost, SimulatedModel
-from gateway.config import ConfigError, ModelConfig
+from backends.torchserve_grpc import TORCHSERVE_OIP_SERVICE, TorchServeGrpcBackend
+from gateway.config import ModelConfig
 
 
 def create_backend(config: ModelConfig) -> Backend:
@@ -15,10 +16,20 @@ def create_backend(config: ModelConfig) -> Backend:
         cost = Cost(config.simulated.call_ms, config.simulated.per_instance_ms, config.simulated.slots)
         return InProcessBackend(SimulatedModel(config.target_model, cost))
     if config.protocol == "grpc":
+        if config.backend == "torchserve" and config.api == "v1":
+            # TorchServe's own Predictions API (service_envelope=kserve): rows as instances.
+            return TorchServeGrpcBackend(config.url, config.target_model, tls=config.tls, ca_file=config.ca_file)
         if config.backend == "torchserve":
-            raise ConfigError(f"models.{config.name}.protocol", "TorchServe over gRPC is not supported yet; use http")
+            # TorchServe's OIP (service_envelope=kservev2): another service name, typed
+            # contents only, outputs flattened and FP64.
+            return OipGrpcBackend(config.url, config.target_model, tls=config.tls, ca_file=config.ca_file,
+                                  service=TORCHSERVE_OIP_SERVICE, typed_contents=True, restore_outputs=True,
+                                  signature=config.signature)
         return OipGrpcBackend(config.url, config.target_model, tls=config.tls, ca_file=config.ca_file)
-    if config.backend == "torchserve" or config.api == "v1":
-        # TorchServe with service_envelope=kserve answers the KServe v1 API.
+    if config.backend == "torchserve":
+        # TorchServe with service_envelope=kserve answers the KServe v1 API; its inference
+        # port has no per-model readiness, only /ping.
+        return KServeV1Backend(config.url, config.target_model, ca_file=config.ca_file, ready_path="/ping")
+    if config.api == "v1":
         return KServeV1Backend(config.url, config.target_model, ca_file=config.ca_file)
     return OipHttpBackend(config.url, config.target_model, binary=config.binary_data, ca_file=config.ca_file)

@@ -41,7 +41,7 @@ class ModelConfig:
     protocol: str = "http"
     url: str = ""
     backend_model: str = ""
-    api: str = "v2"                  # kserve over http: v1 | v2
+    api: str = "v2"                  # kserve over http: v1 | v2; torchserve over grpc: v1 (Predictions) | v2 (OIP)
     binary_data: bool = False        # OIP HTTP to the predictor with the binary tensor extension
     tls: bool = False                # gRPC to the predictor over TLS (HTTP: use an https:// url)
     ca_file: str = ""                # CA bundle to verify the predictor's certificate (default: system CAs)
@@ -114,13 +114,16 @@ def _model(raw: Any, key: str) -> ModelConfig:
     backend = _choice(raw, key, "backend", BACKENDS, "simulated")
     protocol = _choice(raw, key, "protocol", PROTOCOLS, "http")
     url = _str(raw, key, "url", required=backend != "simulated")
-    default_api = "v1" if backend == "kserve" and protocol == "http" else "v2"
+    default_api = "v1" if (backend == "kserve" and protocol == "http") or backend == "torchserve" else "v2"
     api = _choice(raw, key, "api", ("v1", "v2"), default_api)
-    if api == "v1" and protocol != "http":
+    if api == "v1" and protocol != "http" and backend != "torchserve":  # torchserve grpc v1: its Predictions API
         raise ConfigError(f"{key}.api", "KServe v1 is HTTP only; use api = \"v2\" with protocol = \"grpc\"")
+    if backend == "torchserve" and protocol == "http" and api != "v1":
+        raise ConfigError(f"{key}.api", "TorchServe over HTTP is spoken through its KServe envelope (api = \"v1\"); "
+                                        "for the Open Inference Protocol use protocol = \"grpc\" with api = \"v2\"")
     if api == "v1" and backend == "triton":
         raise ConfigError(f"{key}.api", "Triton speaks only the Open Inference Protocol (v2)")
-    if backend in ("triton", "kserve") and protocol == "http" and not url.startswith(("http://", "https://")):
+    if backend in ("triton", "kserve", "torchserve") and protocol == "http" and not url.startswith(("http://", "https://")):
         raise ConfigError(f"{key}.url", f"an HTTP predictor address looks like http://host:port, got '{url}'")
     inputs = _tensor_specs(raw.get("inputs"), f"{key}.inputs")
     outputs = _tensor_specs(raw.get("outputs"), f"{key}.outputs")

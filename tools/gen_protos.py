@@ -31,12 +31,17 @@ def generate(output_root: Path) -> list[Path]:
     import grpc_tools
 
     include_well_known = str(Path(grpc_tools.__file__).parent / "_proto")
+    # google/rpc/*.proto (TorchServe's API imports google/rpc/status.proto): the .proto files
+    # ship inside googleapis-common-protos, beside its generated modules.
+    from google.rpc import status_pb2
+    include_googleapis = str(Path(status_pb2.__file__).resolve().parents[2])
     sources = [str(p.relative_to(PROTO_ROOT)) for p in proto_files()]
     output_root.mkdir(parents=True, exist_ok=True)
     args = [
         "protoc",
         f"-I{PROTO_ROOT}",
         f"-I{include_well_known}",
+        f"-I{include_googleapis}",
         f"--python_out={output_root}",
         f"--pyi_out={output_root}",
         f"--grpc_python_out={output_root}",
@@ -58,6 +63,12 @@ def generate(output_root: Path) -> list[Path]:
         text = text.replace("_descriptor_pool.Default()", "_gateway_pool.POOL")
         text = text.replace("from google.protobuf import descriptor_pool as _descriptor_pool",
                             "from gateway.generated import pool as _gateway_pool")
+        if path.name.endswith("_pb2.py"):
+            # A dependency from another package (google/protobuf/empty.proto, google/rpc/
+            # status.proto) registers itself in protobuf's default pool on import; our pool
+            # must hold it too before our file is added to it.
+            text = re.sub(r"^from (\w+(?:\.\w+)+) import (\w+_pb2) as (\w+)$",
+                          r"\g<0>\n_gateway_pool.add_file(\3.DESCRIPTOR)", text, flags=re.M)
         path.write_text(HEADER + text)
         written.append(path)
     return written

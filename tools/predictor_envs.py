@@ -20,7 +20,7 @@ only when complete: an interrupted build never looks complete, and a leftover te
 is swept away by the next build. Deleting the cache simply makes the next call rebuild.
 
 Public API: ``ensure_env(name) -> Path`` (the venv's python executable) for the names
-in ``SPECS`` ("triton", "kserve").
+in ``SPECS`` ("triton", "kserve", "torchserve").
 
 CLI::
 
@@ -67,6 +67,9 @@ class EnvSpec:
     # Imported once at build time: a smoke test of the venv, and it writes the .pyc files of
     # exactly what the server loads (see _build).
     warmup_imports: tuple[str, ...] = ()
+    # Also look in the machine's local wheel folders (``local_wheel_dirs()``): for a package
+    # that exists only as a file on this disk (torch's CPU build), pinned by hash in the lock.
+    local_wheels: bool = False
 
     @property
     def lock_file(self) -> pathlib.Path:
@@ -101,8 +104,46 @@ SPECS: dict[str, EnvSpec] = {
                 "httptools", "grpc.aio",
             ),
         ),
+        EnvSpec(
+            name="torchserve",
+            # torch's CPU build is the wheel on this disk (``local_wheels``), pinned WITH its
+            # local version label: the index has no 2.13.0+cpu, so a missing file fails the
+            # build instead of silently pulling the multi-GB CUDA torch. pyyaml and numpy are
+            # needed by torchserve but not declared by its wheel.
+            requirements=("torch==2.13.0+cpu", "torchserve==0.12.0", "torch-model-archiver==0.12.0",
+                          "pyyaml", "numpy"),
+            why="TorchServe 0.12 (Java frontend of the machine's JDK 17) with CPU torch 2.13.0 from the local wheel",
+            warmup_imports=(
+                # What the worker (ts/model_service_worker.py) and the test handler load.
+                "numpy", "yaml", "torch", "ts.model_service_worker", "ts.torch_handler.base_handler",
+                "ts.model_server", "model_archiver.model_packaging",
+            ),
+            local_wheels=True,
+        ),
     )
 }
+
+LOCAL_WHEELS_DEFAULT = "/opt/wheels"
+
+
+def local_wheel_dirs() -> list[str]:
+    """Folders holding wheels that exist only on this machine's disk (torch's CPU build):
+    pip's own find-links setting of the machine (``PIP_FIND_LINKS``, space-separated), else
+    ``/opt/wheels``; only those that exist. uv ignores pip's config, so they are passed to it."""
+    configured = os.environ.get("PIP_FIND_LINKS", "").split() or [LOCAL_WHEELS_DEFAULT]
+    return [d for d in configured if os.path.isdir(d)]
+
+
+def _find_links(spec: EnvSpec) -> list[str]:
+    if not spec.local_wheels:
+        return []
+    dirs = local_wheel_dirs()
+    if not dirs:
+        raise PredictorEnvError(
+            f"the '{spec.name}' venv needs wheels that lie only on this machine's disk (torch's CPU "
+            f"build), but no local wheel folder exists (PIP_FIND_LINKS or {LOCAL_WHEELS_DEFAULT})"
+        )
+    return [arg for d in dirs for arg in ("--find-links", d)]
 
 
 class PredictorEnvError(RuntimeError):
@@ -308,6 +349,7 @@ def _build(spec: EnvSpec, final: pathlib.Path) -> None:
              # Every package is pinned with hashes; resolving again would be pure overhead,
              # and --require-hashes already refuses a lock that misses a dependency.
              "--no-deps",
+             *_find_links(spec),
              "-r", spec.lock_file],
             log,
             env,
@@ -356,7 +398,7 @@ def relock(name: str) -> pathlib.Path:
         requirements_in.write_text("\n".join(spec.requirements) + "\n")
         log = pathlib.Path(tmpdir) / "relock.log"
         _run(
-            [uv, "pip", "compile", requirements_in, "--python", base_python(),
+            [uv, "pip", "compile", requirements_in, "--python", base_python(), *_find_links(spec),
              "--generate-hashes", "--no-header", "--annotation-style", "line",
              "--output-file", spec.lock_file],
             log,

@@ -33,7 +33,7 @@ if [ ! -f "$venv/.complete" ]; then
   echo "test venv built in $(( $(date +%s) - started )) s: $venv"
 fi
 
-"$venv/bin/python" -m tools.predictor_envs triton kserve
+"$venv/bin/python" -m tools.predictor_envs triton kserve torchserve
 
 # KServe starts in ~2 s with bytecode cached, 6-8 s without (BACKENDS.md).
 unset PYTHONDONTWRITEBYTECODE

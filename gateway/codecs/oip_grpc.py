@@ -43,12 +43,30 @@ def decode_response(message: pb.ModelInferResponse, limits: Limits = DEFAULT_LIM
     return _decode_tensors(message.outputs, message.raw_output_contents, limits)
 
 
-def encode_request(inputs: list[Tensor], model_name: str, model_version: str = "", request_id: str = "") -> pb.ModelInferRequest:
+def encode_request(inputs: list[Tensor], model_name: str, model_version: str = "", request_id: str = "",
+                   typed: bool = False) -> pb.ModelInferRequest:
+    """Raw contents by default; `typed` puts the values in the typed `contents` fields
+    instead, for predictors that ignore raw_input_contents (TorchServe 0.12)."""
     message = pb.ModelInferRequest(model_name=model_name, model_version=model_version, id=request_id)
     for tensor in inputs:
-        message.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        message.raw_input_contents.append(raw.from_array(tensor.data, tensor.datatype))
+        item = message.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        if typed:
+            _array_to_typed(tensor, item.contents)
+        else:
+            message.raw_input_contents.append(raw.from_array(tensor.data, tensor.datatype))
     return message
+
+
+def _array_to_typed(tensor: Tensor, contents: pb.InferTensorContents) -> None:
+    field = _CONTENTS_FIELD.get(tensor.datatype)
+    if field is None:
+        raise InvalidInput(f"tensor '{tensor.name}': {tensor.datatype} has no typed contents field, "
+                           f"and this predictor reads only typed contents")
+    values = tensor.data.ravel()
+    if tensor.datatype == "BYTES":
+        getattr(contents, field).extend(v.encode() if isinstance(v, str) else bytes(v) for v in values)
+    else:
+        getattr(contents, field).extend(values.tolist())
 
 
 def encode_response(

@@ -11,6 +11,7 @@ from gateway.generated import pool
 from gateway.generated.inference import grpc_service_pb2 as pb
 from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from gateway.grpc.servicer import InferenceServicer
+from gateway.grpc import torchserve
 from gateway.service import InferenceService
 
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
@@ -25,12 +26,14 @@ def build_server(service: InferenceService, limits: Limits,
         ("grpc.so_reuseport", 0),
     ])
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service, limits), server)
+    torchserve_service = torchserve.add_to_server(service, limits, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     pool.add_file(health_pb2.DESCRIPTOR)
     pool.add_file(reflection_pb2.DESCRIPTOR)
     reflection.enable_server_reflection(
-        [INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        [INFERENCE_SERVICE, torchserve_service, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME],
         server,
         pool=pool.POOL,
     )

@@ -2,10 +2,15 @@
 KServe's own call log (one line per predict call) shows concurrent clients merged."""
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from tests.backends.clients import fire_mixed
-from tests.harness import config_for, http_json, running_gateway
+from tests.harness import config_for, http_json, run_clients, running_gateway
+from tests.predictors.harness import KServeServer
+from tools.predictor_envs import ensure_env
 
 N = 60
 SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 4]}],
@@ -41,3 +46,38 @@ def test_kserve_rejecting_a_batch_is_a_400_not_a_200(kserve_server):
         status, body = http_json("POST", f"{gw.http_url}/v1/models/double:predict", {"instances": ["not a number"]})
         assert status == 400
         assert "rejected" in body["error"]
+
+
+@pytest.mark.parametrize("protocol, api", [("http", "v1"), ("grpc", "v2")])
+def test_kserve_killed_mid_load_then_restarted(tmp_path, protocol, api):
+    """A real predictor process dies under load and comes back on the same ports: every
+    client gets an answer within its deadline, and the gateway recovers by itself."""
+    python = ensure_env("kserve")
+    server = KServeServer.start(python, tmp_path / "first")
+    restarted = None
+    try:
+        url = server.http_url if protocol == "http" else server.grpc_address
+        model = {"name": "double", "backend": "kserve", "protocol": protocol, "url": url, "api": api,
+                 **SIGNATURE, "batching": {"timeout_s": 3}}
+        with running_gateway(config_for(model)) as gw:
+            def outage():
+                nonlocal restarted
+                time.sleep(0.5)
+                server.process.kill_group()
+                restarted = KServeServer.start(python, tmp_path / "second",
+                                               http_port=server.http_port, grpc_port=server.grpc_port)
+
+            chaos = threading.Thread(target=outage)
+            chaos.start()
+            results = run_clients(gw, seconds=6.0, model="double", row=[1.0, 2.0, 3.0, 4.0])
+            chaos.join(timeout=60)
+            statuses = {status for status, _, _ in results}
+            assert statuses <= {200, 502, 503, 504}, statuses
+            assert statuses - {200}, "the outage was not seen"
+            assert max(elapsed for _, elapsed, _ in results) < 3 + 1.5
+            last = max(finished for _, _, finished in results)
+            assert all(status == 200 for status, _, finished in results if finished > last - 1.0)
+    finally:
+        server.stop()
+        if restarted is not None:
+            restarted.stop()

@@ -1,5 +1,6 @@
-"""Session-scoped pytest fixtures for the REAL predictor servers: ``triton_server`` and
-``kserve_server``.
+"""Session-scoped pytest fixtures for the REAL predictor servers: ``triton_server``,
+``kserve_server``, ``torchserve_server`` (envelope ``kserve``) and ``torchserve_oip_server``
+(envelope ``kservev2``, OIP gRPC).
 
 Registered from ``tests/conftest.py`` (``pytest_plugins = ["tests.predictors.fixtures"]``).
 Each fixture builds (or reuses) the predictor's cached venv (``tools.predictor_envs``),
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.predictors.harness import KServeServer, TritonServer
+from tests.predictors.harness import KServeServer, TorchServeServer, TritonServer
 from tools.predictor_envs import ensure_env
 
 
@@ -37,6 +38,29 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSe
 def kserve_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KServeServer]:
     """A real KServe model server serving ``double`` over v1 and v2, REST and gRPC."""
     server = KServeServer.start(ensure_env("kserve"), tmp_path_factory.mktemp("kserve"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def torchserve_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServeServer]:
+    """A real TorchServe with ``service_envelope=kserve``: KServe v1 HTTP and its own gRPC
+    ``Predictions``, model ``double`` with ``batchSize`` 1."""
+    server = TorchServeServer.start(ensure_env("torchserve"), tmp_path_factory.mktemp("torchserve"), envelope="kserve")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def torchserve_oip_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServeServer]:
+    """A real TorchServe with ``service_envelope=kservev2`` and ``ts_open_inference_protocol``:
+    the Open Inference Protocol over gRPC (outputs flattened, FP64)."""
+    server = TorchServeServer.start(ensure_env("torchserve"), tmp_path_factory.mktemp("torchserve-oip"),
+                                    envelope="kservev2")
     try:
         yield server
     finally:

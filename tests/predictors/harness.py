@@ -1,4 +1,4 @@
-"""Start and stop the REAL predictor servers (Triton, KServe) for tests, on loopback.
+"""Start and stop the REAL predictor servers (Triton, KServe, TorchServe) for tests, on loopback.
 
 Standard library only, so it runs in the gateway's venv: each server itself runs in
 its own predictor venv (``tools.predictor_envs``), as a separate process group.
@@ -13,6 +13,9 @@ its own predictor venv (``tools.predictor_envs``), as a separate process group.
   (Triton: ``execution_count()``, ``inference_count()``, ``batch_size_counts()`` from
   ``/v2/models/<m>/stats``;
   KServe: ``calls()`` from the model's call log).
+* ``TorchServeServer``: TorchServe 0.12 with one request envelope (``kserve``, or
+  ``kservev2`` with OIP gRPC), ``http_url``, ``management_url``, ``grpc_address`` and
+  ``calls()`` from its handler's call log.
 
 Servers started here also exit by themselves if the test process dies without stopping
 them: they watch a stdin pipe that only the test process holds (``--exit-on-stdin-eof``).
@@ -40,6 +43,7 @@ from typing import Any
 HERE = pathlib.Path(__file__).resolve().parent
 TRITON_SCRIPT = HERE / "triton_server.py"
 KSERVE_SCRIPT = HERE / "kserve_server.py"
+TORCHSERVE_SCRIPT = HERE / "torchserve_server.py"
 MODEL = "double"
 
 # An opener without proxy handling: a proxy from http_proxy/HTTP_PROXY must never
@@ -277,6 +281,16 @@ class PredictorProcess:
             shutil.rmtree(path, ignore_errors=True)
         return self._proc.returncode
 
+    def kill_group(self) -> None:
+        """Crash the server: SIGKILL its whole process group and wait until nothing runs."""
+        if self._proc is None:
+            return
+        self._signal_group(self._proc.pid, signal.SIGKILL)
+        self._proc.wait(timeout=10)
+        deadline = time.monotonic() + 5.0
+        while _pids_in_group(self._proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     @staticmethod
     def _signal_group(pgid: int, sig: signal.Signals) -> None:
         try:
@@ -431,10 +445,12 @@ class KServeServer:
         return f"127.0.0.1:{self.grpc_port}"
 
     @classmethod
-    def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, ready_timeout: float = 60.0) -> KServeServer:
-        """Start ``kserve_server.py`` with the KServe venv's ``python`` on free loopback ports."""
+    def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, ready_timeout: float = 60.0,
+              http_port: int | None = None, grpc_port: int | None = None) -> KServeServer:
+        """Start ``kserve_server.py`` with the KServe venv's ``python`` on loopback ports
+        (free ones unless given: a restart after a crash reuses the old ones)."""
         workdir = pathlib.Path(workdir)
-        http_port, grpc_port = free_port(), free_port()
+        http_port, grpc_port = http_port or free_port(), grpc_port or free_port()
         call_log = workdir / "calls.jsonl"
         http_url = f"http://127.0.0.1:{http_port}"
 
@@ -471,6 +487,127 @@ class KServeServer:
         return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
 
+def _read_call_log(path: pathlib.Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    # Only complete lines: the server may be appending one right now.
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def _group_rss_bytes(pids: Sequence[int]) -> dict[int, int]:
+    """{pid: resident set size in bytes} from /proc (processes gone meanwhile are left out)."""
+    sizes = {}
+    for pid in pids:
+        try:
+            for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    sizes[pid] = int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return sizes
+
+
+# AF_UNIX socket paths (TorchServe's worker sockets, ``$TMPDIR/.ts.sock.<port>``) are
+# limited to 107 bytes.
+_MAX_SOCKET_DIR = 80
+
+
+@dataclasses.dataclass
+class TorchServeServer:
+    """A running TorchServe 0.12 serving ``double`` (``nn.Linear``, weight 2*I) through one
+    request envelope: ``kserve`` (KServe v1 over HTTP, and TorchServe's own gRPC
+    ``Predictions`` with ``{"instances": [...]}`` in ``input["data"]``) or ``kservev2`` (Open
+    Inference Protocol over HTTP and gRPC; outputs come back flattened and FP64). The
+    envelope is global to a TorchServe server, hence one server per envelope."""
+
+    inference_port: int
+    management_port: int
+    metrics_port: int
+    grpc_port: int
+    grpc_management_port: int
+    envelope: str
+    call_log: pathlib.Path
+    process: PredictorProcess
+    model: str = MODEL
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.inference_port}"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @classmethod
+    def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, envelope: str = "kserve",
+              ready_timeout: float = 120.0) -> TorchServeServer:
+        """Start ``torchserve_server.py`` with the TorchServe venv's ``python`` on free
+        loopback ports; return once the model's worker is READY."""
+        workdir = pathlib.Path(workdir).resolve()
+        ports = [free_port() for _ in range(5)]
+        call_log = workdir / "calls.jsonl"
+        management_url = f"http://127.0.0.1:{ports[1]}"
+        # TorchServe's TMPDIR/TEMP (pid file, worker sockets, unpacked models) lives in the
+        # workdir, unless that path is too long for a Unix socket: then a short one in /tmp,
+        # removed by stop().
+        tmpdir, cleanup = workdir / "tmp", []
+        if len(str(tmpdir)) > _MAX_SOCKET_DIR:
+            tmpdir = pathlib.Path(tempfile.mkdtemp(prefix="torchserve-", dir="/tmp" if os.path.isdir("/tmp") else None))
+            cleanup.append(tmpdir)
+
+        def ready() -> bool:
+            # /ping says Healthy seconds before the worker can serve: wait for READY.
+            return torchserve_model_ready(management_url, MODEL)
+
+        process = PredictorProcess(
+            "torchserve",
+            [python, TORCHSERVE_SCRIPT, "--workdir", workdir, "--tmpdir", tmpdir,
+             "--inference-port", ports[0], "--management-port", ports[1], "--metrics-port", ports[2],
+             "--grpc-inference-port", ports[3], "--grpc-management-port", ports[4],
+             "--envelope", envelope, "--call-log", call_log, "--exit-on-stdin-eof"],
+            workdir,
+            ready,
+            ready_timeout=ready_timeout,
+            stop_timeout=40.0,  # the script's own `torchserve --stop` waits up to 30 s
+            cleanup=cleanup,
+        )
+        process.start()
+        return cls(*ports, envelope=envelope, call_log=call_log, process=process)
+
+    def stop(self) -> int | None:
+        """SIGTERM by PID: the script runs ``torchserve --stop`` with the same TMPDIR."""
+        return self.process.stop()
+
+    def describe(self, model: str | None = None) -> list[dict[str, Any]]:
+        """``GET <management>/models/<model>`` (workers, batch size, ...)."""
+        return http_json(f"{self.management_url}/models/{model or self.model}")
+
+    def calls(self) -> list[dict[str, Any]]:
+        """The handler calls so far, oldest first: ``{"envelope", "batch_size", "pid", "t"}``."""
+        return _read_call_log(self.call_log)
+
+    def memory(self) -> dict[int, int]:
+        """{pid: RSS bytes} of the server's processes (supervisor, launcher, Java, worker)."""
+        return _group_rss_bytes(self.process.group_pids())
+
+
+def torchserve_model_ready(management_url: str, model: str) -> bool:
+    """True once a worker of ``model`` is READY in TorchServe's management API."""
+    try:
+        status, body = http_get(f"{management_url}/models/{model}")
+        described = json.loads(body) if status == 200 else []
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+    return any(worker.get("status") == "READY"
+               for entry in described if isinstance(entry, dict) for worker in entry.get("workers", []))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Start one server by hand and keep it running: ``python -m tests.predictors.harness triton``."""
     import argparse
@@ -478,12 +615,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tools.predictor_envs import ensure_env  # run from the repo root (python -m)
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("server", choices=["triton", "kserve"])
+    parser.add_argument("server", choices=["triton", "kserve", "torchserve"])
     args = parser.parse_args(argv)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"{args.server}-"))
     python = ensure_env(args.server)
-    server: TritonServer | KServeServer
-    server = (TritonServer if args.server == "triton" else KServeServer).start(python, workdir)
+    server: TritonServer | KServeServer | TorchServeServer
+    server = {"triton": TritonServer, "kserve": KServeServer,
+              "torchserve": TorchServeServer}[args.server].start(python, workdir)
     print(f"{args.server} ready in {server.process.startup_seconds:.1f} s: {server.http_url} grpc "
           f"{server.grpc_address} (log {server.process.log_path}); Ctrl-C stops it", flush=True)
     try:

@@ -1,0 +1,61 @@
+"""TorchServe's gRPC inference API on the gateway, for TorchServe users:
+``org.pytorch.serve.grpc.inference.InferenceAPIsService`` with ``Ping`` and ``Predictions``
+(the streaming methods answer UNIMPLEMENTED).
+
+``Predictions`` reads the body from ``input["data"]`` (or ``"body"``), in the forms of
+``gateway.codecs.torchserve``, and goes through ``InferenceService.infer_instances``, so
+it batches with every other client of the model. Errors are gRPC status codes, the code
+the gateway error carries; the batch id is in the trailing metadata ``batch-id``.
+"""
+from __future__ import annotations
+
+import logging
+
+import grpc
+import orjson
+
+from gateway.codecs import torchserve
+from gateway.codecs.limits import Limits
+from gateway.errors import GatewayError, InvalidInput
+from gateway.generated.torchserve import inference_pb2 as ts_pb
+from gateway.generated.torchserve import inference_pb2_grpc as ts_grpc
+from gateway.service import InferenceService
+
+log = logging.getLogger(__name__)
+TORCHSERVE_SERVICE = ts_pb.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
+BODY_KEYS = ("data", "body")  # the entries TorchServe's handlers read
+
+
+class TorchServeServicer(ts_grpc.InferenceAPIsServiceServicer):
+    def __init__(self, service: InferenceService, limits: Limits) -> None:
+        self.service = service
+        self.limits = limits
+
+    async def Ping(self, request, context: grpc.aio.ServicerContext) -> ts_pb.TorchServeHealthResponse:
+        healthy = await self.service.ready()
+        health = orjson.dumps({"status": "Healthy" if healthy else "Unhealthy"}, option=orjson.OPT_INDENT_2)
+        return ts_pb.TorchServeHealthResponse(health=health.decode())
+
+    async def Predictions(self, request: ts_pb.PredictionsRequest,
+                          context: grpc.aio.ServicerContext) -> ts_pb.PredictionResponse:
+        try:
+            self.service.model(request.model_name, request.model_version)
+            body = next((request.input[key] for key in BODY_KEYS if key in request.input), None)
+            if body is None:
+                raise InvalidInput(f"the request's input map has no 'data' entry (keys: {sorted(request.input)})")
+            instances, single = torchserve.decode_body(body, self.limits)
+            predictions, batch_id = await self.service.infer_instances(
+                request.model_name, instances, context.time_remaining())
+        except GatewayError as error:
+            await context.abort(error.grpc_code, error.message)
+        except Exception:
+            log.exception("unexpected error in TorchServe Predictions")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        context.set_trailing_metadata((("batch-id", batch_id),))
+        return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(predictions, single))
+
+
+def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> str:
+    """Register the servicer; return the service's full name (for reflection)."""
+    ts_grpc.add_InferenceAPIsServiceServicer_to_server(TorchServeServicer(service, limits), server)
+    return TORCHSERVE_SERVICE

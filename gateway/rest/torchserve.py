@@ -1,0 +1,41 @@
+"""TorchServe-style HTTP endpoints for TorchServe users: ``POST /predictions/<m>[/<version>]``
+and ``GET /ping``.
+
+Bodies and answers follow ``gateway.codecs.torchserve``; the request goes through
+``InferenceService.infer_instances`` (v1 instance semantics), so it batches with every
+other client of the model. The batch id travels in the ``X-Batch-Id`` header (the body
+keeps TorchServe's shape). Errors carry TorchServe's ``code``/``type``/``message`` and the
+gateway's own ``error``, with the status of the gateway error.
+"""
+from __future__ import annotations
+
+from gateway.codecs import torchserve
+from gateway.errors import GatewayError
+from gateway.rest.handlers import BaseHandler, BodyHandler
+
+BATCH_ID_HEADER = "X-Batch-Id"
+
+
+class PredictionsHandler(BodyHandler):
+    async def post(self, model: str, version: str | None = None) -> None:
+        async def work() -> None:
+            self.service.model(model, version or "")  # unknown model or version: 404 whatever the body
+            instances, single = torchserve.decode_body(self.body, self.limits)
+            predictions, batch_id = await self.service.infer_instances(model, instances, self.timeout_s())
+            self.set_header("Content-Type", "application/json")
+            self.set_header(BATCH_ID_HEADER, batch_id)
+            self.finish(torchserve.encode_answer(predictions, single))
+        await self.run(work)
+
+    def fail(self, error: GatewayError) -> None:
+        self.write_json({"code": error.http_status, "type": type(error).__name__, "message": error.message,
+                         "error": error.message}, error.http_status)
+
+
+class PingHandler(BaseHandler):
+    """TorchServe's health check: Healthy (200) when every model is ready, else Unhealthy (500)."""
+    requires_auth = False
+
+    async def get(self) -> None:
+        healthy = await self.service.ready()
+        self.write_json({"status": "Healthy" if healthy else "Unhealthy"}, 200 if healthy else 500)
