@@ -1,10 +1,13 @@
 """Choose the backend client for a model from its config."""
 from __future__ import annotations
 
+import dataclasses
+
 from backends.base import Backend
 from backends.kserve_v1 import KServeV1Backend
 from backends.oip_grpc import OipGrpcBackend
 from backends.oip_http import OipHttpBackend
+from backends.replicas import ReplicaSet
 from backends.simulated.inprocess import InProcessBackend
 from backends.simulated.model import Cost, SimulatedModel
 from backends.torchserve_grpc import TORCHSERVE_OIP_SERVICE, TorchServeGrpcBackend
@@ -12,6 +15,14 @@ from gateway.config import ModelConfig
 
 
 def create_backend(config: ModelConfig) -> Backend:
+    """The model's backend; several predictor addresses become one ReplicaSet."""
+    if len(config.replicas) > 1:
+        replicas = [_create_one(dataclasses.replace(config, url=url)) for url in config.replicas]
+        return ReplicaSet(replicas, names=list(config.replicas))
+    return _create_one(config)
+
+
+def _create_one(config: ModelConfig) -> Backend:
     if config.backend == "simulated":
         cost = Cost(config.simulated.call_ms, config.simulated.per_instance_ms, config.simulated.slots)
         return InProcessBackend(SimulatedModel(config.target_model, cost))

@@ -39,7 +39,8 @@ class ModelConfig:
     name: str
     backend: str = "simulated"
     protocol: str = "http"
-    url: str = ""
+    url: str = ""                    # the first (or only) predictor address
+    replicas: tuple[str, ...] = ()   # every address when `url` lists several replicas
     backend_model: str = ""
     api: str = "v2"                  # kserve over http: v1 | v2; torchserve over grpc: v1 (Predictions) | v2 (OIP)
     binary_data: bool = False        # OIP HTTP to the predictor with the binary tensor extension
@@ -113,7 +114,8 @@ def _model(raw: Any, key: str) -> ModelConfig:
     name = _str(raw, key, "name", required=True)
     backend = _choice(raw, key, "backend", BACKENDS, "simulated")
     protocol = _choice(raw, key, "protocol", PROTOCOLS, "http")
-    url = _str(raw, key, "url", required=backend != "simulated")
+    replicas = _addresses(raw, key, required=backend != "simulated")
+    url = replicas[0] if replicas else ""
     default_api = "v1" if (backend == "kserve" and protocol == "http") or backend == "torchserve" else "v2"
     api = _choice(raw, key, "api", ("v1", "v2"), default_api)
     if api == "v1" and protocol != "http" and backend != "torchserve":  # torchserve grpc v1: its Predictions API
@@ -123,15 +125,16 @@ def _model(raw: Any, key: str) -> ModelConfig:
                                         "for the Open Inference Protocol use protocol = \"grpc\" with api = \"v2\"")
     if api == "v1" and backend == "triton":
         raise ConfigError(f"{key}.api", "Triton speaks only the Open Inference Protocol (v2)")
-    if backend in ("triton", "kserve", "torchserve") and protocol == "http" and not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{key}.url", f"an HTTP predictor address looks like http://host:port, got '{url}'")
+    for address in replicas:
+        if backend in ("triton", "kserve", "torchserve") and protocol == "http" and not address.startswith(("http://", "https://")):
+            raise ConfigError(f"{key}.url", f"an HTTP predictor address looks like http://host:port, got '{address}'")
     inputs = _tensor_specs(raw.get("inputs"), f"{key}.inputs")
     outputs = _tensor_specs(raw.get("outputs"), f"{key}.outputs")
     signature = ModelSignature(inputs, outputs) if inputs else None
     if outputs and not inputs:
         raise ConfigError(f"{key}.inputs", "declare inputs too when declaring outputs")
     return ModelConfig(
-        name=name, backend=backend, protocol=protocol, url=url,
+        name=name, backend=backend, protocol=protocol, url=url, replicas=replicas,
         backend_model=_str(raw, key, "backend_model") or name, api=api,
         binary_data=_bool(raw, key, "binary_data", backend == "triton"),
         tls=_bool(raw, key, "tls", url.startswith("https://")),
@@ -243,6 +246,21 @@ def _str(raw: dict, key: str, name: str, required: bool = False) -> str:
     if not isinstance(value, str) or (required and not value):
         raise ConfigError(f"{key}.{name}", f"must be a non-empty string, got {value!r}")
     return value
+
+
+def _addresses(raw: dict, key: str, required: bool) -> tuple[str, ...]:
+    """`url`: one address, or a list of replica addresses of the same model."""
+    value = raw.get("url")
+    if value is None:
+        if required:
+            raise ConfigError(f"{key}.url", "is required")
+        return ()
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, str) and v for v in values):
+        raise ConfigError(f"{key}.url", f"must be an address or a non-empty list of addresses, got {value!r}")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{key}.url", "lists the same replica twice")
+    return tuple(values)
 
 
 def _file(raw: dict, key: str, name: str) -> str:
