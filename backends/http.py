@@ -7,6 +7,7 @@ import ssl
 import aiohttp
 
 from backends import errors
+from gateway.tracing import predictor_headers
 from gateway.errors import Unavailable
 
 CONNECT_TIMEOUT_S = 5.0
@@ -52,8 +53,9 @@ class HttpPredictor:
             raise Unavailable(f"model '{self.model}': the predictor did not answer in time") from None
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[dict, bytes]:
-        """POST and require a 200; any other status becomes the matching gateway error."""
-        status, response_headers, payload = await self.request("POST", path, body, headers)
+        """POST and require a 200; any other status becomes the matching gateway error.
+        The batch's request ids and trace context go along (gateway.tracing)."""
+        status, response_headers, payload = await self.request("POST", path, body, {**headers, **predictor_headers()})
         if status != 200:
             raise errors.from_http_status(self.model, status, payload)
         return response_headers, payload

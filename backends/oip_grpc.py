@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from backends import errors
+from gateway.tracing import predictor_headers
 from backends.base import Backend
 from backends.metadata import signature_from_proto
 from gateway.codecs import oip_grpc
@@ -65,7 +66,7 @@ class OipGrpcBackend(Backend):
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         request = oip_grpc.encode_request(inputs, self.model, self.version, typed=self.typed_contents)
         try:
-            response = await self._stub.ModelInfer(request)
+            response = await self._stub.ModelInfer(request, metadata=tuple(predictor_headers().items()))
         except grpc.aio.AioRpcError as error:
             raise errors.from_grpc_error(self.model, error) from None
         try:

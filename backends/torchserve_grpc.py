@@ -17,6 +17,7 @@ import orjson
 from google.protobuf import empty_pb2
 
 from backends import errors
+from gateway.tracing import predictor_headers
 from backends.base import ROWS, Backend
 from backends.oip_grpc import MAX_MESSAGE_BYTES, PROBE_TIMEOUT_S
 from gateway.codecs import v1
@@ -63,7 +64,7 @@ class TorchServeGrpcBackend(Backend):
         body = orjson.dumps({"instances": rows.tolist()}, option=orjson.OPT_SERIALIZE_NUMPY)
         request = ts_pb.PredictionsRequest(model_name=self.model, model_version=self.version, input={"data": body})
         try:
-            response = await self._stub.Predictions(request)
+            response = await self._stub.Predictions(request, metadata=tuple(predictor_headers().items()))
         except grpc.aio.AioRpcError as error:
             raise from_torchserve_error(self.model, error) from None
         return [v1.rows_tensor(decode_predictions(self.model, response.prediction, len(rows)))]

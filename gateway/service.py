@@ -25,6 +25,7 @@ from gateway.config import GatewayConfig, ModelConfig
 from gateway.errors import InvalidInput, ModelNotFound, Unavailable
 from gateway.metrics import Metrics
 from gateway.tensors import ModelSignature, Tensor
+from gateway.tracing import NO_CONTEXT, ClientContext
 
 log = logging.getLogger(__name__)
 METADATA_RETRY_S = 1.0
@@ -189,17 +190,18 @@ class InferenceService:
 
     async def infer_tensors(self, name: str, version: str, inputs: list[Tensor],
                             requested: list[str] | None = None,
-                            timeout_s: float | None = None, request_id: str = "") -> InferenceOutcome:
+                            timeout_s: float | None = None,
+                            client: ClientContext = NO_CONTEXT) -> InferenceOutcome:
         """An OIP request (REST or gRPC): tensors in, tensors out."""
         self.active_requests += 1
         try:
-            return await self._infer_tensors(name, version, inputs, requested, timeout_s, request_id)
+            return await self._infer_tensors(name, version, inputs, requested, timeout_s, client)
         finally:
             self.active_requests -= 1
 
     async def _infer_tensors(self, name: str, version: str, inputs: list[Tensor],
                              requested: list[str] | None, timeout_s: float | None,
-                             request_id: str) -> InferenceOutcome:
+                             client: ClientContext) -> InferenceOutcome:
         served = self.model(name, version)
         if served.takes_rows:
             batch_inputs = [v1.tensors_to_rows(inputs)]
@@ -210,7 +212,7 @@ class InferenceService:
             unknown = [name for name in requested if name not in known]
             if unknown:
                 raise InvalidInput(f"model '{served.name}' has no output named {', '.join(unknown)}")
-        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, request_id)
+        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client)
         outputs = result.outputs
         if served.takes_rows:
             outputs = v1.predictions_to_outputs(outputs[0], served.require_signature().outputs)
@@ -223,22 +225,23 @@ class InferenceService:
         return InferenceOutcome(outputs, ",".join(result.batch_ids))
 
     async def infer_instances(self, name: str, instances: list[Any],
-                              timeout_s: float | None = None, request_id: str = "") -> tuple[list[Any], str]:
+                              timeout_s: float | None = None,
+                              client: ClientContext = NO_CONTEXT) -> tuple[list[Any], str]:
         """A KServe v1 request: instances in, predictions out."""
         self.active_requests += 1
         try:
-            return await self._infer_instances(name, instances, timeout_s, request_id)
+            return await self._infer_instances(name, instances, timeout_s, client)
         finally:
             self.active_requests -= 1
 
     async def _infer_instances(self, name: str, instances: list[Any],
-                               timeout_s: float | None, request_id: str) -> tuple[list[Any], str]:
+                               timeout_s: float | None, client: ClientContext) -> tuple[list[Any], str]:
         served = self.model(name)
         if served.takes_rows:
             batch_inputs = [v1.rows_tensor(instances)]
         else:
             batch_inputs = v1.instances_to_tensors(instances, served.require_signature().inputs)
-        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, request_id)
+        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client)
         return v1.outputs_to_predictions(result.outputs), ",".join(result.batch_ids)
 
     def _conform(self, served: ServedModel, inputs: list[Tensor]) -> list[Tensor]:

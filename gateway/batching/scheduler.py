@@ -50,6 +50,7 @@ from gateway.batching.stats import ModelStats
 from gateway.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, InvalidInput, ModelNotFound,
                             Overloaded, PredictorRejected, Unavailable)
 from gateway.tensors import Tensor, signature_key
+from gateway.tracing import NO_CONTEXT, BatchContext, ClientContext, current_batch
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,11 @@ class BatchResult:
 
 class _Request:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
-                 "parts_left", "part_outputs", "batch_ids", "sent", "id")
+                 "parts_left", "part_outputs", "batch_ids", "sent", "client")
 
     def __init__(self, signature: tuple, size: int, deadline: float, future: asyncio.Future, parts: int,
-                 request_id: str = "") -> None:
-        self.id = request_id
+                 client: ClientContext = NO_CONTEXT) -> None:
+        self.client = client
         self.signature = signature
         self.size = size
         self.deadline = deadline
@@ -174,19 +175,19 @@ class BatchScheduler:
     # -- submitting --------------------------------------------------------------------
 
     async def submit(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                     request_id: str = "") -> BatchResult:
+                     client: ClientContext = NO_CONTEXT) -> BatchResult:
         """Queue a request and wait for its rows of the batch result. Safe from any loop."""
         if asyncio.get_running_loop() is self._loop:
-            return await self._submit(model, inputs, timeout_s, request_id)
-        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, request_id))
+            return await self._submit(model, inputs, timeout_s, client)
+        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client))
 
     def submit_threadsafe(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                          request_id: str = "") -> concurrent.futures.Future:
+                          client: ClientContext = NO_CONTEXT) -> concurrent.futures.Future:
         """Queue a request from any thread; returns a concurrent future of its BatchResult."""
-        return asyncio.run_coroutine_threadsafe(self._submit(model, inputs, timeout_s, request_id), self._loop)
+        return asyncio.run_coroutine_threadsafe(self._submit(model, inputs, timeout_s, client), self._loop)
 
     async def _submit(self, model: str, inputs: list[Tensor], timeout_s: float | None,
-                      request_id: str = "") -> BatchResult:
+                      client: ClientContext = NO_CONTEXT) -> BatchResult:
         queue = self._queues.get(model)
         if queue is None:
             raise ModelNotFound(f"model '{model}' is not served by this gateway")
@@ -209,7 +210,7 @@ class BatchScheduler:
         timeout = policy.timeout_s if timeout_s is None else min(timeout_s, policy.timeout_s)
         step = policy.max_batch_size
         request = _Request(signature_key(inputs), size, now + timeout, loop.create_future(), -(-size // step),
-                           request_id)
+                           client)
         if size <= step:
             queue.pending.append(_Part(request, 0, inputs, size, now))
         else:
@@ -297,7 +298,7 @@ class BatchScheduler:
         for part in parts:
             queue.stats.queue_wait_s.observe(now - part.enqueued_at)
         try:
-            outcomes = await self._execute(queue, parts)
+            outcomes = await self._execute(queue, parts, batch_id)
         except asyncio.CancelledError:
             _fail(parts, Unavailable("the gateway is shutting down"))
             raise
@@ -314,26 +315,30 @@ class BatchScheduler:
             log.debug("batch %s model=%s rows=%d requests=%d outcome=%s", batch_id, queue.name, rows, len(parts),
                       ",".join(failed) or "ok",
                       extra={"batch_id": batch_id, "model": queue.name, "rows": rows,
-                             "request_ids": [p.request.id for p in parts if p.request.id][:32],
+                             "request_ids": [p.request.client.request_id for p in parts if p.request.client.request_id][:32],
                              "outcome": failed or "ok"})
 
-    async def _execute(self, queue: _ModelQueue, parts: list[_Part]) -> list[tuple[list[_Part], list[Tensor] | GatewayError]]:
+    async def _execute(self, queue: _ModelQueue, parts: list[_Part],
+                       batch_id: str) -> list[tuple[list[_Part], list[Tensor] | GatewayError]]:
         """Run the parts as one executor call. If the predictor rejects the merged batch as
         bad input, bisect it, so that only the offending request fails and the others
         still get their answers (log2(n) extra calls per bad request, in the same slot)."""
         live = [part for part in parts if not part.request.future.done()]
         if not live:
             return []
-        outcome = await self._call(queue, live)
+        outcome = await self._call(queue, live, batch_id)
         if isinstance(outcome, PredictorRejected) and len({id(p.request) for p in live}) > 1:
             queue.stats.isolations += 1
             middle = len(live) // 2
-            return await self._execute(queue, live[:middle]) + await self._execute(queue, live[middle:])
+            return (await self._execute(queue, live[:middle], batch_id)
+                    + await self._execute(queue, live[middle:], batch_id))
         return [(live, outcome)]
 
-    async def _call(self, queue: _ModelQueue, parts: list[_Part]) -> list[Tensor] | GatewayError:
+    async def _call(self, queue: _ModelQueue, parts: list[_Part], batch_id: str) -> list[Tensor] | GatewayError:
         """One executor call; every failure comes back as the GatewayError to answer."""
         rows = sum(part.size for part in parts)
+        # The backend reads the batch's ids and trace from here (see gateway.tracing).
+        token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts)))
         try:
             inputs = _concatenate([part.inputs for part in parts])
             started = self._loop.time()
@@ -353,6 +358,8 @@ class BatchScheduler:
         except Exception:  # a bug or an unexpected predictor failure: never lose the requests
             log.exception("a batch for model %s failed", queue.name)
             return GatewayError(f"model '{queue.name}': internal error while running the batch")
+        finally:
+            current_batch.reset(token)
 
     def _deliver(self, parts: list[_Part], outputs: list[Tensor], batch_id: str) -> None:
         offset = 0

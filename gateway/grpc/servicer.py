@@ -17,8 +17,14 @@ from gateway.errors import GatewayError
 from gateway.generated.inference import grpc_service_pb2 as pb
 from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from gateway.service import InferenceService
+from gateway.tracing import ClientContext
 
 log = logging.getLogger(__name__)
+
+
+def client_context(context: grpc.aio.ServicerContext, request_id: str = "") -> ClientContext:
+    metadata = dict(context.invocation_metadata() or ())
+    return ClientContext(request_id or metadata.get("x-request-id", ""), metadata.get("traceparent", ""))
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -58,7 +64,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             requested = [o.name for o in decoded.outputs] or None
             outcome = await self.service.infer_tensors(
                 request.model_name, request.model_version, decoded.inputs, requested, context.time_remaining(),
-                request.id)
+                client_context(context, request.id))
         except GatewayError as error:
             self.service.metrics.count_request(model, "oip_grpc", error.grpc_code.name)
             await context.abort(error.grpc_code, error.message)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 
 import grpc
+
+from gateway.grpc.servicer import client_context
 import orjson
 
 from gateway.codecs import torchserve
@@ -45,7 +47,7 @@ class TorchServeServicer(ts_grpc.InferenceAPIsServiceServicer):
                 raise InvalidInput(f"the request's input map has no 'data' entry (keys: {sorted(request.input)})")
             instances, single = torchserve.decode_body(body, self.limits)
             predictions, batch_id = await self.service.infer_instances(
-                request.model_name, instances, context.time_remaining())
+                request.model_name, instances, context.time_remaining(), client_context(context))
         except GatewayError as error:
             await context.abort(error.grpc_code, error.message)
         except Exception:

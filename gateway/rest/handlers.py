@@ -18,6 +18,7 @@ from gateway.codecs.limits import Limits
 from gateway.auth import check_bearer
 from gateway.errors import GatewayError, InvalidInput, PayloadTooLarge, Unauthenticated
 from gateway.service import InferenceService
+from gateway.tracing import ClientContext
 
 log = logging.getLogger(__name__)
 TIMEOUT_HEADER = "X-Request-Timeout-Ms"
@@ -71,6 +72,10 @@ class BaseHandler(tornado.web.RequestHandler):
         if not milliseconds > 0:
             raise InvalidInput(f"{TIMEOUT_HEADER} must be positive")
         return milliseconds / 1000
+
+    def client_context(self, request_id: str = "") -> ClientContext:
+        headers = self.request.headers
+        return ClientContext(request_id or headers.get("X-Request-Id", ""), headers.get("traceparent", ""))
 
     async def run(self, work) -> None:
         """Run the request's work; answer its GatewayError; drop it if the client went away."""
@@ -133,7 +138,7 @@ class V1PredictHandler(BodyHandler):
             self.service.model(model)  # an unknown model is a 404 whatever the body
             instances = v1.decode_request(self.body, self.limits)
             predictions, batch_id = await self.service.infer_instances(
-                model, instances, self.timeout_s(), self.request.headers.get("X-Request-Id", ""))
+                model, instances, self.timeout_s(), self.client_context())
             self.set_header("Content-Type", "application/json")
             self.finish(v1.encode_response(predictions, batch_id))
         await self.run(work)
@@ -193,7 +198,7 @@ class InferHandler(BodyHandler):
             requested = [o.name for o in request.outputs] or None
             outcome = await self.service.infer_tensors(
                 model, version or "", request.inputs, requested, self.timeout_s(),
-                request.id or self.request.headers.get("X-Request-Id", ""))
+                self.client_context(request.id))
             body, length = oip_json.encode_response(
                 model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
             if length is None:

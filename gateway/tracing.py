@@ -1,0 +1,63 @@
+"""Request ids and W3C trace context, carried from clients to predictors.
+
+A client may send a request id (OIP `id`, or the `x-request-id` header / metadata) and a
+W3C `traceparent`. A batch serves many clients, so each predictor call carries:
+- `x-request-id`: the member's id when the batch serves one identified request, else the
+  batch id;
+- `x-batch-request-ids`: the member requests' ids (the first 32), comma-separated;
+- `traceparent`: the first traced member's trace continued with a new span id (the
+  batch's), or a new trace when no member sent one.
+The scheduler sets `current_batch` around each predictor call (a ContextVar, so it
+follows the call into the backend without widening the backend interface); backends ask
+`predictor_headers()` for the headers or gRPC metadata to send.
+"""
+from __future__ import annotations
+
+import os
+import re
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+MAX_IDS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ClientContext:
+    """What a client said about its request's identity."""
+    request_id: str = ""
+    traceparent: str = ""
+
+
+NO_CONTEXT = ClientContext()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchContext:
+    batch_id: str
+    members: tuple[ClientContext, ...]
+
+
+current_batch: ContextVar[BatchContext | None] = ContextVar("current_batch", default=None)
+
+
+def continue_trace(parent: str) -> str:
+    """A traceparent for a new span: child of `parent` if it is valid W3C, else a new trace."""
+    match = _TRACEPARENT.match(parent.strip().lower()) if parent else None
+    trace_id, flags = (match.group(1), match.group(3)) if match and match.group(1) != "0" * 32 else (os.urandom(16).hex(), "01")
+    return f"00-{trace_id}-{os.urandom(8).hex()}-{flags}"
+
+
+def predictor_headers() -> dict[str, str]:
+    batch = current_batch.get()
+    if batch is None:
+        return {}
+    ids = [m.request_id for m in batch.members if m.request_id]
+    parent = next((m.traceparent for m in batch.members if m.traceparent), "")
+    headers = {
+        "x-request-id": ids[0] if len(batch.members) == 1 and ids else batch.batch_id,
+        "traceparent": continue_trace(parent),
+    }
+    if ids:
+        headers["x-batch-request-ids"] = ",".join(ids[:MAX_IDS])
+    return headers
