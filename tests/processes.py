@@ -18,10 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Process:
-    def __init__(self, args: list[str], ready_timeout: float = 30) -> None:
+    """`command` until it prints READY (stderr kept in `log`); stopped by PID."""
+
+    def __init__(self, command: list[str], env: dict[str, str] | None = None, ready_timeout: float = 30) -> None:
         self.log = tempfile.TemporaryFile()
-        self.popen = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
-                                      stderr=self.log, text=True, start_new_session=True)
+        self.popen = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                      start_new_session=True, env=env)
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: lines.put(self.popen.stdout.readline()), daemon=True).start()
         try:
@@ -30,7 +32,7 @@ class Process:
             line = ""
         if not line.startswith("READY"):
             self.kill()
-            raise RuntimeError(f"{args} did not start: {line!r}\n{self.log_text()[-3000:]}")
+            raise RuntimeError(f"{command} did not start: {line!r}\n{self.log_text()[-3000:]}")
         self.fields = dict(part.split("=", 1) for part in line.split()[1:])
 
     @property
@@ -63,11 +65,16 @@ class Process:
             self.popen.wait(timeout=10)
 
 
+def python_module(*args: str, **kwargs) -> Process:
+    """`python -m ARGS` with this interpreter."""
+    return Process([sys.executable, "-m", *args], **kwargs)
+
+
 def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -> Process:
-    return Process(["-m", "backends.simulated.server", "--host", "127.0.0.1",
-                    "--http-port", str(http_port), "--grpc-port", str(grpc_port), *options])
+    return python_module("backends.simulated.server", "--host", "127.0.0.1",
+                    "--http-port", str(http_port), "--grpc-port", str(grpc_port), *options)
 
 
 def gateway(config_path: Path, log_level: str = "WARNING") -> Process:
-    return Process(["-m", "gateway", "serve", "--config", str(config_path),
-                    "--http-port", "0", "--grpc-port", "0", "--log-level", log_level])
+    return python_module("gateway", "serve", "--config", str(config_path),
+                         "--http-port", "0", "--grpc-port", "0", "--log-level", log_level)

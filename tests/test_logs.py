@@ -6,14 +6,14 @@ import time
 import orjson
 
 from tests.harness import http_json
-from tests.processes import Process
+from tests.processes import python_module
 
 
 def test_json_logs_have_one_line_per_batch_with_request_ids(tmp_path):
     path = tmp_path / "gateway.toml"
     path.write_text('[[models]]\nname = "demo"\nbackend = "simulated"\n')
-    process = Process(["-m", "gateway", "serve", "--config", str(path), "--http-port", "0", "--grpc-port", "0",
-                       "--log-level", "DEBUG", "--log-format", "json"])
+    process = python_module("gateway", "serve", "--config", str(path), "--http-port", "0", "--grpc-port", "0",
+                       "--log-level", "DEBUG", "--log-format", "json")
     try:
         url = "http://" + process.fields["http"]
         status, body = http_json("POST", f"{url}/v1/models/demo:predict", {"instances": [[1]]},

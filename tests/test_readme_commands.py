@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.processes import ROOT, Process
+from tests.processes import ROOT, python_module
 
 
 def quick_start_commands() -> list[str]:
@@ -26,7 +26,7 @@ def quick_start_commands() -> list[str]:
 def test_quick_start_commands_work_as_written(tmp_path):
     commands = quick_start_commands()
     assert {c.split()[0] for c in commands} >= {"curl", "grpcurl", "hey"}
-    gateway = Process(["-m", "gateway", "serve", "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING"])
+    gateway = python_module("gateway", "serve", "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     try:
         http_port = gateway.fields["http"].rsplit(":", 1)[1]

@@ -3,22 +3,16 @@ gateway.toml files they carry, and a gateway process started and stopped by PID.
 from __future__ import annotations
 
 import copy
-import os
-import queue
 import re
 import shlex
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.processes import Process
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -195,45 +189,12 @@ def container_port(container: dict[str, Any], port: int | str) -> int:
 
 # -- a gateway process ----------------------------------------------------------------
 
-class GatewayProcess:
-    """`python -m gateway ARGS` (or any command) until it prints READY; stopped by PID."""
-
-    def __init__(self, command: list[str], env: dict[str, str] | None = None, ready_timeout: float = 30) -> None:
-        self.stderr = tempfile.TemporaryFile()
-        self.popen = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=self.stderr,
-                                      text=True, start_new_session=True, env=env)
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: lines.put(self.popen.stdout.readline()), daemon=True).start()
-        try:
-            line = lines.get(timeout=ready_timeout)
-        except queue.Empty:
-            line = ""
-        if not line.startswith("READY"):
-            self.stop()
-            raise AssertionError(f"{command} did not print READY: {line!r}\n{self.stderr_text()[-3000:]}")
-        self.fields = dict(part.split("=", 1) for part in line.split()[1:])
-        # gateway.server.serve prints READY just BEFORE it installs its SIGTERM handler: a
-        # SIGTERM sent in between kills it outright (exit -15). An answered request means the
-        # loop has run past that point, so stop() then always meets the graceful path.
-        self._answered_once()
-
-    def _answered_once(self, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(self.http_url + "/v2/health/live", timeout=2):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
+class GatewayProcess(Process):
+    """`python -m gateway ARGS` (or any command, e.g. the image's entrypoint) until READY."""
 
     @classmethod
     def module(cls, *args: str, **kwargs: Any) -> "GatewayProcess":
         return cls([sys.executable, "-m", "gateway", *args], **kwargs)
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
 
     @property
     def http_url(self) -> str:
@@ -244,20 +205,7 @@ class GatewayProcess:
         return self.fields["grpc"]
 
     def stderr_text(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")
-
-    def stop(self, timeout: float = 20) -> int:
-        """SIGTERM to its process group (by PID), wait; SIGKILL if it does not stop."""
-        if self.popen.poll() is None:
-            os.killpg(self.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pid, signal.SIGKILL)
-                self.popen.wait()
-                raise
-        return self.popen.returncode
+        return self.log_text()
 
 
 def gateway_command_shim(directory: Path) -> Path:
