@@ -5,7 +5,6 @@ import threading
 
 import grpc
 import numpy as np
-import orjson
 
 from gateway.generated.inference import grpc_service_pb2 as pb
 from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc

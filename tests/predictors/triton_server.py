@@ -15,6 +15,15 @@ output ``OUTPUT0`` FP32 = 2 * INPUT0. Triton's own dynamic batcher is OFF
 (``batcher=None``), so every request reaches the model exactly as sent: what the
 gateway batches is what Triton executes, and ``/v2/models/double/stats`` counts it.
 
+Model ``identity`` (PyTriton, version 1): one OPTIONAL input ``INPUT_<DT>`` ``[-1, -1]`` per
+datatype PyTriton can express (BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32, FP64, BYTES);
+each output ``OUTPUT_<DT>`` is its input, unchanged, for the inputs a request carries.
+PyTriton cannot express BF16 (numpy has no bfloat16 and its proxy reads every input with
+``as_numpy()``, which Triton's Python backend refuses for BF16), so model
+``identity_bf16`` (``INPUT_BF16`` -> ``OUTPUT_BF16``) is a plain Python-backend model
+loaded into the same Triton through its model-repository API: it passes the tensor on
+through DLPack, never as numpy. Both have ``max_batch_size`` 64 and no dynamic batcher.
+
 Prints ``READY`` on stdout once Triton and the model answer; stops cleanly on
 SIGTERM / SIGINT (exit code 0), or exits 1 if Triton dies on its own.
 """
@@ -31,6 +40,35 @@ import sysconfig
 import threading
 
 MODEL_NAME = "double"
+IDENTITY_MODEL = "identity"
+IDENTITY_BF16_MODEL = "identity_bf16"
+# The identity model's datatypes (BF16 is in IDENTITY_BF16_MODEL: PyTriton cannot express it).
+IDENTITY_DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+                      "FP16", "FP32", "FP64", "BYTES")
+
+# identity_bf16: a plain Python-backend model. BF16 tensors cannot become numpy arrays in
+# Triton's Python backend, so the input goes out again as the same DLPack buffer.
+IDENTITY_BF16_CODE = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT_BF16")
+            output = pb_utils.Tensor.from_dlpack("OUTPUT_BF16", tensor.to_dlpack())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
+        return responses
+"""
+IDENTITY_BF16_CONFIG = {
+    "name": IDENTITY_BF16_MODEL,
+    "backend": "python",
+    "max_batch_size": 64,
+    "input": [{"name": "INPUT_BF16", "data_type": "TYPE_BF16", "dims": [-1]}],
+    "output": [{"name": "OUTPUT_BF16", "data_type": "TYPE_BF16", "dims": [-1]}],
+    "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+}
 
 
 def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,6 +121,25 @@ def _prepare_environment(workdir: pathlib.Path) -> None:
         os.environ["LD_LIBRARY_PATH"] = os.pathsep.join([libdir, *paths])
 
 
+def _load_identity_bf16(http_port: int) -> None:
+    """Load ``identity_bf16`` through Triton's model-repository API (config and model.py
+    inline, as PyTriton loads its own models)."""
+    import base64
+    import json
+    import urllib.request
+
+    body = json.dumps({"parameters": {
+        "config": json.dumps(IDENTITY_BF16_CONFIG),
+        "file:1/model.py": base64.b64encode(IDENTITY_BF16_CODE.encode()).decode(),
+    }}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{http_port}/v2/repository/models/{IDENTITY_BF16_MODEL}/load", data=body,
+        headers={"Content-Type": "application/json"}, method="POST")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=120) as response:
+        response.read()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     _prepare_environment(args.workdir)
@@ -102,6 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     @batch
     def infer_double(INPUT0: np.ndarray) -> dict[str, np.ndarray]:  # noqa: N803 (tensor name)
         return {"OUTPUT0": (INPUT0 * 2).astype(np.float32)}
+
+    def infer_identity(requests: list) -> list[dict[str, np.ndarray]]:
+        # Not @batch: inputs are optional, so requests may carry different sets of them.
+        return [{"OUTPUT_" + name.removeprefix("INPUT_"): value for name, value in request.items()}
+                for request in requests]
+
+    identity_dtypes = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+                       "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+                       "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+                       "BYTES": np.bytes_}
 
     config = TritonConfig(
         http_address="127.0.0.1",
@@ -141,7 +208,18 @@ def main(argv: list[str] | None = None) -> int:
             config=ModelConfig(max_batch_size=64, batcher=None),
             strict=True,
         )
-        triton.run()  # returns once the server and the model are ready
+        triton.bind(
+            model_name=IDENTITY_MODEL,
+            infer_func=infer_identity,
+            inputs=[Tensor(name=f"INPUT_{dt}", dtype=identity_dtypes[dt], shape=(-1,), optional=True)
+                    for dt in IDENTITY_DATATYPES],
+            outputs=[Tensor(name=f"OUTPUT_{dt}", dtype=identity_dtypes[dt], shape=(-1,))
+                     for dt in IDENTITY_DATATYPES],
+            config=ModelConfig(max_batch_size=64, batcher=None),
+            strict=False,  # a request's outputs are those of the inputs it carries
+        )
+        triton.run()  # returns once the server and the models are ready
+        _load_identity_bf16(args.http_port)
         print("READY", flush=True)
         # Wake up now and then to notice a Triton that died under us.
         while not stop_requested.wait(timeout=1.0):
