@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                        help="DEBUG adds one line per batch")
     serve.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line")
+    serve.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop", "auto"],
+                       help="event loop: the standard one (default), uvloop, or uvloop when installed (auto)")
     check = commands.add_parser("check-config", help="validate a config file without starting")
     check.add_argument("file")
     args = parser.parse_args(argv)
@@ -45,11 +47,24 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(args.log_level, args.log_format)
     from gateway.server import serve as run  # imported late: check-config needs no servers
     try:
-        asyncio.run(run(loaded, args.config))
+        with _runner(args.loop) as runner:
+            runner.run(run(loaded, args.config))
     except OSError as error:
         print(f"batching-gateway: cannot start: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _runner(loop: str) -> asyncio.Runner:
+    """uvloop's event loop where available: both front ends and the scheduler share it."""
+    if loop != "asyncio":
+        try:
+            import uvloop
+            return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        except ImportError:
+            if loop == "uvloop":
+                raise SystemExit("batching-gateway: --loop uvloop, but uvloop is not installed")
+    return asyncio.Runner()
 
 
 if __name__ == "__main__":
