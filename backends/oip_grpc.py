@@ -23,7 +23,7 @@ from gateway.codecs import oip_grpc
 from gateway.errors import BadPredictorAnswer, InvalidInput
 from gateway.generated.inference import grpc_service_pb2 as pb
 from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from gateway.tensors import NUMPY_DTYPES, ModelSignature, Tensor, TensorSpec
+from gateway.tensors import NUMPY_DTYPES, RAW_ONLY, ModelSignature, Tensor, TensorSpec
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 PROBE_TIMEOUT_S = 2.0
@@ -133,7 +133,7 @@ def restore_flattened_outputs(model: str, outputs: list[Tensor], inputs: list[Te
         data = tensor.data.reshape(_batch_shape(model, tensor, rows, spec, source))
         datatype = spec.datatype if spec is not None else tensor.datatype
         if datatype != tensor.datatype:
-            if "BYTES" in (datatype, tensor.datatype):
+            if "BYTES" in (datatype, tensor.datatype) or datatype in RAW_ONLY:  # never rounded to BF16
                 raise errors.unreadable(
                     model, f"output '{tensor.name}' is {tensor.datatype}, the model declares {datatype}")
             cast = data.astype(NUMPY_DTYPES[datatype])

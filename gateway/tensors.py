@@ -5,6 +5,14 @@ module knows no wire format. `data` is always a numpy array whose first axis is 
 numeric datatypes use the matching numpy dtype, BYTES uses an object array of `bytes`, and
 the internal datatype JSON (opaque KServe v1 instances for a predictor that takes them
 as-is) uses an object array of decoded JSON values.
+
+BF16 has no numpy dtype. The gateway never computes with tensor values, it only moves,
+concatenates and slices them, so a BF16 tensor is carried as its 16-bit patterns: a
+little-endian uint16 array whose `Tensor.datatype` says "BF16". The bits are never
+converted, so every value (NaN payloads included) passes through exactly, and no runtime
+dependency (ml_dtypes) is needed. The datatype string, not the dtype, is what tells BF16
+from UINT16: requests of the two never share a batch (`signature_key`). BF16 has no JSON
+form and no typed gRPC contents field (`RAW_ONLY`): it travels only as raw bytes.
 """
 from __future__ import annotations
 
@@ -28,10 +36,14 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "FP16": np.dtype("<f2"),
     "FP32": np.dtype("<f4"),
     "FP64": np.dtype("<f8"),
+    "BF16": np.dtype("<u2"),  # the raw bit patterns (see above)
     "BYTES": np.dtype(object),
     JSON: np.dtype(object),
 }
-DATATYPES_BY_DTYPE = {dtype: name for name, dtype in NUMPY_DTYPES.items() if dtype != object}
+# Datatypes with no JSON form and no typed gRPC contents field: raw / binary bytes only.
+RAW_ONLY = frozenset({"BF16"})
+DATATYPES_BY_DTYPE = {dtype: name for name, dtype in NUMPY_DTYPES.items()
+                      if dtype != object and name not in RAW_ONLY}
 
 
 @dataclass(slots=True)

@@ -7,8 +7,29 @@
 #    or half-built cache rebuilds itself. The gateway itself is imported from this checkout, not installed.
 # 2. Each real predictor's own venv (Triton via nvidia-pytriton, KServe), same caching.
 # 3. pytest over tests/ (extra arguments are passed through).
+#
+# The tests also drive `hey` (Debian package `hey`) against the v1 endpoint: it is
+# installed with apt-get when missing (root, or passwordless sudo), else this fails here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+install_hey() {
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || return 1
+    sudo=(sudo -n)
+  fi
+  "${sudo[@]}" apt-get update -q && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q hey
+}
+if ! command -v hey >/dev/null 2>&1; then
+  echo "hey is not installed: apt-get install -y hey"
+  if ! install_hey || ! command -v hey >/dev/null 2>&1; then
+    echo "error: hey is missing and could not be installed (apt-get install -y hey needs root or" \
+         "passwordless sudo and a reachable Debian archive); install it, then run this again" >&2
+    exit 1
+  fi
+fi
+
 PYTHON="${PYTHON:-python3}"
 CACHE="${BATCHING_GATEWAY_CACHE:-$HOME/.cache/batching-gateway}"
 mkdir -p "$CACHE/venvs"

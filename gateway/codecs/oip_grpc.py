@@ -127,7 +127,8 @@ def _decode_tensors(items: Any, raw_contents: Any, limits: Limits) -> list[Tenso
 def _typed_to_array(name: str, datatype: str, shape: list[int], count: int, contents: pb.InferTensorContents) -> np.ndarray:
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
-        raise InvalidInput(f"tensor '{name}': {datatype} can only be sent as raw_input_contents")
+        raise InvalidInput(f"tensor '{name}': {datatype} has no typed contents field; "
+                           f"send it as raw_input_contents")
     for other in _CONTENTS_FIELD.values():
         if other != field and len(getattr(contents, other)):
             raise InvalidInput(f"tensor '{name}': datatype {datatype} expects {field}, got {other}")

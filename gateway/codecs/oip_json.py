@@ -4,6 +4,9 @@ Used by the HTTP front end (decode requests, encode responses) and by the OIP HT
 client (encode requests, decode responses). With the binary extension the body is a JSON
 header of `Inference-Header-Content-Length` bytes followed by the tensors' raw bytes in the
 order their `binary_data_size` parameters appear; binary tensors are read as zero-copy views.
+
+JSON carries a tensor only where it is exact: BF16 (no JSON form), floats holding NaN or
+infinities, and BYTES that are not UTF-8 are sent binary even when JSON was asked for.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import orjson
 from gateway.codecs import raw
 from gateway.codecs.limits import DEFAULT_LIMITS, Limits, element_count
 from gateway.errors import InvalidInput
-from gateway.tensors import NUMPY_DTYPES, Tensor
+from gateway.tensors import NUMPY_DTYPES, RAW_ONLY, Tensor
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _KIND_ALLOWED = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
@@ -89,7 +92,7 @@ def encode_request(inputs: list[Tensor], request_id: str = "", binary: bool = Fa
     chunks: list[bytes] = []
     for tensor in inputs:
         document["inputs"].append(_encode_tensor(tensor, binary, chunks))
-    if binary:
+    if chunks:  # binary asked, or a tensor with no JSON form went binary: ask binary back too
         document["parameters"] = {"binary_data_output": True}
     del document["outputs"]  # all outputs, in the predictor's own order
     return _join(document, chunks)
@@ -173,6 +176,9 @@ def json_to_array(name: str, datatype: str, data: Any) -> np.ndarray:
     """
     if not isinstance(data, list):
         raise InvalidInput(f"tensor '{name}': 'data' must be a list")
+    if datatype in RAW_ONLY:
+        raise InvalidInput(f"tensor '{name}': {datatype} has no JSON form; send it in binary form "
+                           f"(the binary tensor extension, or gRPC raw_input_contents)")
     try:
         values = np.asarray(data, dtype=object if datatype == "BYTES" else None)
     except ValueError:
@@ -191,6 +197,10 @@ def json_to_array(name: str, datatype: str, data: Any) -> np.ndarray:
     dtype = NUMPY_DTYPES.get(datatype)
     if dtype is None or datatype == "JSON":
         raise InvalidInput(f"tensor '{name}': datatype {datatype} cannot be given as JSON data")
+    if values.size and dtype.kind in "iu" and values.dtype.kind in "fO":
+        # Integers beyond int64 (UINT64 above 2**63) make numpy fall back to float64 or
+        # object: read them as exact Python integers instead.
+        return _exact_integers(name, datatype, dtype, data)
     if values.size and values.dtype.kind not in _KIND_ALLOWED.get(dtype.kind, ""):
         raise InvalidInput(f"tensor '{name}': data does not match datatype {datatype}")
     if dtype.kind in "iu" and values.size:
@@ -200,8 +210,25 @@ def json_to_array(name: str, datatype: str, data: Any) -> np.ndarray:
     return values.astype(dtype, copy=False)
 
 
+def _exact_integers(name: str, datatype: str, dtype: np.dtype, data: list) -> np.ndarray:
+    values = np.asarray(data, dtype=object)
+    info = np.iinfo(dtype)
+    for value in values.reshape(-1):
+        if type(value) is not int:  # a float, or a bool
+            raise InvalidInput(f"tensor '{name}': data does not match datatype {datatype}")
+        if value < info.min or value > info.max:
+            raise InvalidInput(f"tensor '{name}': a value is out of range for {datatype}")
+    return values.astype(dtype)
+
+
 def _encode_tensor(tensor: Tensor, binary: bool, chunks: list[bytes]) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
+    # JSON is used only where it carries the values exactly; otherwise this tensor travels
+    # binary whatever was asked: BF16 (no JSON form), NaN and infinities (JSON has no such
+    # numbers), BYTES that are not UTF-8 (below).
+    if not binary and (tensor.datatype in RAW_ONLY
+                       or (tensor.data.dtype.kind == "f" and not np.isfinite(tensor.data).all())):
+        binary = True
     if not binary and tensor.datatype == "BYTES":
         try:
             entry["data"] = [element.decode() for element in tensor.data.ravel()]

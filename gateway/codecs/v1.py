@@ -18,7 +18,7 @@ import orjson
 from gateway.codecs.limits import DEFAULT_LIMITS, Limits
 from gateway.codecs.oip_json import json_to_array, loads
 from gateway.errors import BadPredictorAnswer, InvalidInput
-from gateway.tensors import JSON, Tensor, TensorSpec
+from gateway.tensors import JSON, RAW_ONLY, Tensor, TensorSpec
 
 ROWS = "instances"  # the name of the one JSON tensor that carries opaque instances
 
@@ -144,12 +144,23 @@ def predictions_to_outputs(predictions: Tensor, outputs: tuple[TensorSpec, ...])
 
 
 def _rows(tensor: Tensor) -> list[Any]:
+    if tensor.datatype in RAW_ONLY:
+        raise InvalidInput(
+            f"tensor '{tensor.name}' is {tensor.datatype}, which has no JSON form, and v1 instances and "
+            f"predictions are JSON: use an OIP client in binary form with a tensor predictor")
     if tensor.datatype == "BYTES":
         return [_bytes_row(row) for row in tensor.data]
     return tensor.data.tolist()
 
 
 def _bytes_row(row: Any) -> Any:
+    """A BYTES element as JSON: its text if it is UTF-8, else KServe v1's {"b64": ...}
+    (the form `_decode_b64` reads back), so no byte is ever replaced or lost."""
     if isinstance(row, np.ndarray):
         return [_bytes_row(element) for element in row]
-    return row.decode("utf-8", errors="replace") if isinstance(row, bytes) else row
+    if isinstance(row, bytes):
+        try:
+            return row.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(row).decode("ascii")}
+    return row
