@@ -1,0 +1,144 @@
+"""Servers for the tools tests: an in-process Tornado app (on the test's own event loop)
+and the simulated predictor as its own process on free 127.0.0.1 ports, stopped by PID."""
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Seen:
+    """What the in-process server received."""
+    count: int = 0
+    paths: dict[str, int] = field(default_factory=dict)
+    last: dict = field(default_factory=dict)
+
+
+def make_app(seen: Seen) -> tornado.web.Application:
+    class Base(tornado.web.RequestHandler):
+        def prepare(self) -> None:
+            seen.count += 1
+            seen.paths[self.request.path] = seen.paths.get(self.request.path, 0) + 1
+
+    class Ok(Base):
+        def get(self) -> None:
+            self.finish(b'{"ok": true}')
+
+        post = get
+
+    class Slow(Base):
+        async def get(self) -> None:
+            await asyncio.sleep(0.05)
+            self.finish(b"slow")
+
+    class Flaky(Base):
+        def get(self) -> None:
+            if seen.paths[self.request.path] % 3 == 0:
+                self.set_status(500)
+                self.finish(b'{"error": "every third request fails"}')
+            else:
+                self.finish(b"fine")
+
+    class Echo(Base):
+        def put(self) -> None:
+            seen.last = {"method": self.request.method, "body": self.request.body,
+                         "headers": dict(self.request.headers)}
+            self.finish(b"echo")
+
+        post = put
+
+    class Chunked(Base):
+        async def get(self) -> None:
+            self.write(b"a" * 10)
+            await self.flush()
+            self.write(b"b" * 5)
+            self.finish()
+
+    class Close(Base):
+        def get(self) -> None:
+            self.set_header("Connection", "close")
+            self.finish(b"bye")
+
+    return tornado.web.Application([
+        (r"/ok", Ok), (r"/slow", Slow), (r"/flaky", Flaky), (r"/echo", Echo),
+        (r"/chunked", Chunked), (r"/close", Close),
+    ])
+
+
+@dataclass
+class LocalServer:
+    url: str
+    seen: Seen
+
+
+@pytest.fixture
+async def local_server() -> LocalServer:
+    seen = Seen()
+    sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+    server = tornado.httpserver.HTTPServer(make_app(seen))
+    server.add_sockets(sockets)
+    try:
+        yield LocalServer(f"http://127.0.0.1:{sockets[0].getsockname()[1]}", seen)
+    finally:
+        server.stop()
+        await server.close_all_connections()
+
+
+@dataclass
+class PredictorProcess:
+    process: subprocess.Popen
+    http_port: int
+    grpc_port: int
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Iterator[PredictorProcess]:
+    """The simulated predictor (no cost per call) as its own process."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "backends.simulated.server", "--host", "127.0.0.1", "--http-port", "0",
+         "--grpc-port", "0", "--call-ms", "0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+    try:
+        line = lines.get(timeout=30)
+    except queue.Empty:
+        line = ""
+    try:
+        if not line.startswith("READY "):
+            pytest.fail(f"the simulated predictor did not start: {line!r}")
+        fields = dict(part.split("=") for part in line.split()[1:])
+        yield PredictorProcess(process, int(fields["http"]), int(fields["grpc"]))
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        process.stdout.close()

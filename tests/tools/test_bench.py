@@ -1,0 +1,78 @@
+"""tools.bench end to end: a 1-second kserve-docs run starts the predictor and the gateway
+as processes, writes its table, JSON and plot, and leaves no server behind."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from tests.tools.conftest import ROOT
+from tools import bench
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
+def test_kserve_docs_smoke_run_writes_table_json_and_plot(tmp_path):
+    out = tmp_path / "bench"
+    completed = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "--scenario", "kserve-docs", "--duration", "1", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    table = (out / "results.md").read_text()
+    assert "| run | clients | req/s | p50 ms |" in table
+    for run in ("| direct |", "| gateway window |", "| gateway adaptive |"):
+        assert run in table
+    assert "Machine: " in table and "Python" in table
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["machine"]["packages"]) >= {"grpcio", "tornado", "numpy", "orjson", "aiohttp"}
+    scenario = results["scenarios"]["kserve-docs"]
+    rows = scenario["tables"][0]["rows"]
+    assert [r["name"] for r in rows] == ["direct", "gateway window", "gateway adaptive"]
+    assert all(r["ok"] > 0 and r["errors"] == 0 for r in rows)
+    assert all(r["mean_batch"] >= 1 for r in rows)
+    assert len(scenario["checks"]) == 4
+    assert (out / "batch_sizes.png").stat().st_size > 1000
+    # It started the predictor and the gateway as their own processes, and stopped both.
+    servers = results["servers"]
+    assert sorted(s["argv"][1] for s in servers) == ["backends.simulated.server", "gateway"]
+    assert not [s for s in servers if _alive(s["pid"])]
+
+
+def test_ctrl_c_stops_every_server(tmp_path):
+    out = tmp_path / "bench"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tools.bench", "--scenario", "kserve-docs", "--duration", "30", "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        for line in process.stderr:  # wait until it is measuring through the gateway
+            if "kserve-docs: direct" in line or time.monotonic() > deadline:
+                break
+        time.sleep(1)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stderr.close()
+    servers = json.loads((out / "results.json").read_text())["servers"]
+    assert len(servers) == 2
+    assert not [s for s in servers if _alive(s["pid"])]
+
+
+def test_markdown_table_formats_cells():
+    columns = [["name", "run", "s"], ["rps", "req/s", ".1f"], ["ratio", "ratio", ".0%"]]
+    table = bench.markdown_table(columns, [{"name": "a", "rps": 12.345, "ratio": 0.5}, {"name": "b"}])
+    assert table.splitlines() == ["| run | req/s | ratio |", "|---|---:|---:|", "| a | 12.3 | 50% |",
+                                  "| b | – | – |"]

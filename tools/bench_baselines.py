@@ -1,0 +1,172 @@
+"""Baseline servers for the benchmarks, each its own process on 127.0.0.1.
+
+- `minimal`: the least a server can do for the gateway's front-end work, with no batching
+  and no predictor: a MINIMAL Tornado app that parses a KServe v1 request
+  (`POST /v1/models/<m>:predict`, `{"instances": [...]}`) and answers
+  `{"predictions": 2 x instances, "batchId": "0"}` itself, and a minimal grpc.aio servicer of
+  `inference.GRPCInferenceService/ModelInfer` that decodes INPUT0 (typed or raw contents)
+  and answers OUTPUT0 = 2 x INPUT0 as raw contents. The `overhead` scenario compares the
+  gateway's requests/s with these.
+- `trivial`: the cheapest possible answers, to measure the load generator's own ceiling:
+  an asyncio.Protocol HTTP/1.1 server that answers every request with a fixed 200 `{}`
+  (keep-alive, Content-Length bodies), and a grpc.aio server whose generic handler answers
+  any unary method with an empty message without decoding anything.
+
+    python -m tools.bench_baselines minimal --http-port 0 --grpc-port 0
+    # prints: READY http=<port> grpc=<port>; stops on SIGTERM/SIGINT
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+import sys
+
+import grpc
+import numpy as np
+import orjson
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+
+from gateway.generated.inference import grpc_service_pb2 as pb
+from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+
+# -- minimal: the same front-end work as the gateway, answered directly ---------------------
+
+
+class _V1Predict(tornado.web.RequestHandler):
+    def post(self, model: str) -> None:
+        try:
+            document = orjson.loads(self.request.body)
+            instances = document["instances"]
+            if not isinstance(instances, list) or not instances:
+                raise ValueError("instances must be a non-empty list")
+            predictions = (np.asarray(instances, dtype=np.float32) * 2).tolist()
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            self.set_status(400)
+            self.finish(orjson.dumps({"error": str(exc)}))
+            return
+        self.set_header("Content-Type", "application/json")
+        self.finish(orjson.dumps({"predictions": predictions, "batchId": "0"}))
+
+
+class _Ready(tornado.web.RequestHandler):
+    def get(self) -> None:
+        self.finish(b'{"ready": true}')
+
+
+def make_minimal_app() -> tornado.web.Application:
+    return tornado.web.Application(
+        [(r"/v1/models/([^/:]+):predict", _V1Predict), (r"/v2/health/ready", _Ready)],
+        compress_response=False,
+    )
+
+
+class MinimalInference(pb_grpc.GRPCInferenceServiceServicer):
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        if len(request.inputs) != 1:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "exactly one input expected")
+        tensor = request.inputs[0]
+        if request.raw_input_contents:
+            data = np.frombuffer(request.raw_input_contents[0], dtype="<f4")
+        else:
+            data = np.asarray(tensor.contents.fp32_contents, dtype=np.float32)
+        response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
+        response.outputs.add(name="OUTPUT0", datatype="FP32", shape=tensor.shape)
+        response.raw_output_contents.append((data * 2).astype("<f4").tobytes())
+        response.parameters["batch_id"].string_param = "0"
+        return response
+
+
+# -- trivial: fixed answers, to find the load generator's own ceiling -----------------------
+
+_TRIVIAL_RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 2\r\n\r\n{}")
+
+
+class TrivialHttp(asyncio.Protocol):
+    """HTTP/1.1 with keep-alive: every request (headers + Content-Length body) -> 200 `{}`."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        answers = 0
+        while True:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                break
+            head = bytes(buffer[:end]).lower()
+            length = 0
+            at = head.find(b"\r\ncontent-length:")
+            if at >= 0:
+                stop = head.find(b"\r\n", at + 2)
+                length = int(head[at + 17:stop if stop >= 0 else len(head)])
+            if len(buffer) < end + 4 + length:
+                break
+            del buffer[:end + 4 + length]
+            answers += 1
+        if answers:
+            self.transport.write(_TRIVIAL_RESPONSE * answers)
+
+
+class _EmptyAnswers(grpc.GenericRpcHandler):
+    """Any unary method: the request is not decoded, the answer is an empty message."""
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        async def answer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            return b""
+        return grpc.unary_unary_rpc_method_handler(answer)
+
+
+# -- lifecycle -------------------------------------------------------------------------------
+
+
+async def serve(kind: str, host: str, http_port: int, grpc_port: int) -> None:
+    loop = asyncio.get_running_loop()
+    if kind == "minimal":
+        sockets = tornado.netutil.bind_sockets(http_port, host, family=socket.AF_INET)
+        http_server = tornado.httpserver.HTTPServer(make_minimal_app())
+        http_server.add_sockets(sockets)
+        bound_http = sockets[0].getsockname()[1]
+        closer = http_server.stop
+    else:
+        server = await loop.create_server(TrivialHttp, host, http_port)
+        bound_http = server.sockets[0].getsockname()[1]
+        closer = server.close
+    grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    if kind == "minimal":
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(MinimalInference(), grpc_server)
+    else:
+        grpc_server.add_generic_rpc_handlers((_EmptyAnswers(),))
+    bound_grpc = grpc_server.add_insecure_port(f"{host}:{grpc_port}")
+    await grpc_server.start()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    print(f"READY http={bound_http} grpc={bound_grpc}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        closer()
+        await grpc_server.stop(0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench_baselines", description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=["minimal", "trivial"])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--http-port", type=int, default=0)
+    parser.add_argument("--grpc-port", type=int, default=0)
+    args = parser.parse_args(argv)
+    asyncio.run(serve(args.kind, args.host, args.http_port, args.grpc_port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
