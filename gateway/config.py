@@ -146,7 +146,8 @@ def _model(raw: Any, key: str) -> ModelConfig:
 
 
 def _batching(raw: dict, key: str) -> BatchingPolicy:
-    _only(raw, key, {"policy", "max_batch_size", "max_latency_ms", "timeout_s", "max_inflight", "max_queue"})
+    _only(raw, key, {"policy", "max_batch_size", "max_latency_ms", "timeout_s", "max_inflight", "max_queue",
+                     "max_hold_ms"})
     default = BatchingPolicy()
     return BatchingPolicy(
         policy=_choice(raw, key, "policy", POLICIES, default.policy),
@@ -155,6 +156,7 @@ def _batching(raw: dict, key: str) -> BatchingPolicy:
         timeout_s=_number(raw, key, "timeout_s", default.timeout_s, minimum=0.001),
         max_inflight=_number(raw, key, "max_inflight", default.max_inflight, integer=True, minimum=1),
         max_queue=_number(raw, key, "max_queue", default.max_queue, integer=True, minimum=1),
+        max_hold_s=_number(raw, key, "max_hold_ms", default.max_hold_s * 1000, minimum=0) / 1000,
     )
 
 

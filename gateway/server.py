@@ -43,7 +43,7 @@ class Gateway:
         app = make_app(self.service, self.config.limits, server.auth_token)
         self._http_server = tornado.httpserver.HTTPServer(
             # Handlers refuse over-limit bodies with a 413 of their own; this is the backstop.
-            app, max_body_size=self.config.limits.max_body_bytes + 1, xheaders=True,
+            app, max_body_size=self.config.limits.max_body_bytes + 1,
             ssl_options=_server_ssl_context(server))
         sockets = tornado.netutil.bind_sockets(server.http_port, server.host)
         self._http_server.add_sockets(sockets)

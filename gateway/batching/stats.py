@@ -48,6 +48,7 @@ class ModelStats:
     refused: int = 0
     expired: int = 0
     isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
+    holds: int = 0       # times a free slot waited for answered clients to return
     recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
     batch_size: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BOUNDS))
     queue_wait_s: Histogram = field(default_factory=lambda: Histogram(SECONDS_BOUNDS))
