@@ -125,7 +125,14 @@ async def serve(config: GatewayConfig, config_path: str | None = None) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
     if config_path is not None:
-        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(gateway.reload(config_path)))
+        reloads: set[asyncio.Task] = set()  # held so a reload is not collected mid-flight
+
+        def on_hangup() -> None:
+            task = loop.create_task(gateway.reload(config_path))
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
     # Only now: a signal sent as soon as READY is seen must find its handler installed.
     print(f"READY http={config.server.host}:{gateway.http_port} grpc={config.server.host}:{gateway.grpc_port} "
           f"models={','.join(m.name for m in config.models)}", flush=True)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import ROWS, Backend
-from gateway import __version__
 from backends.registry import create_backend
+from gateway import __version__
 from gateway.batching.scheduler import BatchScheduler
 from gateway.codecs import v1
 from gateway.config import GatewayConfig, ModelConfig
@@ -95,8 +95,8 @@ class ServedModel:
                 if self.signature is None:
                     self.signature = signature
                 return
-            if self.takes_rows and self.signature is not None:
-                return  # a v1 predictor has no metadata endpoint; the config said it all
+            if self.takes_rows:
+                return  # v1 predictors have no metadata endpoint: the config says what it knows
             await asyncio.sleep(METADATA_RETRY_S)
 
     async def ready(self) -> bool:
@@ -112,6 +112,7 @@ class InferenceService:
         self.models: dict[str, ServedModel] = {}
         self.active_requests = 0  # inside infer_*: what a graceful stop waits for
         self.metrics = Metrics(scheduler)
+        self._background: set[asyncio.Task] = set()  # held so they are not collected mid-flight
 
     async def start(self) -> None:
         for model_config in self.config.models:
@@ -140,7 +141,7 @@ class InferenceService:
             changes["added"].append(name)
         for name in old.keys() - new.keys():
             served = self.models.pop(name)
-            asyncio.get_running_loop().create_task(self._retire(name, served, grace_s))
+            self._in_background(self._retire(name, served, grace_s))
             changes["removed"].append(name)
         for name in old.keys() & new.keys():
             before, after = old[name], new[name]
@@ -153,17 +154,22 @@ class InferenceService:
                 continue
             retired = self.models[name]
             await self._add_model(after)  # the scheduler now sends new batches to the new backend
-            asyncio.get_running_loop().create_task(self._close_when_idle(retired, grace_s))
+            self._in_background(self._close_when_idle(retired, grace_s))
             changes["replaced"].append(name)
         self.config = config
         return changes
+
+    def _in_background(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _retire(self, name: str, served: ServedModel, grace_s: float) -> None:
         await self.scheduler.remove_model(name, grace_s)
         await served.close()
 
     async def _close_when_idle(self, served: ServedModel, grace_s: float) -> None:
-        """Close a replaced backend once the batches it was given have come back."""
+        """Close a replaced backend after the longest its last batches can take."""
         await asyncio.sleep(min(grace_s, served.config.batching.timeout_s))
         await served.close()
 

@@ -70,9 +70,21 @@ def python_module(*args: str, **kwargs) -> Process:
     return Process([sys.executable, "-m", *args], **kwargs)
 
 
-def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -> Process:
-    return python_module("backends.simulated.server", "--host", "127.0.0.1",
-                    "--http-port", str(http_port), "--grpc-port", str(grpc_port), *options)
+class PredictorProcess(Process):
+    """The simulated predictor: its READY line gives bare port numbers."""
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.fields['http']}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.fields['grpc']}"
+
+
+def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -> PredictorProcess:
+    return PredictorProcess([sys.executable, "-m", "backends.simulated.server", "--host", "127.0.0.1",
+                             "--http-port", str(http_port), "--grpc-port", str(grpc_port), *options])
 
 
 def gateway(config_path: Path, log_level: str = "WARNING") -> Process:

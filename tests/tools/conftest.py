@@ -3,12 +3,6 @@ and the simulated predictor as its own process on free 127.0.0.1 ports, stopped 
 from __future__ import annotations
 
 import asyncio
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -17,6 +11,8 @@ import pytest
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
+
+from tests.processes import PredictorProcess, simulated_predictor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,46 +95,11 @@ async def local_server() -> LocalServer:
         await server.close_all_connections()
 
 
-@dataclass
-class PredictorProcess:
-    process: subprocess.Popen
-    http_port: int
-    grpc_port: int
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    @property
-    def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-
 @pytest.fixture(scope="module")
 def predictor() -> Iterator[PredictorProcess]:
     """The simulated predictor (no cost per call) as its own process."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "backends.simulated.server", "--host", "127.0.0.1", "--http-port", "0",
-         "--grpc-port", "0", "--call-ms", "0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+    process = simulated_predictor("--call-ms", "0")
     try:
-        line = lines.get(timeout=30)
-    except queue.Empty:
-        line = ""
-    try:
-        if not line.startswith("READY "):
-            pytest.fail(f"the simulated predictor did not start: {line!r}")
-        fields = dict(part.split("=") for part in line.split()[1:])
-        yield PredictorProcess(process, int(fields["http"]), int(fields["grpc"]))
+        yield process
     finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        process.stdout.close()
+        process.stop()
