@@ -9,13 +9,13 @@ inputs (``restore_outputs``: batch shape, datatype and name from the model's sig
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import grpc
 
 from backends import errors
+from backends.grpc_channel import open_channel
 from gateway.tracing import predictor_headers
 from backends.base import Backend
 from backends.metadata import signature_from_proto
@@ -25,7 +25,6 @@ from gateway.generated.inference import grpc_service_pb2 as pb
 from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from gateway.tensors import NUMPY_DTYPES, RAW_ONLY, ModelSignature, Tensor, TensorSpec
 
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 PROBE_TIMEOUT_S = 2.0
 OIP_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
@@ -47,20 +46,7 @@ class OipGrpcBackend(Backend):
         self._stub: pb_grpc.GRPCInferenceServiceStub | None = None
 
     async def start(self) -> None:
-        # One HTTP/2 channel multiplexes every batch; it reconnects by itself after a restart.
-        options = [
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.keepalive_time_ms", 30_000),
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1_000),
-        ]
-        if self.tls:
-            root = Path(self.ca_file).read_bytes() if self.ca_file else None
-            credentials = grpc.ssl_channel_credentials(root_certificates=root)
-            self._channel = grpc.aio.secure_channel(self.address, credentials, options=options)
-        else:
-            self._channel = grpc.aio.insecure_channel(self.address, options=options)
+        self._channel = open_channel(self.address, self.tls, self.ca_file)
         self._stub = _stub(self._channel, self.service)
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:

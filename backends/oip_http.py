@@ -25,14 +25,10 @@ class OipHttpBackend(Backend):
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         body, json_length = oip_json.encode_request(inputs, binary=self.binary)
-        headers = {"Content-Type": "application/json"}
-        if json_length is not None:
-            headers = {"Content-Type": "application/octet-stream",
-                       oip_json.HEADER_LENGTH: str(json_length)}
-        response_headers, payload = await self.http.post(self._infer_path, body, headers)
-        length = response_headers.get(oip_json.HEADER_LENGTH)
+        response_headers, payload = await self.http.post(self._infer_path, body, oip_json.body_headers(json_length))
         try:
-            outputs, _ = oip_json.decode_response(payload, int(length) if length is not None else None)
+            length = oip_json.json_length(response_headers.get(oip_json.HEADER_LENGTH))
+            outputs, _ = oip_json.decode_response(payload, length)
         except (InvalidInput, ValueError) as exc:
             raise errors.unreadable(self.model, str(exc)) from None
         return outputs

@@ -9,7 +9,6 @@ KServe v1. For TorchServe's Open Inference Protocol (``kservev2``) see
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,9 +16,10 @@ import orjson
 from google.protobuf import empty_pb2
 
 from backends import errors
+from backends.grpc_channel import open_channel
 from gateway.tracing import predictor_headers
 from backends.base import ROWS, Backend
-from backends.oip_grpc import MAX_MESSAGE_BYTES, PROBE_TIMEOUT_S
+from backends.oip_grpc import PROBE_TIMEOUT_S
 from gateway.codecs import v1
 from gateway.errors import BadPredictorAnswer, GatewayError, PredictorFailed, Unavailable
 from gateway.generated.torchserve import inference_pb2 as ts_pb
@@ -44,19 +44,7 @@ class TorchServeGrpcBackend(Backend):
         self._stub: ts_grpc.InferenceAPIsServiceStub | None = None
 
     async def start(self) -> None:
-        options = [
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.keepalive_time_ms", 30_000),
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1_000),
-        ]
-        if self.tls:
-            root = Path(self.ca_file).read_bytes() if self.ca_file else None
-            credentials = grpc.ssl_channel_credentials(root_certificates=root)
-            self._channel = grpc.aio.secure_channel(self.address, credentials, options=options)
-        else:
-            self._channel = grpc.aio.insecure_channel(self.address, options=options)
+        self._channel = open_channel(self.address, self.tls, self.ca_file)
         self._stub = ts_grpc.InferenceAPIsServiceStub(self._channel)
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:

@@ -65,7 +65,6 @@ PLATFORM = "simulated"
 VERSIONS = ["1"]
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 JSON_TYPE = "application/json"
-BINARY_TYPE = "application/octet-stream"
 
 # An injected HTTP status -> the gRPC code the gateway's own error classes pair with it.
 _GRPC_CODE_FOR_STATUS = {
@@ -253,25 +252,14 @@ class Infer(_Handler):
     async def post(self, name: str, version: str | None = None) -> None:
         async def work() -> None:
             await self.predictor.begin(name, version or "")
-            request = oip_json.decode_request(self.request.body, self._json_length())
+            length = oip_json.json_length(self.request.headers.get(oip_json.HEADER_LENGTH))
+            request = oip_json.decode_request(self.request.body, length)
             outputs = await self.predictor.infer(request.inputs, request.outputs)
             body, header_length = oip_json.encode_response(name, version or VERSIONS[0], request, outputs, {})
-            if header_length is None:
-                self.set_header("Content-Type", JSON_TYPE)
-            else:
-                self.set_header("Content-Type", BINARY_TYPE)
-                self.set_header(oip_json.HEADER_LENGTH, str(header_length))
+            for header, value in oip_json.body_headers(header_length).items():
+                self.set_header(header, value)
             self.finish(body)
         await self.guarded(work)
-
-    def _json_length(self) -> int | None:
-        value = self.request.headers.get(oip_json.HEADER_LENGTH)
-        if value is None:
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            raise InvalidInput(f"{oip_json.HEADER_LENGTH} must be an integer, got {value!r}") from None
 
 
 class Stats(_Handler):

@@ -44,6 +44,23 @@ class OipRequest:
         return self.parameters.get("binary_data_output") is True
 
 
+def json_length(header_value: str | None) -> int | None:
+    """The `Inference-Header-Content-Length` header's value: None means an all-JSON body."""
+    if header_value is None:
+        return None
+    try:
+        return int(header_value)
+    except ValueError:
+        raise InvalidInput(f"{HEADER_LENGTH} must be an integer, got '{header_value}'") from None
+
+
+def body_headers(length: int | None) -> dict[str, str]:
+    """The headers that describe a body `encode_*` returned with this JSON length."""
+    if length is None:
+        return {"Content-Type": "application/json"}
+    return {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(length)}
+
+
 def loads(body: bytes | memoryview, what: str = "request body") -> Any:
     try:
         return orjson.loads(body)

@@ -193,30 +193,18 @@ class InferHandler(BodyHandler):
     async def post(self, model: str, version: str | None = None) -> None:
         async def work() -> None:
             self.service.model(model, version or "")
-            json_length = self._header_length()
-            request = oip_json.decode_request(self.body, json_length, self.limits)
+            length = oip_json.json_length(self.request.headers.get(oip_json.HEADER_LENGTH))
+            request = oip_json.decode_request(self.body, length, self.limits)
             requested = [o.name for o in request.outputs] or None
             outcome = await self.service.infer_tensors(
                 model, version or "", request.inputs, requested, self.timeout_s(),
                 self.client_context(request.id))
             body, length = oip_json.encode_response(
                 model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
-            if length is None:
-                self.set_header("Content-Type", "application/json")
-            else:
-                self.set_header("Content-Type", "application/octet-stream")
-                self.set_header(oip_json.HEADER_LENGTH, str(length))
+            for header, value in oip_json.body_headers(length).items():
+                self.set_header(header, value)
             self.finish(body)
         await self.run(work)
-
-    def _header_length(self) -> int | None:
-        value = self.request.headers.get(oip_json.HEADER_LENGTH)
-        if value is None:
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            raise InvalidInput(f"{oip_json.HEADER_LENGTH} must be an integer, got '{value}'") from None
 
 
 class MetricsHandler(BaseHandler):
