@@ -18,6 +18,7 @@ import orjson
 
 from gateway.codecs.limits import DEFAULT_LIMITS, Limits
 from gateway.codecs.oip_json import loads
+from gateway.codecs.v1 import check_instances
 from gateway.errors import InvalidInput
 
 FORMS = '{"instances": [...]}, {"data": <one instance>} or one instance as a JSON list'
@@ -30,14 +31,7 @@ def decode_body(body: bytes | memoryview, limits: Limits = DEFAULT_LIMITS) -> tu
         return [document], True
     if isinstance(document, dict):
         if "instances" in document:
-            instances = document["instances"]
-            if not isinstance(instances, list):
-                raise InvalidInput("'instances' must be a list")
-            if not instances:
-                raise InvalidInput("'instances' is empty: send at least one instance")
-            if len(instances) > limits.max_instances:
-                raise InvalidInput(f"{len(instances)} instances exceed the limit of {limits.max_instances}")
-            return instances, False
+            return check_instances(document["instances"], limits), False
         if "data" in document:
             return [document["data"]], True
     raise InvalidInput(f"the body must be JSON: {FORMS}")

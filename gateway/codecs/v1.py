@@ -27,9 +27,13 @@ def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> list[Any]:
     document = loads(body)
     if not isinstance(document, dict):
         raise InvalidInput('request body must be a JSON object: {"instances": [...]}')
-    instances = document.get("instances")
-    if instances is None:
+    if "instances" not in document or document["instances"] is None:
         raise InvalidInput("request body has no 'instances' key")
+    return check_instances(document["instances"], limits)
+
+
+def check_instances(instances: Any, limits: Limits = DEFAULT_LIMITS) -> list[Any]:
+    """An `instances` value must be a non-empty list within the instance limit."""
     if not isinstance(instances, list):
         raise InvalidInput("'instances' must be a list")
     if not instances:

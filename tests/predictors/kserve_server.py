@@ -32,10 +32,11 @@ import os
 import pathlib
 import signal
 import sys
-import threading
 import time
 import types
 from typing import Any
+
+from stdin_watchdog import on_stdin_eof  # a sibling module: scripts run with their own venv
 
 
 def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,25 +48,6 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--exit-on-stdin-eof", action="store_true", help="shut down when stdin closes (the harness's watchdog)"
     )
     return parser.parse_args(argv)
-
-
-def _exit_on_stdin_eof() -> None:
-    """SIGTERM ourselves when stdin reaches EOF. The harness holds the other end of the
-    pipe, so this fires when the test process dies without stopping us (no orphan server
-    keeps its ports and CPU)."""
-
-    def watch() -> None:
-        # os.read on fd 0, not sys.stdin: a daemon thread blocked inside the buffered
-        # reader holds its lock, and the interpreter then aborts at exit ("could not
-        # acquire lock for <_io.BufferedReader name='<stdin>'> at interpreter shutdown").
-        try:
-            while os.read(0, 65536):
-                pass
-        except OSError:
-            pass
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="stdin-eof-watchdog", daemon=True).start()
 
 
 def _bind_to_loopback() -> None:
@@ -202,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     model.load()
     if args.exit_on_stdin_eof:
         # KServe's ModelServer turns SIGTERM into a clean shutdown.
-        _exit_on_stdin_eof()
+        on_stdin_eof(lambda: os.kill(os.getpid(), signal.SIGTERM))
     # grace_period: wait at most 5 s for in-flight requests on SIGTERM (default 30 s).
     ModelServer(http_port=args.http_port, grpc_port=args.grpc_port, workers=1, grace_period=5).start([model])
     return 0

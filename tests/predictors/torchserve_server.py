@@ -42,6 +42,8 @@ import subprocess
 import sys
 import threading
 
+from stdin_watchdog import on_stdin_eof  # a sibling module: scripts run with their own venv
+
 MODEL_NAME = "double"
 HANDLER = pathlib.Path(__file__).resolve().parent / "torchserve_handler.py"
 STOP_TIMEOUT_S = 30
@@ -59,23 +61,6 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--exit-on-stdin-eof", action="store_true", help="shut down when stdin closes (the harness's watchdog)"
     )
     return parser.parse_args(argv)
-
-
-def _exit_on_stdin_eof(stop: threading.Event) -> None:
-    """Stop when stdin reaches EOF. The harness holds the other end of the pipe, so this
-    fires when the test process dies without stopping us (no orphan server keeps its
-    ports, memory and CPU)."""
-
-    def watch() -> None:
-        # os.read on fd 0, not sys.stdin (see kserve_server.py).
-        try:
-            while os.read(0, 65536):
-                pass
-        except OSError:
-            pass
-        stop.set()
-
-    threading.Thread(target=watch, name="stdin-eof-watchdog", daemon=True).start()
 
 
 def build_model(build: pathlib.Path) -> pathlib.Path:
@@ -173,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if args.exit_on_stdin_eof:
-        _exit_on_stdin_eof(stop)
+        on_stdin_eof(stop.set)
 
     torchserve = pathlib.Path(sys.executable).parent / "torchserve"
     launcher = subprocess.Popen(

@@ -39,6 +39,8 @@ import sys
 import sysconfig
 import threading
 
+from stdin_watchdog import on_stdin_eof  # a sibling module: scripts run with their own venv
+
 MODEL_NAME = "double"
 IDENTITY_MODEL = "identity"
 IDENTITY_BF16_MODEL = "identity_bf16"
@@ -84,25 +86,6 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--exit-on-stdin-eof", action="store_true", help="shut down when stdin closes (the harness's watchdog)"
     )
     return parser.parse_args(argv)
-
-
-def _exit_on_stdin_eof() -> None:
-    """SIGTERM ourselves when stdin reaches EOF. The harness holds the other end of the
-    pipe, so this fires when the test process dies without stopping us (no orphan server
-    keeps its ports and CPU)."""
-
-    def watch() -> None:
-        # os.read on fd 0, not sys.stdin: a daemon thread blocked inside the buffered
-        # reader holds its lock, and the interpreter then aborts at exit ("could not
-        # acquire lock for <_io.BufferedReader name='<stdin>'> at interpreter shutdown").
-        try:
-            while os.read(0, 65536):
-                pass
-        except OSError:
-            pass
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="stdin-eof-watchdog", daemon=True).start()
 
 
 def _prepare_environment(workdir: pathlib.Path) -> None:
@@ -190,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     if args.exit_on_stdin_eof:
-        _exit_on_stdin_eof()
+        on_stdin_eof(lambda: os.kill(os.getpid(), signal.SIGTERM))
 
     # PyTriton 0.7 protects shared-memory, model-repository, statistics, trace and logging
     # with a random access token by default (403 "expecting header 'triton-access-token'"),
