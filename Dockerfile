@@ -26,6 +26,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 COPY backends ./backends
+COPY wire ./wire
 RUN python -m venv /opt/gateway \
  && /opt/gateway/bin/pip install --no-cache-dir --disable-pip-version-check .
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from gateway.tensors import ModelSignature, Tensor
+from wire.tensors import ModelSignature, Tensor
 
 TENSORS = "tensors"  # the batch travels as typed tensors (Open Inference Protocol)
 ROWS = "rows"        # the batch travels as one JSON tensor of v1 instances

@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import orjson
 
-from gateway.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, PredictorFailed,
+from wire.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, PredictorFailed,
                             PredictorRejected, Unavailable)
 
 _MAX_DETAIL = 300

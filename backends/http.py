@@ -7,8 +7,8 @@ import ssl
 import aiohttp
 
 from backends import errors
-from gateway.tracing import predictor_headers
-from gateway.errors import Unavailable
+from wire.tracing import predictor_headers
+from wire.errors import Unavailable
 
 CONNECT_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 2.0
@@ -54,7 +54,7 @@ class HttpPredictor:
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[dict, bytes]:
         """POST and require a 200; any other status becomes the matching gateway error.
-        The batch's request ids and trace context go along (gateway.tracing)."""
+        The batch's request ids and trace context go along (wire.tracing)."""
         status, response_headers, payload = await self.request("POST", path, body, {**headers, **predictor_headers()})
         if status != 200:
             raise errors.from_http_status(self.model, status, payload)

@@ -9,8 +9,8 @@ import orjson
 
 from backends.base import ROWS, Backend
 from backends.http import HttpPredictor
-from gateway.codecs import v1
-from gateway.tensors import Tensor
+from wire.codecs import v1
+from wire.tensors import Tensor
 
 
 class KServeV1Backend(Backend):

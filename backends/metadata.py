@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.tensors import ModelSignature, TensorSpec
+from wire.tensors import ModelSignature, TensorSpec
 
 
 def signature_from_json(document: dict[str, Any]) -> tuple[ModelSignature, list[str]] | None:

@@ -16,14 +16,14 @@ import grpc
 
 from backends import errors
 from backends.grpc_channel import open_channel
-from gateway.tracing import predictor_headers
+from wire.tracing import predictor_headers
 from backends.base import Backend
 from backends.metadata import signature_from_proto
-from gateway.codecs import oip_grpc
-from gateway.errors import BadPredictorAnswer, InvalidInput
-from gateway.generated.inference import grpc_service_pb2 as pb
-from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from gateway.tensors import NUMPY_DTYPES, RAW_ONLY, ModelSignature, Tensor, TensorSpec
+from wire.codecs import oip_grpc
+from wire.errors import BadPredictorAnswer, InvalidInput
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.tensors import NUMPY_DTYPES, RAW_ONLY, ModelSignature, Tensor, TensorSpec, shape_fits
 
 PROBE_TIMEOUT_S = 2.0
 OIP_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
@@ -147,8 +147,7 @@ def _batch_shape(model: str, tensor: Tensor, rows: int, spec: TensorSpec | None,
         return [rows, *declared]
     if source is not None:  # most often an output is shaped like the input it comes from
         inner = list(source.data.shape[1:])
-        fits = declared is None or (len(declared) == len(inner) and all(d in (-1, g) for d, g in zip(declared, inner)))
-        if math.prod(inner) == per_row and fits:
+        if math.prod(inner) == per_row and (declared is None or shape_fits(declared, inner)):
             return [rows, *inner]
     if declared is not None and declared.count(-1) == 1:
         known = math.prod(d for d in declared if d != -1)

@@ -7,9 +7,9 @@ from backends import errors
 from backends.base import Backend
 from backends.http import HttpPredictor
 from backends.metadata import signature_from_json
-from gateway.codecs import oip_json
-from gateway.errors import InvalidInput
-from gateway.tensors import ModelSignature, Tensor
+from wire.codecs import oip_json
+from wire.errors import InvalidInput
+from wire.tensors import ModelSignature, Tensor
 
 
 class OipHttpBackend(Backend):

@@ -13,8 +13,8 @@ import asyncio
 import logging
 
 from backends.base import Backend
-from gateway.errors import Unavailable
-from gateway.tensors import ModelSignature, Tensor
+from wire.errors import Unavailable
+from wire.tensors import ModelSignature, Tensor
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL_S = 1.0

@@ -17,14 +17,14 @@ from google.protobuf import empty_pb2
 
 from backends import errors
 from backends.grpc_channel import open_channel
-from gateway.tracing import predictor_headers
+from wire.tracing import predictor_headers
 from backends.base import ROWS, Backend
 from backends.oip_grpc import PROBE_TIMEOUT_S
-from gateway.codecs import v1
-from gateway.errors import BadPredictorAnswer, GatewayError, PredictorFailed, Unavailable
-from gateway.generated.torchserve import inference_pb2 as ts_pb
-from gateway.generated.torchserve import inference_pb2_grpc as ts_grpc
-from gateway.tensors import Tensor
+from wire.codecs import v1
+from wire.errors import BadPredictorAnswer, GatewayError, PredictorFailed, Unavailable
+from wire.generated.torchserve import inference_pb2 as ts_pb
+from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
+from wire.tensors import Tensor
 
 # TorchServe 0.12 serves the Open Inference Protocol under its own package name.
 TORCHSERVE_OIP_SERVICE = "org.pytorch.serve.grpc.openinference.GRPCInferenceService"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hmac
 
-from gateway.errors import Unauthenticated
+from wire.errors import Unauthenticated
 
 
 def check_bearer(token: str, authorization: str | None) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.batching.scheduler import POLICIES, BatchingPolicy
-from gateway.codecs.limits import Limits
-from gateway.tensors import NUMPY_DTYPES, ModelSignature, TensorSpec
+from wire.codecs.limits import Limits
+from wire.tensors import ModelSignature, TensorSpec, is_wire_datatype
 
 BACKENDS = ("triton", "kserve", "torchserve", "simulated")
 PROTOCOLS = ("http", "grpc")
@@ -214,7 +214,7 @@ def _tensor_specs(raw: Any, key: str) -> tuple[TensorSpec, ...]:
             raise ConfigError(item_key, "must be a table with name, datatype and shape")
         _only(item, item_key, {"name", "datatype", "shape"})
         datatype = _str(item, item_key, "datatype", required=True)
-        if datatype not in NUMPY_DTYPES or datatype == "JSON":
+        if not is_wire_datatype(datatype):
             raise ConfigError(f"{item_key}.datatype", f"unknown datatype '{datatype}'")
         shape = item.get("shape", [-1, -1])
         if not isinstance(shape, list) or not shape or not all(isinstance(d, int) and d >= -1 for d in shape):

@@ -20,12 +20,12 @@ from backends.base import ROWS, Backend
 from backends.registry import create_backend
 from gateway import __version__
 from gateway.batching.scheduler import BatchScheduler
-from gateway.codecs import v1
+from wire.codecs import v1
 from gateway.config import GatewayConfig, ModelConfig
-from gateway.errors import InvalidInput, ModelNotFound, Unavailable
+from wire.errors import InvalidInput, ModelNotFound, Unavailable
 from gateway.metrics import Metrics
-from gateway.tensors import ModelSignature, Tensor
-from gateway.tracing import NO_CONTEXT, ClientContext
+from wire.tensors import ModelSignature, Tensor, shape_fits
+from wire.tracing import NO_CONTEXT, ClientContext
 
 log = logging.getLogger(__name__)
 METADATA_RETRY_S = 1.0
@@ -55,12 +55,9 @@ class ServedModel:
 
     def describe(self) -> dict[str, Any]:
         """The model's OIP metadata, as both front ends answer it."""
-        def tensors(specs):
-            return [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
         signature = self.signature or ModelSignature()
         return {"name": self.name, "versions": self.versions,
-                "platform": f"{SERVER_NAME}/{self.config.backend}",
-                "inputs": tensors(signature.inputs), "outputs": tensors(signature.outputs)}
+                "platform": f"{SERVER_NAME}/{self.config.backend}", **signature.describe()}
 
     @property
     def takes_rows(self) -> bool:
@@ -268,8 +265,7 @@ class InferenceService:
                 raise InvalidInput(
                     f"input '{spec.name}' of model '{served.name}' is {spec.datatype}, got {tensor.datatype}"
                 )
-            declared, got = spec.shape[1:], tensor.data.shape[1:]
-            if len(declared) != len(got) or any(d not in (-1, g) for d, g in zip(declared, got)):
+            if not shape_fits(spec.shape[1:], tensor.data.shape[1:]):
                 raise InvalidInput(
                     f"input '{spec.name}' of model '{served.name}' has shape {list(spec.shape)} "
                     f"(-1 is any size); got {list(tensor.data.shape)}"

@@ -6,8 +6,8 @@ import threading
 import grpc
 import numpy as np
 
-from gateway.generated.inference import grpc_service_pb2 as pb
-from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from tests.harness import config_for, http_json, running_gateway
 
 

@@ -42,10 +42,10 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
-from gateway.generated.inference import grpc_service_pb2 as pb
-from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from gateway.generated.torchserve import inference_pb2 as ts_pb
-from gateway.generated.torchserve import inference_pb2_grpc as ts_grpc
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.generated.torchserve import inference_pb2 as ts_pb
+from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 from tests.harness import RunningGateway, config_for, http, http_json, running_gateway
 
 MODEL = "double"

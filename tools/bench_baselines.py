@@ -30,8 +30,8 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from gateway.generated.inference import grpc_service_pb2 as pb
-from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 
 # -- minimal: the same front-end work as the gateway, answered directly ---------------------
 

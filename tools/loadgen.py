@@ -696,8 +696,8 @@ def grpc_method(call: str) -> tuple[str, Any]:
     from the descriptors this project generates (and the gRPC health service)."""
     from google.protobuf import descriptor_pool, message_factory
 
-    from gateway.generated import pool
-    from gateway.generated.inference import grpc_service_pb2  # noqa: F401  (registers its descriptors)
+    from wire.generated import pool
+    from wire.generated.inference import grpc_service_pb2  # noqa: F401  (registers its descriptors)
 
     service_name, _, method_name = call.replace("/", ".").rpartition(".")
     if not service_name or not method_name:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from backends.base import Backend
 from backends.simulated.model import SimulatedModel
-from gateway.errors import PredictorRejected, InvalidInput
-from gateway.tensors import ModelSignature, Tensor
+from wire.errors import PredictorRejected, InvalidInput
+from wire.tensors import ModelSignature, Tensor
 
 
 class InProcessBackend(Backend):

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gateway.errors import InvalidInput
-from gateway.tensors import ModelSignature, Tensor, TensorSpec
+from wire.errors import InvalidInput
+from wire.tensors import ModelSignature, Tensor, TensorSpec
 
 SIGNATURE = ModelSignature(
     inputs=(TensorSpec("INPUT0", "FP32", (-1, -1)),),

@@ -42,9 +42,10 @@ import tornado.netutil
 import tornado.web
 
 from backends.simulated.model import CallLog, Cost, SimulatedModel
-from gateway.codecs import oip_grpc, oip_json, v1
-from gateway.codecs.limits import DEFAULT_LIMITS
-from gateway.errors import (
+from wire.codecs import json_data, oip_grpc, oip_json, v1
+from wire.request import RequestedOutput
+from wire.codecs.limits import DEFAULT_LIMITS
+from wire.errors import (
     DeadlineExceeded,
     GatewayError,
     InvalidInput,
@@ -52,9 +53,9 @@ from gateway.errors import (
     Overloaded,
     Unavailable,
 )
-from gateway.generated.inference import grpc_service_pb2 as pb
-from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from gateway.tensors import Tensor
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.tensors import Tensor
 
 log = logging.getLogger("backends.simulated.server")
 
@@ -131,7 +132,7 @@ class Predictor:
         self.check(name, version)
         await self._before_call()
 
-    async def infer(self, inputs: list[Tensor], requested: list[oip_json.RequestedOutput]) -> list[Tensor]:
+    async def infer(self, inputs: list[Tensor], requested: list[RequestedOutput]) -> list[Tensor]:
         """One model call; only the requested outputs (all when none are named), in that order."""
         declared = [spec.name for spec in self.model.signature.outputs]
         for output in requested:
@@ -155,8 +156,7 @@ class Predictor:
             "name": self.model.name,
             "versions": VERSIONS,
             "platform": PLATFORM,
-            "inputs": [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in signature.inputs],
-            "outputs": [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in signature.outputs],
+            **signature.describe(),
         }
 
     def reset_stats(self) -> None:
@@ -192,7 +192,7 @@ class _Handler(tornado.web.RequestHandler):
         self.finish(orjson.dumps({"error": self._reason}))
 
     def body_json(self) -> Any:
-        return oip_json.loads(self.request.body)
+        return json_data.loads(self.request.body)
 
 
 class _NotFound(_Handler):

@@ -50,10 +50,10 @@ from typing import Awaitable, Callable
 import numpy as np
 
 from gateway.batching.stats import ModelStats
-from gateway.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, InvalidInput, ModelNotFound,
+from wire.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, InvalidInput, ModelNotFound,
                             Overloaded, PredictorRejected, Unavailable)
-from gateway.tensors import Tensor, signature_key
-from gateway.tracing import NO_CONTEXT, BatchContext, ClientContext, current_batch
+from wire.tensors import Tensor, signature_key
+from wire.tracing import NO_CONTEXT, BatchContext, ClientContext, current_batch
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +404,7 @@ class BatchScheduler:
     async def _call(self, queue: _ModelQueue, parts: list[_Part], batch_id: str) -> list[Tensor] | GatewayError:
         """One executor call; every failure comes back as the GatewayError to answer."""
         rows = sum(part.size for part in parts)
-        # The backend reads the batch's ids and trace from here (see gateway.tracing).
+        # The backend reads the batch's ids and trace from here (see wire.tracing).
         token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts)))
         try:
             inputs = _concatenate([part.inputs for part in parts])

@@ -6,7 +6,7 @@ from typing import Any, Awaitable, Callable
 import grpc
 
 from gateway.auth import check_bearer
-from gateway.errors import Unauthenticated
+from wire.errors import Unauthenticated
 
 EXEMPT_PREFIX = "/grpc.health.v1.Health/"
 

@@ -5,11 +5,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from gateway.codecs.limits import Limits
+from wire.codecs.limits import Limits
 from gateway.grpc.auth import BearerTokenInterceptor
-from gateway.generated import pool
-from gateway.generated.inference import grpc_service_pb2 as pb
-from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.generated import pool
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from gateway.grpc.servicer import InferenceServicer
 from gateway.grpc import torchserve
 from gateway.service import InferenceService

@@ -3,7 +3,7 @@
 (the streaming methods answer UNIMPLEMENTED).
 
 ``Predictions`` reads the body from ``input["data"]`` (or ``"body"``), in the forms of
-``gateway.codecs.torchserve``, and goes through ``InferenceService.infer_instances``, so
+``wire.codecs.torchserve``, and goes through ``InferenceService.infer_instances``, so
 it batches with every other client of the model. Errors are gRPC status codes, the code
 the gateway error carries; the batch id is in the trailing metadata ``batch-id``.
 """
@@ -16,11 +16,11 @@ import grpc
 from gateway.grpc.servicer import client_context
 import orjson
 
-from gateway.codecs import torchserve
-from gateway.codecs.limits import Limits
-from gateway.errors import GatewayError, InvalidInput
-from gateway.generated.torchserve import inference_pb2 as ts_pb
-from gateway.generated.torchserve import inference_pb2_grpc as ts_grpc
+from wire.codecs import torchserve
+from wire.codecs.limits import Limits
+from wire.errors import GatewayError, InvalidInput
+from wire.generated.torchserve import inference_pb2 as ts_pb
+from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)

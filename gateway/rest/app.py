@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from gateway.codecs.limits import Limits
+from wire.codecs.limits import Limits
 from gateway.rest import handlers as h
 from gateway.rest import torchserve as ts
 from gateway.service import InferenceService

@@ -13,12 +13,12 @@ import orjson
 import tornado.web
 
 from gateway import metrics
-from gateway.codecs import oip_json, v1
-from gateway.codecs.limits import Limits
+from wire.codecs import oip_json, v1
+from wire.codecs.limits import Limits
 from gateway.auth import check_bearer
-from gateway.errors import GatewayError, InvalidInput, PayloadTooLarge, Unauthenticated
+from wire.errors import GatewayError, InvalidInput, PayloadTooLarge, Unauthenticated
 from gateway.service import InferenceService
-from gateway.tracing import ClientContext
+from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
 TIMEOUT_HEADER = "X-Request-Timeout-Ms"

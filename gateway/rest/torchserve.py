@@ -1,7 +1,7 @@
 """TorchServe-style HTTP endpoints for TorchServe users: ``POST /predictions/<m>[/<version>]``
 and ``GET /ping``.
 
-Bodies and answers follow ``gateway.codecs.torchserve``; the request goes through
+Bodies and answers follow ``wire.codecs.torchserve``; the request goes through
 ``InferenceService.infer_instances`` (v1 instance semantics), so it batches with every
 other client of the model. The batch id travels in the ``X-Batch-Id`` header (the body
 keeps TorchServe's shape). Errors carry TorchServe's ``code``/``type``/``message`` and the
@@ -9,8 +9,8 @@ gateway's own ``error``, with the status of the gateway error.
 """
 from __future__ import annotations
 
-from gateway.codecs import torchserve
-from gateway.errors import GatewayError
+from wire.codecs import torchserve
+from wire.errors import GatewayError
 from gateway.rest.handlers import BaseHandler, BodyHandler
 
 BATCH_ID_HEADER = "X-Batch-Id"

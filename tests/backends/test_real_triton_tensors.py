@@ -21,8 +21,8 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
-from gateway.generated.inference import grpc_service_pb2 as pb
-from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from tests.datatypes import DATATYPES, JSON_DATATYPES, assert_exact, binary_sample, json_data, json_sample
 from tests.harness import config_for, http, http_json, running_gateway
 

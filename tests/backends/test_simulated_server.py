@@ -22,9 +22,9 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
-from gateway.codecs.oip_json import HEADER_LENGTH
-from gateway.generated.inference import grpc_service_pb2 as pb
-from gateway.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.codecs.oip_json import HEADER_LENGTH
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30

@@ -10,9 +10,9 @@ from backends.oip_grpc import OipGrpcBackend, restore_flattened_outputs
 from backends.registry import create_backend
 from backends.torchserve_grpc import TORCHSERVE_OIP_SERVICE, TorchServeGrpcBackend, decode_predictions
 from gateway import config
-from gateway.codecs import oip_grpc
-from gateway.errors import BadPredictorAnswer
-from gateway.tensors import ModelSignature, Tensor, TensorSpec
+from wire.codecs import oip_grpc
+from wire.errors import BadPredictorAnswer
+from wire.tensors import ModelSignature, Tensor, TensorSpec
 
 
 def model(**fields) -> config.ModelConfig:

@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 
 from gateway.batching.scheduler import BatchingPolicy, BatchScheduler
-from gateway.tensors import Tensor
+from wire.tensors import Tensor
 
 
 def one_row(value: float) -> list[Tensor]:

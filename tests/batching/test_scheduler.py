@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from gateway.batching.scheduler import BatchingPolicy, BatchScheduler
-from gateway.errors import BadPredictorAnswer, DeadlineExceeded, ModelNotFound, Overloaded, PredictorRejected
-from gateway.tensors import Tensor
+from wire.errors import BadPredictorAnswer, DeadlineExceeded, ModelNotFound, Overloaded, PredictorRejected
+from wire.tensors import Tensor
 
 
 class RecordingExecutor:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.batching.scheduler import BatchingPolicy, BatchScheduler
-from gateway.tensors import Tensor
+from wire.tensors import Tensor
 
 request_strategy = st.tuples(
     st.integers(min_value=1, max_value=40),          # rows

@@ -240,7 +240,7 @@ def test_the_build_context_holds_what_the_dockerfile_copies_and_nothing_else():
         source = os.path.normpath(source)
         assert source in context or any(p.startswith(source + "/") for p in context), \
             f"COPY {source}: not in the build context (.dockerignore)"
-    tracked = subprocess.run(["git", "ls-files", "gateway", "backends"], cwd=ROOT, capture_output=True,
+    tracked = subprocess.run(["git", "ls-files", "gateway", "backends", "wire"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.split()
     missing = [p for p in tracked if p.endswith(".py") and p not in context]
     assert not missing, f"tracked sources left out of the image: {missing}"
@@ -268,7 +268,7 @@ def test_the_build_context_builds_a_complete_wheel(tmp_path):
     with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())
         entry_points = wheel.read(f"batching_gateway-{version}.dist-info/entry_points.txt").decode()
-    tracked = subprocess.run(["git", "ls-files", "gateway", "backends"], cwd=ROOT, capture_output=True,
+    tracked = subprocess.run(["git", "ls-files", "gateway", "backends", "wire"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.split()
     missing = [p for p in tracked if p.endswith(".py") and p not in names]
     assert not missing, f"modules missing from the wheel: {missing}"

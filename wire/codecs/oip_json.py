@@ -10,38 +10,19 @@ infinities, and BYTES that are not UTF-8 are sent binary even when JSON was aske
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
 
-from gateway.codecs import raw
-from gateway.codecs.limits import DEFAULT_LIMITS, Limits, element_count
-from gateway.errors import InvalidInput
-from gateway.tensors import NUMPY_DTYPES, RAW_ONLY, Tensor
+from wire.codecs import raw
+from wire.codecs.json_data import json_to_array, loads
+from wire.codecs.limits import DEFAULT_LIMITS, Limits, element_count
+from wire.errors import InvalidInput
+from wire.request import OipRequest, RequestedOutput
+from wire.tensors import RAW_ONLY, Tensor, is_wire_datatype
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-_KIND_ALLOWED = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
-
-
-@dataclass(slots=True)
-class RequestedOutput:
-    name: str
-    binary: bool | None = None  # None: follow the request-level default
-
-
-@dataclass(slots=True)
-class OipRequest:
-    """An OIP inference request as decoded from either wire form (JSON or protobuf)."""
-    inputs: list[Tensor]
-    id: str = ""
-    outputs: list[RequestedOutput] = field(default_factory=list)
-    parameters: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def binary_output_default(self) -> bool:
-        return self.parameters.get("binary_data_output") is True
 
 
 def json_length(header_value: str | None) -> int | None:
@@ -59,13 +40,6 @@ def body_headers(length: int | None) -> dict[str, str]:
     if length is None:
         return {"Content-Type": "application/json"}
     return {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(length)}
-
-
-def loads(body: bytes | memoryview, what: str = "request body") -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
 
 
 def decode_request(body: bytes, json_length: int | None, limits: Limits = DEFAULT_LIMITS) -> OipRequest:
@@ -155,7 +129,7 @@ def _decode_tensors(items: list, binary: memoryview, limits: Limits, what: str) 
         names.add(name)
         if not isinstance(datatype, str):
             raise InvalidInput(f"tensor '{name}': 'datatype' must be a string")
-        if datatype not in NUMPY_DTYPES or datatype == "JSON":
+        if not is_wire_datatype(datatype):
             raise InvalidInput(f"tensor '{name}': unknown datatype '{datatype}'")
         shape = item.get("shape")
         count = element_count(name, shape, limits)
@@ -183,59 +157,6 @@ def _decode_tensors(items: list, binary: memoryview, limits: Limits, what: str) 
     if offset != len(binary):
         raise InvalidInput(f"{len(binary) - offset} bytes of binary data were not claimed by any tensor")
     return tensors
-
-
-def json_to_array(name: str, datatype: str, data: Any) -> np.ndarray:
-    """Strictly convert JSON values to an array of `datatype`, keeping their nested shape.
-
-    Shared with the v1 codec. A value of the wrong kind (a string for FP32, 1.5 for INT32,
-    300 for UINT8) is an error, never a silent cast.
-    """
-    if not isinstance(data, list):
-        raise InvalidInput(f"tensor '{name}': 'data' must be a list")
-    if datatype in RAW_ONLY:
-        raise InvalidInput(f"tensor '{name}': {datatype} has no JSON form; send it in binary form "
-                           f"(the binary tensor extension, or gRPC raw_input_contents)")
-    try:
-        values = np.asarray(data, dtype=object if datatype == "BYTES" else None)
-    except ValueError:
-        raise InvalidInput(f"tensor '{name}': data is ragged (nested lists of unequal length)") from None
-    if datatype == "BYTES":
-        out = np.empty(values.shape, dtype=object)
-        flat_in, flat_out = values.reshape(-1), out.reshape(-1)
-        for i, element in enumerate(flat_in):
-            if isinstance(element, str):
-                flat_out[i] = element.encode()
-            elif isinstance(element, bytes):  # already decoded, e.g. a v1 {"b64": ...}
-                flat_out[i] = element
-            else:
-                raise InvalidInput(f"tensor '{name}': BYTES elements in JSON must be strings")
-        return out
-    dtype = NUMPY_DTYPES.get(datatype)
-    if dtype is None or datatype == "JSON":
-        raise InvalidInput(f"tensor '{name}': datatype {datatype} cannot be given as JSON data")
-    if values.size and dtype.kind in "iu" and values.dtype.kind in "fO":
-        # Integers beyond int64 (UINT64 above 2**63) make numpy fall back to float64 or
-        # object: read them as exact Python integers instead.
-        return _exact_integers(name, datatype, dtype, data)
-    if values.size and values.dtype.kind not in _KIND_ALLOWED.get(dtype.kind, ""):
-        raise InvalidInput(f"tensor '{name}': data does not match datatype {datatype}")
-    if dtype.kind in "iu" and values.size:
-        info = np.iinfo(dtype)
-        if values.min() < info.min or values.max() > info.max:
-            raise InvalidInput(f"tensor '{name}': a value is out of range for {datatype}")
-    return values.astype(dtype, copy=False)
-
-
-def _exact_integers(name: str, datatype: str, dtype: np.dtype, data: list) -> np.ndarray:
-    values = np.asarray(data, dtype=object)
-    info = np.iinfo(dtype)
-    for value in values.reshape(-1):
-        if type(value) is not int:  # a float, or a bool
-            raise InvalidInput(f"tensor '{name}': data does not match datatype {datatype}")
-        if value < info.min or value > info.max:
-            raise InvalidInput(f"tensor '{name}': a value is out of range for {datatype}")
-    return values.astype(dtype)
 
 
 def _encode_tensor(tensor: Tensor, binary: bool, chunks: list[bytes]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ import struct
 
 import numpy as np
 
-from gateway.errors import InvalidInput
-from gateway.tensors import NUMPY_DTYPES
+from wire.errors import InvalidInput
+from wire.tensors import NUMPY_DTYPES, is_wire_datatype
 
 _LENGTH = struct.Struct("<I")
 
@@ -20,9 +20,9 @@ def to_array(name: str, datatype: str, shape: list[int], count: int, raw: bytes 
     """Decode `raw` as a tensor of `count` elements (already validated against limits)."""
     if datatype == "BYTES":
         return _bytes_elements(name, raw, count).reshape(shape)
-    dtype = NUMPY_DTYPES.get(datatype)
-    if dtype is None or datatype == "JSON":
+    if not is_wire_datatype(datatype):
         raise InvalidInput(f"input '{name}': unsupported datatype '{datatype}' in raw form")
+    dtype = NUMPY_DTYPES[datatype]
     expected = count * dtype.itemsize
     if len(raw) != expected:
         raise InvalidInput(

@@ -6,7 +6,7 @@
 # Protobuf Python Version: 6.33.5
 """Generated protocol buffer code."""
 from google.protobuf import descriptor as _descriptor
-from gateway.generated import pool as _gateway_pool
+from wire.generated import pool as _gateway_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder

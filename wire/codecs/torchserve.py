@@ -7,7 +7,7 @@ A body is JSON, one of:
 * ``{"data": i}``: one instance, answered with its prediction alone;
 * a JSON list ``i``: one instance (e.g. ``[1, 2, 3, 4]``), answered with its prediction alone.
 
-Instances have KServe v1 semantics (``gateway.codecs.v1``): they go through
+Instances have KServe v1 semantics (``wire.codecs.v1``): they go through
 ``InferenceService.infer_instances`` and batch with every other client of the model.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from gateway.codecs.limits import DEFAULT_LIMITS, Limits
-from gateway.codecs.oip_json import loads
-from gateway.codecs.v1 import check_instances
-from gateway.errors import InvalidInput
+from wire.codecs.limits import DEFAULT_LIMITS, Limits
+from wire.codecs.json_data import loads
+from wire.codecs.v1 import check_instances
+from wire.errors import InvalidInput
 
 FORMS = '{"instances": [...]}, {"data": <one instance>} or one instance as a JSON list'
 

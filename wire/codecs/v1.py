@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gateway.codecs.limits import DEFAULT_LIMITS, Limits
-from gateway.codecs.oip_json import json_to_array, loads
-from gateway.errors import BadPredictorAnswer, InvalidInput
-from gateway.tensors import JSON, RAW_ONLY, Tensor, TensorSpec
+from wire.codecs.limits import DEFAULT_LIMITS, Limits
+from wire.codecs.json_data import json_to_array, loads
+from wire.errors import BadPredictorAnswer, InvalidInput
+from wire.tensors import JSON, RAW_ONLY, Tensor, TensorSpec, shape_fits
 
 ROWS = "instances"  # the name of the one JSON tensor that carries opaque instances
 
@@ -94,11 +94,10 @@ def _column(spec: TensorSpec, rows: list[Any]) -> Tensor:
             f"JSON object cannot be expressed as a row of it"
         )
     data = json_to_array(spec.name, spec.datatype, rows)
-    declared = spec.shape[1:]
-    if len(declared) != data.ndim - 1 or any(d not in (-1, got) for d, got in zip(declared, data.shape[1:])):
+    if not shape_fits(spec.shape[1:], data.shape[1:]):
         raise InvalidInput(
             f"input '{spec.name}': instances have shape {list(data.shape[1:])} but the model "
-            f"expects {list(declared)} (-1 is any size)"
+            f"expects {list(spec.shape[1:])} (-1 is any size)"
         )
     return Tensor(spec.name, spec.datatype, data)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.errors import InvalidInput
+from wire.errors import InvalidInput
 
 
 @dataclass(frozen=True, slots=True)

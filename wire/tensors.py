@@ -1,7 +1,11 @@
-"""The gateway's one request model: named tensors with a batch dimension first.
+"""Named tensors with a batch dimension first, and the rules every tensor follows.
 
-Every front end decodes into `Tensor`s and every backend client encodes from them, so this
-module knows no wire format. `data` is always a numpy array whose first axis is the batch:
+Every front end decodes into `Tensor`s and every predictor client encodes from them, so
+this module knows no wire format. The rules live here once: which datatypes travel on the
+wire (`is_wire_datatype`), whether a shape fits a declared one (`shape_fits`), and how a
+model's tensors are described in OIP metadata (`describe`).
+
+`data` is always a numpy array whose first axis is the batch:
 numeric datatypes use the matching numpy dtype, BYTES uses an object array of `bytes`, and
 the internal datatype JSON (opaque KServe v1 instances for a predictor that takes them
 as-is) uses an object array of decoded JSON values.
@@ -17,6 +21,7 @@ form and no typed gRPC contents field (`RAW_ONLY`): it travels only as raw bytes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -42,8 +47,16 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
 }
 # Datatypes with no JSON form and no typed gRPC contents field: raw / binary bytes only.
 RAW_ONLY = frozenset({"BF16"})
-DATATYPES_BY_DTYPE = {dtype: name for name, dtype in NUMPY_DTYPES.items()
-                      if dtype != object and name not in RAW_ONLY}
+
+
+def is_wire_datatype(datatype: object) -> bool:
+    """An Open Inference Protocol datatype a client or predictor may name (not internal JSON)."""
+    return isinstance(datatype, str) and datatype in NUMPY_DTYPES and datatype != JSON
+
+
+def shape_fits(declared: tuple[int, ...] | list[int], shape: tuple[int, ...] | list[int]) -> bool:
+    """`shape` has the declared rank and matches every declared size (-1 matches any)."""
+    return len(declared) == len(shape) and all(d in (-1, got) for d, got in zip(declared, shape))
 
 
 @dataclass(slots=True)
@@ -64,14 +77,20 @@ class TensorSpec:
     datatype: str
     shape: tuple[int, ...]
 
+    def describe(self) -> dict[str, Any]:
+        """This tensor as an entry of OIP model metadata."""
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
 
 @dataclass(frozen=True, slots=True)
 class ModelSignature:
     inputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
     outputs: tuple[TensorSpec, ...] = field(default_factory=tuple)
 
-    def input(self, name: str) -> TensorSpec | None:
-        return next((spec for spec in self.inputs if spec.name == name), None)
+    def describe(self) -> dict[str, list[dict[str, Any]]]:
+        """The `inputs` and `outputs` entries of OIP model metadata."""
+        return {"inputs": [spec.describe() for spec in self.inputs],
+                "outputs": [spec.describe() for spec in self.outputs]}
 
 
 def signature_key(tensors: list[Tensor]) -> tuple:

@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from gateway.codecs import raw
-from gateway.codecs.limits import DEFAULT_LIMITS, Limits, element_count
-from gateway.codecs.oip_json import OipRequest, RequestedOutput
-from gateway.errors import InvalidInput
-from gateway.generated.inference import grpc_service_pb2 as pb
-from gateway.tensors import NUMPY_DTYPES, Tensor
+from wire.codecs import raw
+from wire.codecs.limits import DEFAULT_LIMITS, Limits, element_count
+from wire.request import OipRequest, RequestedOutput
+from wire.errors import InvalidInput
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.tensors import NUMPY_DTYPES, Tensor, is_wire_datatype
 
 # Which typed field of InferTensorContents carries each datatype.
 _CONTENTS_FIELD = {
@@ -110,7 +110,7 @@ def _decode_tensors(items: Any, raw_contents: Any, limits: Limits) -> list[Tenso
         if name in names:
             raise InvalidInput(f"tensor '{name}' appears twice")
         names.add(name)
-        if datatype not in NUMPY_DTYPES or datatype == "JSON":
+        if not is_wire_datatype(datatype):
             raise InvalidInput(f"tensor '{name}': unknown datatype '{datatype}'")
         shape = list(item.shape)
         count = element_count(name, shape, limits)

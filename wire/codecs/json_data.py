@@ -1,0 +1,73 @@
+"""Tensor data in JSON form, shared by the three JSON wire formats (OIP JSON, KServe v1,
+TorchServe): parsing a body, and turning nested JSON values into an exactly typed array.
+
+A value of the wrong kind (a string for FP32, 1.5 for INT32, 300 for UINT8) is an error,
+never a silent cast.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from wire.errors import InvalidInput
+from wire.tensors import NUMPY_DTYPES, RAW_ONLY, is_wire_datatype
+
+_KIND_ALLOWED = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
+
+
+def loads(body: bytes | memoryview, what: str = "request body") -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+
+
+def json_to_array(name: str, datatype: str, data: Any) -> np.ndarray:
+    """Strictly convert JSON values to an array of `datatype`, keeping their nested shape."""
+    if not isinstance(data, list):
+        raise InvalidInput(f"tensor '{name}': 'data' must be a list")
+    if datatype in RAW_ONLY:
+        raise InvalidInput(f"tensor '{name}': {datatype} has no JSON form; send it in binary form "
+                           f"(the binary tensor extension, or gRPC raw_input_contents)")
+    try:
+        values = np.asarray(data, dtype=object if datatype == "BYTES" else None)
+    except ValueError:
+        raise InvalidInput(f"tensor '{name}': data is ragged (nested lists of unequal length)") from None
+    if datatype == "BYTES":
+        out = np.empty(values.shape, dtype=object)
+        flat_in, flat_out = values.reshape(-1), out.reshape(-1)
+        for i, element in enumerate(flat_in):
+            if isinstance(element, str):
+                flat_out[i] = element.encode()
+            elif isinstance(element, bytes):  # already decoded, e.g. a v1 {"b64": ...}
+                flat_out[i] = element
+            else:
+                raise InvalidInput(f"tensor '{name}': BYTES elements in JSON must be strings")
+        return out
+    if not is_wire_datatype(datatype):
+        raise InvalidInput(f"tensor '{name}': datatype {datatype} cannot be given as JSON data")
+    dtype = NUMPY_DTYPES[datatype]
+    if values.size and dtype.kind in "iu" and values.dtype.kind in "fO":
+        # Integers beyond int64 (UINT64 above 2**63) make numpy fall back to float64 or
+        # object: read them as exact Python integers instead.
+        return _exact_integers(name, datatype, dtype, data)
+    if values.size and values.dtype.kind not in _KIND_ALLOWED.get(dtype.kind, ""):
+        raise InvalidInput(f"tensor '{name}': data does not match datatype {datatype}")
+    if dtype.kind in "iu" and values.size:
+        info = np.iinfo(dtype)
+        if values.min() < info.min or values.max() > info.max:
+            raise InvalidInput(f"tensor '{name}': a value is out of range for {datatype}")
+    return values.astype(dtype, copy=False)
+
+
+def _exact_integers(name: str, datatype: str, dtype: np.dtype, data: list) -> np.ndarray:
+    values = np.asarray(data, dtype=object)
+    info = np.iinfo(dtype)
+    for value in values.reshape(-1):
+        if type(value) is not int:  # a float, or a bool
+            raise InvalidInput(f"tensor '{name}': data does not match datatype {datatype}")
+        if value < info.min or value > info.max:
+            raise InvalidInput(f"tensor '{name}': a value is out of range for {datatype}")
+    return values.astype(dtype)
