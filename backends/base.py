@@ -1,13 +1,17 @@
 """The one small interface every predictor client implements."""
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from wire.tensors import ModelSignature, Tensor
 
-TENSORS = "tensors"  # the batch travels as typed tensors (Open Inference Protocol)
-ROWS = "rows"        # the batch travels as one JSON tensor of v1 instances
+
+class BatchForm(enum.Enum):
+    """How a merged batch travels to the predictor."""
+    TENSORS = "tensors"      # typed tensors (Open Inference Protocol)
+    INSTANCES = "instances"  # one JSON tensor of KServe v1 instances, one per row
 
 
 class Backend(ABC):
@@ -19,7 +23,7 @@ class Backend(ABC):
     (an answer we cannot use).
     """
 
-    batch_form: ClassVar[str] = TENSORS
+    batch_form: ClassVar[BatchForm] = BatchForm.TENSORS
 
     async def start(self) -> None:
         """Open connections. Must not fail if the predictor is not up yet."""

@@ -7,8 +7,14 @@ from __future__ import annotations
 import grpc
 import orjson
 
-from wire.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, PredictorFailed,
-                            PredictorRejected, Unavailable)
+from wire.errors import (
+    BadPredictorAnswer,
+    DeadlineExceeded,
+    GatewayError,
+    PredictorFailed,
+    PredictorRejected,
+    Unavailable,
+)
 
 _MAX_DETAIL = 300
 

@@ -1,14 +1,13 @@
 """Pooled keep-alive HTTP plumbing shared by the HTTP predictor clients (aiohttp)."""
 from __future__ import annotations
 
-import asyncio
 import ssl
 
 import aiohttp
 
 from backends import errors
-from wire.tracing import predictor_headers
 from wire.errors import Unavailable
+from wire.tracing import predictor_headers
 
 CONNECT_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 2.0
@@ -49,7 +48,7 @@ class HttpPredictor:
                 return response.status, response.headers, payload
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError):
             raise Unavailable(f"model '{self.model}': the predictor is unreachable") from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise Unavailable(f"model '{self.model}': the predictor did not answer in time") from None
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[dict, bytes]:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import orjson
 
-from backends.base import ROWS, Backend
+from backends.base import Backend, BatchForm
 from backends.http import HttpPredictor
 from wire.codecs import v1
 from wire.tensors import Tensor
 
 
 class KServeV1Backend(Backend):
-    batch_form = ROWS
+    batch_form = BatchForm.INSTANCES
 
     def __init__(self, base_url: str, model: str, ca_file: str = "", ready_path: str = "") -> None:
         self.http = HttpPredictor(base_url, model, ca_file=ca_file)

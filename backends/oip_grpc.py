@@ -15,15 +15,15 @@ from typing import Any
 import grpc
 
 from backends import errors
-from backends.grpc_channel import open_channel
-from wire.tracing import predictor_headers
 from backends.base import Backend
+from backends.grpc_channel import open_channel
 from backends.metadata import signature_from_proto
 from wire.codecs import oip_grpc
 from wire.errors import BadPredictorAnswer, InvalidInput
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.tensors import NUMPY_DTYPES, RAW_ONLY, ModelSignature, Tensor, TensorSpec, shape_fits
+from wire.tracing import predictor_headers
 
 PROBE_TIMEOUT_S = 2.0
 OIP_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name

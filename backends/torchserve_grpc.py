@@ -3,7 +3,7 @@
 The merged batch travels as ONE Predictions call whose ``input["data"]`` is the JSON
 ``{"instances": [rows]}``: with ``service_envelope=kserve`` and the model's ``batchSize``
 1, TorchServe's handler gets the rows as one list and answers one prediction per row,
-``{"predictions": [...]}`` (a bare JSON list is accepted too). Batch form ROWS, as for
+``{"predictions": [...]}`` (a bare JSON list is accepted too). Batch form INSTANCES, as for
 KServe v1. For TorchServe's Open Inference Protocol (``kservev2``) see
 ``backends.oip_grpc`` with ``TORCHSERVE_OIP_SERVICE``.
 """
@@ -16,22 +16,22 @@ import orjson
 from google.protobuf import empty_pb2
 
 from backends import errors
+from backends.base import Backend, BatchForm
 from backends.grpc_channel import open_channel
-from wire.tracing import predictor_headers
-from backends.base import ROWS, Backend
 from backends.oip_grpc import PROBE_TIMEOUT_S
 from wire.codecs import v1
 from wire.errors import BadPredictorAnswer, GatewayError, PredictorFailed, Unavailable
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 from wire.tensors import Tensor
+from wire.tracing import predictor_headers
 
 # TorchServe 0.12 serves the Open Inference Protocol under its own package name.
 TORCHSERVE_OIP_SERVICE = "org.pytorch.serve.grpc.openinference.GRPCInferenceService"
 
 
 class TorchServeGrpcBackend(Backend):
-    batch_form = ROWS
+    batch_form = BatchForm.INSTANCES
 
     def __init__(self, address: str, model: str, version: str = "", tls: bool = False,
                  ca_file: str = "") -> None:

@@ -10,7 +10,6 @@ import ssl
 from pathlib import Path
 
 import grpc
-
 import tornado.httpserver
 import tornado.netutil
 

@@ -16,14 +16,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from backends.base import ROWS, Backend
+from backends.base import Backend, BatchForm
 from backends.registry import create_backend
 from gateway import __version__
 from gateway.batching.scheduler import BatchScheduler
-from wire.codecs import v1
 from gateway.config import GatewayConfig, ModelConfig
-from wire.errors import InvalidInput, ModelNotFound, Unavailable
 from gateway.metrics import Metrics
+from wire.codecs import v1
+from wire.errors import InvalidInput, ModelNotFound, Unavailable
 from wire.tensors import ModelSignature, Tensor, shape_fits
 from wire.tracing import NO_CONTEXT, ClientContext
 
@@ -61,7 +61,7 @@ class ServedModel:
 
     @property
     def takes_rows(self) -> bool:
-        return self.backend.batch_form == ROWS
+        return self.backend.batch_form is BatchForm.INSTANCES
 
     def check_version(self, version: str) -> None:
         if version and self.versions and version not in self.versions:

@@ -55,7 +55,7 @@ def json_sample(datatype: str, rows: int = 2) -> np.ndarray:
         row = np.array([finfo.max, -finfo.max, finfo.smallest_subnormal, -0.0, 0.1, 1 / 3], dtype=dtype)
     elif datatype == "BYTES":
         row = np.empty(4, dtype=object)
-        row[:] = [b"", "é and ü".encode(), b"text", "a\x00b".encode()]
+        row[:] = [b"", "é and ü".encode(), b"text", b"a\x00b"]
     elif datatype == "BF16":
         raise ValueError("BF16 has no JSON form")
     else:

@@ -12,9 +12,9 @@ import numpy as np
 import orjson
 import pytest
 
+from tests.harness import config_for, http, http_json, running_gateway
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from tests.harness import config_for, http, http_json, running_gateway
 
 LIMITS = {"max_body_bytes": 200_000, "max_instances": 100, "max_tensor_elements": 10_000}
 FP32_1x2 = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}

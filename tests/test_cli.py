@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-
 from tests.harness import http_json
 
 

@@ -8,9 +8,9 @@ import random
 import grpc
 import numpy as np
 
+from tests.harness import config_for, http_json, running_gateway
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from tests.harness import config_for, http_json, running_gateway
 
 REQUESTS = 3000
 

@@ -6,9 +6,9 @@ import threading
 import grpc
 import numpy as np
 
+from tests.harness import config_for, http_json, running_gateway
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from tests.harness import config_for, http_json, running_gateway
 
 
 def test_a_v1_http_request_and_an_oip_grpc_request_share_one_batch():

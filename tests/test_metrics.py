@@ -6,9 +6,9 @@ import concurrent.futures
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.harness import config_for, http, http_json, running_gateway
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from tests.harness import config_for, http, http_json, running_gateway
 
 
 def scrape(gw) -> dict[tuple[str, tuple], float]:

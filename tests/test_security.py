@@ -13,9 +13,9 @@ import pytest
 import trustme
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.harness import config_for, http_json, running_gateway
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from tests.harness import config_for, http_json, running_gateway
 
 TOKEN = "s3cret-token"
 DEMO = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}}

@@ -10,11 +10,11 @@ import grpc
 import numpy as np
 import orjson
 
+from tests.harness import config_for, http_json, running_gateway
 from wire import tracing
 from wire.codecs import oip_grpc
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from tests.harness import config_for, http_json, running_gateway
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT = f"00-{TRACE}-b7ad6b7169203331-01"

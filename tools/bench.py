@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
     command = "python -m tools.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     results: dict[str, Any] = {
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": command.strip(), "machine": machine(),
         "settings": {"duration_s": args.duration, "repeat": args.repeat, "scenarios": names,
                      "memory_queued": args.memory_queued, "memory_requests": args.memory_requests},

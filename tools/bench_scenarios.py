@@ -26,9 +26,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tools import loadgen
 
@@ -50,7 +51,7 @@ def oip_body(model: str, rows: int = 1) -> bytes:
 
 # -- processes -----------------------------------------------------------------------------------
 
-_RUNNING: list["Server"] = []
+_RUNNING: list[Server] = []
 STARTED: list[dict[str, Any]] = []  # every server this run started: name, pid, command
 
 
@@ -64,7 +65,7 @@ class Server:
         self.process: subprocess.Popen | None = None
         self.fields: dict[str, str] = {}
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
@@ -125,7 +126,7 @@ class Server:
         if self in _RUNNING:
             _RUNNING.remove(self)
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -185,7 +186,7 @@ class Gateway(Server):
                                 "--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
                                 "--log-level", "WARNING"], log_dir)
 
-    def start(self) -> "Gateway":
+    def start(self) -> Gateway:
         super().start()
         deadline = time.monotonic() + START_TIMEOUT_S
         while _http("GET", f"{self.http_url}/v2/health/ready")[0] != 200:

@@ -27,8 +27,8 @@ def proto_files() -> list[Path]:
 
 def generate(output_root: Path) -> list[Path]:
     """Run protoc (grpcio-tools) over every proto; return the files written."""
-    from grpc_tools import protoc  # dev dependency: only needed to regenerate
     import grpc_tools
+    from grpc_tools import protoc  # dev dependency: only needed to regenerate
 
     include_well_known = str(Path(grpc_tools.__file__).parent / "_proto")
     # google/rpc/*.proto (TorchServe's API imports google/rpc/status.proto): the .proto files

@@ -91,7 +91,7 @@ class Config:
     progress: bool = False
     seed: int | None = None
 
-    def validate(self) -> "Config":
+    def validate(self) -> Config:
         if self.requests is None and self.duration is None:
             raise ValueError("unbounded run: set requests (-n) and/or duration (-z)")
         if self.requests is not None and self.requests < 1:
@@ -141,7 +141,7 @@ class Config:
             return self.engine
         return "fast" if urllib.parse.urlsplit(self.target).scheme == "http" else "aiohttp"
 
-    def split(self, parts: int) -> list["Config"]:
+    def split(self, parts: int) -> list[Config]:
         """The same load cut into `parts` (one per process)."""
         configs = []
         for i in range(parts):
@@ -347,7 +347,7 @@ class Result:
         return "\n".join(out)
 
     @classmethod
-    def merge(cls, config: Config, parts: list["Result"]) -> "Result":
+    def merge(cls, config: Config, parts: list[Result]) -> Result:
         merged = cls(config, processes=len(parts))
         merged.started_at = min(p.started_at for p in parts)
         merged.elapsed_s = max(p.elapsed_s for p in parts)
@@ -370,7 +370,7 @@ class Result:
         return document
 
     @classmethod
-    def from_wire(cls, config: Config, document: dict[str, Any]) -> "Result":
+    def from_wire(cls, config: Config, document: dict[str, Any]) -> Result:
         latencies = array.array("d")
         latencies.frombytes(document.pop("latencies"))
         return cls(config=config, latencies=latencies, **document)
@@ -599,7 +599,7 @@ class FastHttpEngine:
                 except asyncio.CancelledError:
                     connection.abort()
                     raise
-            except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            except (OSError, TimeoutError) as exc:
                 slot.connection = None
                 if connection is not None:
                     connection.abort()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from backends.base import Backend
 from backends.simulated.model import SimulatedModel
-from wire.errors import PredictorRejected, InvalidInput
+from wire.errors import InvalidInput, PredictorRejected
 from wire.tensors import ModelSignature, Tensor
 
 

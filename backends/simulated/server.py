@@ -32,8 +32,9 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import grpc
 import orjson
@@ -43,7 +44,6 @@ import tornado.web
 
 from backends.simulated.model import CallLog, Cost, SimulatedModel
 from wire.codecs import json_data, oip_grpc, oip_json, v1
-from wire.request import RequestedOutput
 from wire.codecs.limits import DEFAULT_LIMITS
 from wire.errors import (
     DeadlineExceeded,
@@ -55,6 +55,7 @@ from wire.errors import (
 )
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.request import RequestedOutput
 from wire.tensors import Tensor
 
 log = logging.getLogger("backends.simulated.server")

@@ -44,14 +44,22 @@ import itertools
 import logging
 import os
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 import numpy as np
 
 from gateway.batching.stats import ModelStats
-from wire.errors import (BadPredictorAnswer, DeadlineExceeded, GatewayError, InvalidInput, ModelNotFound,
-                            Overloaded, PredictorRejected, Unavailable)
+from wire.errors import (
+    BadPredictorAnswer,
+    DeadlineExceeded,
+    GatewayError,
+    InvalidInput,
+    ModelNotFound,
+    Overloaded,
+    PredictorRejected,
+    Unavailable,
+)
 from wire.tensors import Tensor, signature_key
 from wire.tracing import NO_CONTEXT, BatchContext, ClientContext, current_batch
 
@@ -421,7 +429,7 @@ class BatchScheduler:
             return outputs
         except GatewayError as exc:
             return exc
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             return DeadlineExceeded(f"model '{queue.name}': the predictor did not answer within the deadline")
         except Exception:  # a bug or an unexpected predictor failure: never lose the requests
             log.exception("a batch for model %s failed", queue.name)

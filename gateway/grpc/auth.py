@@ -1,7 +1,8 @@
 """A grpc.aio interceptor applying gateway.auth to every call except health checks."""
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 

@@ -5,14 +5,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from wire.codecs.limits import Limits
+from gateway.grpc import torchserve
 from gateway.grpc.auth import BearerTokenInterceptor
+from gateway.grpc.servicer import InferenceServicer
+from gateway.service import InferenceService
+from wire.codecs.limits import Limits
 from wire.generated import pool
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from gateway.grpc.servicer import InferenceServicer
-from gateway.grpc import torchserve
-from gateway.service import InferenceService
 
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 

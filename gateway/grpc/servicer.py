@@ -11,12 +11,12 @@ import logging
 import grpc
 from google.protobuf import json_format
 
+from gateway.service import InferenceService
 from wire.codecs import oip_grpc
 from wire.codecs.limits import Limits
 from wire.errors import GatewayError
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from gateway.service import InferenceService
 from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)

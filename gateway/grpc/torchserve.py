@@ -12,16 +12,15 @@ from __future__ import annotations
 import logging
 
 import grpc
-
-from gateway.grpc.servicer import client_context
 import orjson
 
+from gateway.grpc.servicer import client_context
+from gateway.service import InferenceService
 from wire.codecs import torchserve
 from wire.codecs.limits import Limits
 from wire.errors import GatewayError, InvalidInput
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
-from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
 TORCHSERVE_SERVICE = ts_pb.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import tornado.web
 
-from wire.codecs.limits import Limits
 from gateway.rest import handlers as h
 from gateway.rest import torchserve as ts
 from gateway.service import InferenceService
+from wire.codecs.limits import Limits
 
 MODEL = r"([^/:]+)"
 VERSION = r"(?:/versions/([^/]+))?"

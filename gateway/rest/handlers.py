@@ -13,11 +13,11 @@ import orjson
 import tornado.web
 
 from gateway import metrics
+from gateway.auth import check_bearer
+from gateway.service import InferenceService
 from wire.codecs import oip_json, v1
 from wire.codecs.limits import Limits
-from gateway.auth import check_bearer
 from wire.errors import GatewayError, InvalidInput, PayloadTooLarge, Unauthenticated
-from gateway.service import InferenceService
 from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)

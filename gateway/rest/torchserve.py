@@ -9,9 +9,9 @@ gateway's own ``error``, with the status of the gateway error.
 """
 from __future__ import annotations
 
+from gateway.rest.handlers import BaseHandler, BodyHandler
 from wire.codecs import torchserve
 from wire.errors import GatewayError
-from gateway.rest.handlers import BaseHandler, BodyHandler
 
 BATCH_ID_HEADER = "X-Batch-Id"
 

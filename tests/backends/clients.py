@@ -7,9 +7,9 @@ import concurrent.futures
 import grpc
 import numpy as np
 
+from tests.harness import http_json
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
-from tests.harness import http_json
 
 
 def unique_row(i: int, width: int = 4) -> list[float]:

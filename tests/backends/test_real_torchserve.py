@@ -12,12 +12,12 @@ import numpy as np
 import orjson
 import pytest
 
+from tests.backends.clients import fire_mixed, unique_row
+from tests.harness import config_for, http, http_json, running_gateway
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
-from tests.backends.clients import fire_mixed, unique_row
-from tests.harness import config_for, http, http_json, running_gateway
 
 N = 60
 SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 4]}],

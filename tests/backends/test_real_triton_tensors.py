@@ -21,10 +21,10 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
-from wire.generated.inference import grpc_service_pb2 as pb
-from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from tests.datatypes import DATATYPES, JSON_DATATYPES, assert_exact, binary_sample, json_data, json_sample
 from tests.harness import config_for, http, http_json, running_gateway
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 
 IDENTITY_DATATYPES = [dt for dt in DATATYPES if dt != "BF16"]  # what the PyTriton identity model has
 MULTI = ["FP32", "INT64", "BYTES"]

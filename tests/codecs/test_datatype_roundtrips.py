@@ -13,11 +13,11 @@ import numpy as np
 import orjson
 import pytest
 
+from tests.datatypes import DATATYPES, JSON_DATATYPES, assert_exact, binary_sample, json_data, json_sample
 from wire.codecs import oip_grpc, oip_json, raw, v1
 from wire.errors import InvalidInput
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.tensors import Tensor, TensorSpec
-from tests.datatypes import DATATYPES, JSON_DATATYPES, assert_exact, binary_sample, json_data, json_sample
 
 TYPED = [dt for dt in DATATYPES if dt not in ("FP16", "BF16")]  # the datatypes with a typed contents field
 

@@ -193,7 +193,7 @@ class GatewayProcess(Process):
     """`python -m gateway ARGS` (or any command, e.g. the image's entrypoint) until READY."""
 
     @classmethod
-    def module(cls, *args: str, **kwargs: Any) -> "GatewayProcess":
+    def module(cls, *args: str, **kwargs: Any) -> GatewayProcess:
         return cls([sys.executable, "-m", "gateway", *args], **kwargs)
 
     @property

@@ -17,8 +17,14 @@ import pytest
 import yaml
 
 from tests.deploy.support import (
-    DEPLOY, DOCKERFILE, ROOT, GatewayProcess, dockerfile_instructions, gateway_command_shim,
-    shell_words, stages,
+    DEPLOY,
+    DOCKERFILE,
+    ROOT,
+    GatewayProcess,
+    dockerfile_instructions,
+    gateway_command_shim,
+    shell_words,
+    stages,
 )
 
 BIN = Path(sys.executable).parent

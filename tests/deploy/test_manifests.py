@@ -22,9 +22,20 @@ from backends import oip_grpc as backends_oip_grpc
 from gateway import config as gateway_config
 from gateway.grpc.server import INFERENCE_SERVICE
 from tests.deploy.support import (
-    CONFIG_KEY, CUSTOM_KINDS, DEPLOY, ROOT, all_manifest_files, config_maps_with_gateway_toml,
-    container_port, dockerfile_instructions, gateway_container, kustomization_dirs, load_documents,
-    pod_spec, render, stages,
+    CONFIG_KEY,
+    CUSTOM_KINDS,
+    DEPLOY,
+    ROOT,
+    all_manifest_files,
+    config_maps_with_gateway_toml,
+    container_port,
+    dockerfile_instructions,
+    gateway_container,
+    kustomization_dirs,
+    load_documents,
+    pod_spec,
+    render,
+    stages,
 )
 
 # The Kubernetes versions the manifests are validated for: the oldest we claim (gRPC probes

@@ -17,7 +17,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.config import ServerConfig
 from tests.deploy.support import (
-    CONFIG_KEY, ROOT, GatewayProcess, container_port, gateway_container, localise_predictor_urls, render,
+    CONFIG_KEY,
+    ROOT,
+    GatewayProcess,
+    container_port,
+    gateway_container,
+    localise_predictor_urls,
+    render,
 )
 
 BASE = render(ROOT / "deploy")

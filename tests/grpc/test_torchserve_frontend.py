@@ -13,11 +13,11 @@ import pytest
 from google.protobuf import descriptor_pool, empty_pb2
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
+from tests.harness import config_for, running_gateway
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
-from tests.harness import config_for, running_gateway
 
 SERVICE = "org.pytorch.serve.grpc.inference.InferenceAPIsService"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 def on_stdin_eof(action: Callable[[], None]) -> None:

@@ -23,8 +23,8 @@ from tests.predictors.harness import (
     TritonServer,
     _pids_in_group,
     http_ok,
-    is_alive,
     http_post_json,
+    is_alive,
 )
 from tools.predictor_envs import ensure_env
 

@@ -18,11 +18,11 @@ import orjson
 import pytest
 from google.protobuf import empty_pb2
 
+from tests.predictors.harness import TorchServeServer, _pids_in_group, http_get, http_ok, http_post_json, is_alive
+from tools.predictor_envs import ensure_env
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
-from tests.predictors.harness import TorchServeServer, _pids_in_group, http_get, http_ok, http_post_json, is_alive
-from tools.predictor_envs import ensure_env
 
 OIP_SERVICE = "org.pytorch.serve.grpc.openinference.GRPCInferenceService"
 

@@ -3,9 +3,9 @@ and the simulated predictor as its own process on free 127.0.0.1 ports, stopped 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import tornado.httpserver

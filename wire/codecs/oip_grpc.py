@@ -13,9 +13,9 @@ import numpy as np
 
 from wire.codecs import raw
 from wire.codecs.limits import DEFAULT_LIMITS, Limits, element_count
-from wire.request import OipRequest, RequestedOutput
 from wire.errors import InvalidInput
 from wire.generated.inference import grpc_service_pb2 as pb
+from wire.request import OipRequest, RequestedOutput
 from wire.tensors import NUMPY_DTYPES, Tensor, is_wire_datatype
 
 # Which typed field of InferTensorContents carries each datatype.

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.codecs.json_data import loads
+from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.codecs.v1 import check_instances
 from wire.errors import InvalidInput
 

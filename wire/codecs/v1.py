@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.codecs.json_data import json_to_array, loads
+from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.errors import BadPredictorAnswer, InvalidInput
 from wire.tensors import JSON, RAW_ONLY, Tensor, TensorSpec, shape_fits
 
-ROWS = "instances"  # the name of the one JSON tensor that carries opaque instances
+INSTANCES_TENSOR = "instances"  # the name of the one JSON tensor that carries opaque instances
 
 
 def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> list[Any]:
@@ -66,7 +66,7 @@ def rows_tensor(rows: list[Any]) -> Tensor:
     data = np.empty(len(rows), dtype=object)
     for i, row in enumerate(rows):
         data[i] = row
-    return Tensor(ROWS, JSON, data)
+    return Tensor(INSTANCES_TENSOR, JSON, data)
 
 
 def instances_to_tensors(instances: list[Any], inputs: tuple[TensorSpec, ...]) -> list[Tensor]:
