@@ -1,35 +1,36 @@
-"""The inference service: the one façade both front ends call.
+"""The inference service: the one data plane every front end calls.
 
-It owns the served models (config, backend client, signature) and the shared scheduler,
-and converts a decoded request into its model's *batch form* before submitting it, so
-that a KServe v1 client and an OIP client of the same model land in the same batch:
-- a tensor predictor (OIP) gets typed tensors: v1 instances are converted by the model's
-  input signature;
-- a v1 predictor gets one JSON tensor of instances: OIP tensors are converted to rows.
-Front ends know only this module and their own codec; backends never see a front end.
+It holds the served models (`gateway.models`) and the shared scheduler. For each request
+it asks the model to put the decoded request in the model's batch form, submits it, and
+asks the model to turn its rows of the result back into the client's form, so a KServe v1
+client and an OIP client of the same model land in the same batch. It also keeps the
+models' lifecycle (start, reload, close), readiness, server metadata, and the one count
+of answered requests.
+
+Front ends know only this module, `gateway.models` and their own codec; it knows no front
+end and no wire format, and reaches predictors only through `backends.registry`.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from backends.base import Backend, BatchForm
 from backends.registry import create_backend
 from gateway import __version__
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import GatewayConfig, ModelConfig
 from gateway.metrics import Metrics
-from wire.codecs import v1
-from wire.errors import InvalidInput, ModelNotFound, Unavailable
-from wire.tensors import ModelSignature, Tensor, shape_fits
+from gateway.models import SERVER_NAME, ServedModel, served_model
+from wire.errors import ModelNotFound
+from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
 log = logging.getLogger(__name__)
-METADATA_RETRY_S = 1.0
-SERVER_NAME = "batching-gateway"
 EXTENSIONS = ("binary_tensor_data", "model_batching")
 
 
@@ -37,69 +38,6 @@ EXTENSIONS = ("binary_tensor_data", "model_batching")
 class InferenceOutcome:
     outputs: list[Tensor]
     batch_id: str
-
-
-class ServedModel:
-    """One model the gateway serves: its config, backend client and known signature."""
-
-    def __init__(self, config: ModelConfig, backend: Backend) -> None:
-        self.config = config
-        self.backend = backend
-        self.signature: ModelSignature | None = config.signature
-        self.versions: list[str] = []
-        self._metadata_task: asyncio.Task | None = None
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    def describe(self) -> dict[str, Any]:
-        """The model's OIP metadata, as both front ends answer it."""
-        signature = self.signature or ModelSignature()
-        return {"name": self.name, "versions": self.versions,
-                "platform": f"{SERVER_NAME}/{self.config.backend}", **signature.describe()}
-
-    @property
-    def takes_rows(self) -> bool:
-        return self.backend.batch_form is BatchForm.INSTANCES
-
-    def check_version(self, version: str) -> None:
-        if version and self.versions and version not in self.versions:
-            raise ModelNotFound(f"model '{self.name}' has no version '{version}' (versions: {', '.join(self.versions)})")
-
-    def require_signature(self) -> ModelSignature:
-        if self.signature is None:
-            raise Unavailable(
-                f"model '{self.name}': its input signature is not known yet (the predictor has not "
-                f"described it; declare [[models.inputs]] in the config)"
-            )
-        return self.signature
-
-    def start(self) -> None:
-        self._metadata_task = asyncio.get_running_loop().create_task(self._learn_metadata())
-
-    async def close(self) -> None:
-        if self._metadata_task is not None:
-            self._metadata_task.cancel()
-        await self.backend.close()
-
-    async def _learn_metadata(self) -> None:
-        """Read signature and versions from the predictor, retrying until it answers."""
-        while True:
-            described = await self.backend.metadata()
-            if described is not None:
-                signature, self.versions = described
-                if self.signature is None:
-                    self.signature = signature
-                return
-            if self.takes_rows:
-                return  # v1 predictors have no metadata endpoint: the config says what it knows
-            await asyncio.sleep(METADATA_RETRY_S)
-
-    async def ready(self) -> bool:
-        if not await self.backend.ready():
-            return False
-        return self.signature is not None or self.takes_rows
 
 
 class InferenceService:
@@ -118,7 +56,7 @@ class InferenceService:
     async def _add_model(self, model_config: ModelConfig) -> None:
         backend = create_backend(model_config)
         await backend.start()
-        served = ServedModel(model_config, backend)
+        served = served_model(model_config, backend)
         self.scheduler.add_model(served.name, backend.infer, model_config.batching)
         self.models[served.name] = served
         served.start()
@@ -189,86 +127,38 @@ class InferenceService:
         checks = await asyncio.gather(*(m.ready() for m in self.models.values()))
         return all(checks)
 
-    # -- inference -------------------------------------------------------------------
+    # -- requests --------------------------------------------------------------------
 
-    async def infer_tensors(self, name: str, version: str, inputs: list[Tensor],
-                            requested: list[str] | None = None,
+    def count_request(self, model: str, protocol: str, status: int) -> None:
+        """Count one answered request. Every front end calls this once per request, from its
+        one error path, with the HTTP status of the outcome (the same vocabulary for gRPC
+        clients: `wire.errors` pairs each gRPC code with one), so rates add up across
+        protocols. Unknown model names are counted as "unknown" to bound the cardinality."""
+        self.metrics.count_request(model if model in self.models else "unknown", protocol, str(status))
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        self.active_requests += 1
+        try:
+            yield
+        finally:
+            self.active_requests -= 1
+
+    async def infer_tensors(self, served: ServedModel, inputs: list[Tensor], requested: list[str] | None = None,
                             timeout_s: float | None = None,
                             client: ClientContext = NO_CONTEXT) -> InferenceOutcome:
         """An OIP request (REST or gRPC): tensors in, tensors out."""
-        self.active_requests += 1
-        try:
-            return await self._infer_tensors(name, version, inputs, requested, timeout_s, client)
-        finally:
-            self.active_requests -= 1
+        with self._in_flight():
+            batch_inputs = served.batch_inputs_from_tensors(inputs)
+            served.check_requested_outputs(requested or [])
+            result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client)
+            outputs = served.select_outputs(served.tensors_from_outputs(result.outputs), requested or [])
+            return InferenceOutcome(outputs, ",".join(result.batch_ids))
 
-    async def _infer_tensors(self, name: str, version: str, inputs: list[Tensor],
-                             requested: list[str] | None, timeout_s: float | None,
-                             client: ClientContext) -> InferenceOutcome:
-        served = self.model(name, version)
-        if served.takes_rows:
-            batch_inputs = [v1.tensors_to_rows(inputs)]
-        else:
-            batch_inputs = self._conform(served, inputs)
-        if requested and served.signature is not None and served.signature.outputs:
-            known = {spec.name for spec in served.signature.outputs}
-            unknown = [name for name in requested if name not in known]
-            if unknown:
-                raise InvalidInput(f"model '{served.name}' has no output named {', '.join(unknown)}")
-        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client)
-        outputs = result.outputs
-        if served.takes_rows:
-            outputs = v1.predictions_to_outputs(outputs[0], served.require_signature().outputs)
-        if requested:
-            by_name = {t.name: t for t in outputs}
-            missing = [n for n in requested if n not in by_name]
-            if missing:
-                raise InvalidInput(f"model '{served.name}' produced no output named {', '.join(missing)}")
-            outputs = [by_name[n] for n in requested]
-        return InferenceOutcome(outputs, ",".join(result.batch_ids))
-
-    async def infer_instances(self, name: str, instances: list[Any],
-                              timeout_s: float | None = None,
+    async def infer_instances(self, served: ServedModel, instances: list[Any], timeout_s: float | None = None,
                               client: ClientContext = NO_CONTEXT) -> tuple[list[Any], str]:
-        """A KServe v1 request: instances in, predictions out."""
-        self.active_requests += 1
-        try:
-            return await self._infer_instances(name, instances, timeout_s, client)
-        finally:
-            self.active_requests -= 1
-
-    async def _infer_instances(self, name: str, instances: list[Any],
-                               timeout_s: float | None, client: ClientContext) -> tuple[list[Any], str]:
-        served = self.model(name)
-        if served.takes_rows:
-            batch_inputs = [v1.rows_tensor(instances)]
-        else:
-            batch_inputs = v1.instances_to_tensors(instances, served.require_signature().inputs)
-        result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client)
-        return v1.outputs_to_predictions(result.outputs), ",".join(result.batch_ids)
-
-    def _conform(self, served: ServedModel, inputs: list[Tensor]) -> list[Tensor]:
-        """Check tensors against the model's signature and put them in its input order."""
-        signature = served.signature
-        if signature is None:
-            return inputs
-        by_name = {t.name: t for t in inputs}
-        expected = [spec.name for spec in signature.inputs]
-        if set(by_name) != set(expected):
-            raise InvalidInput(
-                f"model '{served.name}' takes inputs {expected}; the request has {sorted(by_name)}"
-            )
-        ordered = []
-        for spec in signature.inputs:
-            tensor = by_name[spec.name]
-            if tensor.datatype != spec.datatype:
-                raise InvalidInput(
-                    f"input '{spec.name}' of model '{served.name}' is {spec.datatype}, got {tensor.datatype}"
-                )
-            if not shape_fits(spec.shape[1:], tensor.data.shape[1:]):
-                raise InvalidInput(
-                    f"input '{spec.name}' of model '{served.name}' has shape {list(spec.shape)} "
-                    f"(-1 is any size); got {list(tensor.data.shape)}"
-                )
-            ordered.append(tensor)
-        return ordered
+        """A KServe v1 or TorchServe request: instances in, predictions out."""
+        with self._in_flight():
+            batch_inputs = served.batch_inputs_from_instances(instances)
+            result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client)
+            return served.predictions_from_outputs(result.outputs), ",".join(result.batch_ids)

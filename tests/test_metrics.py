@@ -60,8 +60,8 @@ def test_metrics_count_the_traffic_sent():
         assert value("gateway_requests_total", model="demo", protocol="v1", code="429") == refused
         assert value("gateway_requests_total", model="unknown", protocol="v1", code="404") == 1
         assert value("gateway_requests_total", model="demo", protocol="oip_http", code="200") == 1
-        assert value("gateway_requests_total", model="demo", protocol="oip_grpc", code="OK") == 5
-        assert value("gateway_requests_total", model="demo", protocol="oip_grpc", code="INVALID_ARGUMENT") == 2
+        assert value("gateway_requests_total", model="demo", protocol="oip_grpc", code="200") == 5
+        assert value("gateway_requests_total", model="demo", protocol="oip_grpc", code="400") == 2
         assert value("gateway_refused_total", model="demo") == refused
         stats = gw.stats("demo")
         assert value("gateway_batches_total", model="demo") == stats.batches
@@ -72,3 +72,32 @@ def test_metrics_count_the_traffic_sent():
         assert value("gateway_queue_depth", model="demo") == 0
         assert value("gateway_batches_in_flight", model="demo") == 0
         assert value("gateway_timeouts_total", model="demo") == 0
+
+
+def test_every_front_end_counts_its_requests_with_one_status_vocabulary():
+    # TorchServe-style clients are counted like the others, and gRPC outcomes are labelled
+    # with the HTTP status their error pairs with, so one `code` vocabulary spans protocols.
+    from wire.generated.torchserve import inference_pb2 as ts_pb
+    from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
+
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}})
+    with running_gateway(config) as gw, grpc.insecure_channel(gw.grpc_address) as channel:
+        assert http_json("POST", f"{gw.http_url}/predictions/demo", [1.0, 2.0])[0] == 200
+        assert http_json("POST", f"{gw.http_url}/predictions/demo", {"neither": 1})[0] == 400
+        stub = ts_grpc.InferenceAPIsServiceStub(channel)
+        stub.Predictions(ts_pb.PredictionsRequest(model_name="demo", input={"data": b"[1.0]"}), timeout=10)
+        try:
+            stub.Predictions(ts_pb.PredictionsRequest(model_name="absent", input={"data": b"[1.0]"}), timeout=10)
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.NOT_FOUND
+        samples = scrape(gw)
+
+        def value(name, **labels):
+            return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+        assert value("gateway_requests_total", model="demo", protocol="torchserve_http", code="200") == 1
+        assert value("gateway_requests_total", model="demo", protocol="torchserve_http", code="400") == 1
+        assert value("gateway_requests_total", model="demo", protocol="torchserve_grpc", code="200") == 1
+        assert value("gateway_requests_total", model="unknown", protocol="torchserve_grpc", code="404") == 1
+        codes = {labels for (name, labels) in samples if name == "gateway_requests_total"}
+        assert all(dict(labels)["code"].isdigit() for labels in codes)

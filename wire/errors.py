@@ -12,6 +12,7 @@ import grpc
 class GatewayError(Exception):
     http_status: int = 500
     grpc_code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    http_headers: dict[str, str] = {}  # headers an HTTP answer of this error must carry
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -31,11 +32,17 @@ class PayloadTooLarge(InvalidInput):
 class Unauthenticated(GatewayError):
     http_status = 401
     grpc_code = grpc.StatusCode.UNAUTHENTICATED
+    http_headers = {"WWW-Authenticate": "Bearer"}  # RFC 6750
 
 
-class ModelNotFound(GatewayError):
+class NotFound(GatewayError):
+    """No such endpoint."""
     http_status = 404
     grpc_code = grpc.StatusCode.NOT_FOUND
+
+
+class ModelNotFound(NotFound):
+    """No such model, or no such version of it."""
 
 
 class Overloaded(GatewayError):

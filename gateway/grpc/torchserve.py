@@ -5,53 +5,47 @@
 ``Predictions`` reads the body from ``input["data"]`` (or ``"body"``), in the forms of
 ``wire.codecs.torchserve``, and goes through ``InferenceService.infer_instances``, so
 it batches with every other client of the model. Errors are gRPC status codes, the code
-the gateway error carries; the batch id is in the trailing metadata ``batch-id``.
+the gateway error carries (`gateway.grpc.rpc`); the batch id is in the trailing metadata ``batch-id``.
 """
 from __future__ import annotations
 
-import logging
-
 import grpc
 import orjson
+from google.protobuf import empty_pb2
 
-from gateway.grpc.servicer import client_context
+from gateway.grpc.rpc import Servicer, client_context, rpc
 from gateway.service import InferenceService
 from wire.codecs import torchserve
 from wire.codecs.limits import Limits
-from wire.errors import GatewayError, InvalidInput
+from wire.errors import InvalidInput
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 
-log = logging.getLogger(__name__)
 TORCHSERVE_SERVICE = ts_pb.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
 BODY_KEYS = ("data", "body")  # the entries TorchServe's handlers read
 
 
-class TorchServeServicer(ts_grpc.InferenceAPIsServiceServicer):
+class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
     def __init__(self, service: InferenceService, limits: Limits) -> None:
-        self.service = service
+        super().__init__(service)
         self.limits = limits
 
-    async def Ping(self, request, context: grpc.aio.ServicerContext) -> ts_pb.TorchServeHealthResponse:
+    @rpc()
+    async def Ping(self, request: empty_pb2.Empty, context: grpc.aio.ServicerContext) -> ts_pb.TorchServeHealthResponse:
         healthy = await self.service.ready()
         health = orjson.dumps({"status": "Healthy" if healthy else "Unhealthy"}, option=orjson.OPT_INDENT_2)
         return ts_pb.TorchServeHealthResponse(health=health.decode())
 
+    @rpc(protocol="torchserve_grpc")
     async def Predictions(self, request: ts_pb.PredictionsRequest,
                           context: grpc.aio.ServicerContext) -> ts_pb.PredictionResponse:
-        try:
-            self.service.model(request.model_name, request.model_version)
-            body = next((request.input[key] for key in BODY_KEYS if key in request.input), None)
-            if body is None:
-                raise InvalidInput(f"the request's input map has no 'data' entry (keys: {sorted(request.input)})")
-            instances, single = torchserve.decode_body(body, self.limits)
-            predictions, batch_id = await self.service.infer_instances(
-                request.model_name, instances, context.time_remaining(), client_context(context))
-        except GatewayError as error:
-            await context.abort(error.grpc_code, error.message)
-        except Exception:
-            log.exception("unexpected error in TorchServe Predictions")
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        served = self.service.model(request.model_name, request.model_version)
+        body = next((request.input[key] for key in BODY_KEYS if key in request.input), None)
+        if body is None:
+            raise InvalidInput(f"the request's input map has no 'data' entry (keys: {sorted(request.input)})")
+        instances, single = torchserve.decode_body(body, self.limits)
+        predictions, batch_id = await self.service.infer_instances(
+            served, instances, context.time_remaining(), client_context(context))
         context.set_trailing_metadata((("batch-id", batch_id),))
         return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(predictions, single))
 

@@ -1,12 +1,14 @@
 """Tornado handlers: decode with the wire format's codec, call the service, encode.
 
-Handlers know the service and the codecs, never a backend protocol. Every failure is a
-GatewayError rendered as `{"error": message}` with the status the error class carries.
+Handlers know the service and the codecs, never a backend protocol. A handler raises a
+GatewayError for anything wrong; `BaseHandler.write_error` is the one place that renders
+it, as `{"error": message}` with the status the error class carries.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from types import TracebackType
 from typing import Any
 
 import orjson
@@ -17,14 +19,20 @@ from gateway.auth import check_bearer
 from gateway.service import InferenceService
 from wire.codecs import oip_json, v1
 from wire.codecs.limits import Limits
-from wire.errors import GatewayError, InvalidInput, PayloadTooLarge, Unauthenticated
+from wire.errors import GatewayError, InvalidInput, NotFound, PayloadTooLarge
 from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
 TIMEOUT_HEADER = "X-Request-Timeout-Ms"
+CLIENT_CLOSED_REQUEST = 499  # counted for a request whose client went away before its answer
 
 
 class BaseHandler(tornado.web.RequestHandler):
+    """One lifecycle for every endpoint: `prepare` checks the token, the verb method raises a
+    GatewayError for anything wrong, `write_error` renders it (and Tornado's own errors) as
+    `{"error": message}` with the status the error carries, and `on_finish` counts inference
+    requests, once, through the service."""
+
     service: InferenceService
     limits: Limits
     requires_auth = True  # health probes opt out
@@ -41,25 +49,42 @@ class BaseHandler(tornado.web.RequestHandler):
         self.clear_header("Server")
 
     def prepare(self) -> None:
+        # The task serving this request: cancelled if the client goes away (on_connection_close).
+        self._task = asyncio.current_task()
         if self.requires_auth:
-            try:
-                check_bearer(self.auth_token, self.request.headers.get("Authorization"))
-            except Unauthenticated as error:
-                self.set_header("WWW-Authenticate", "Bearer")
-                self.fail(error)
+            check_bearer(self.auth_token, self.request.headers.get("Authorization"))
 
     def write_json(self, document: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(orjson.dumps(document))
 
-    def fail(self, error: GatewayError) -> None:
-        self.write_json({"error": error.message}, error.http_status)
-
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        # Tornado's own errors (bad method, malformed request line): JSON, no traceback.
+        error = kwargs["exc_info"][1] if "exc_info" in kwargs else None
+        if isinstance(error, GatewayError):
+            self.set_status(error.http_status)
+            for header, value in error.http_headers.items():
+                self.set_header(header, value)
+            document = self.error_document(error)
+        elif error is None or isinstance(error, tornado.web.HTTPError):
+            document = {"error": self._reason}  # Tornado's own: bad method, malformed request
+        else:
+            document = {"error": "internal error"}  # never a traceback or an address
         self.set_header("Content-Type", "application/json")
-        self.finish(orjson.dumps({"error": self._reason}))
+        self.finish(orjson.dumps(document))
+
+    def error_document(self, error: GatewayError) -> dict[str, Any]:
+        """The body of an error answer; front ends with their own error shape override it."""
+        return {"error": error.message}
+
+    def log_exception(self, typ: type[BaseException] | None, value: BaseException | None,
+                      tb: TracebackType | None) -> None:
+        if isinstance(value, GatewayError):
+            return  # the client's problem, answered as such: not a server fault to log
+        if isinstance(value, tornado.web.HTTPError):
+            super().log_exception(typ, value, tb)
+            return
+        log.error("unexpected error serving %s", self.request.path, exc_info=(typ, value, tb))  # type: ignore[arg-type]
 
     def timeout_s(self) -> float | None:
         value = self.request.headers.get(TIMEOUT_HEADER)
@@ -77,26 +102,13 @@ class BaseHandler(tornado.web.RequestHandler):
         headers = self.request.headers
         return ClientContext(request_id or headers.get("X-Request-Id", ""), headers.get("traceparent", ""))
 
-    async def run(self, work) -> None:
-        """Run the request's work; answer its GatewayError; drop it if the client went away."""
-        self._task = asyncio.current_task()
-        try:
-            await work()
-        except GatewayError as error:
-            self.fail(error)
-        except asyncio.CancelledError:
-            if not self._client_gone:
-                raise
-        except Exception:
-            log.exception("unexpected error serving %s", self.request.path)
-            self.write_json({"error": "internal error"}, 500)
-
     def on_finish(self) -> None:
         if self.protocol is not None and self.path_args:
-            model = self.path_args[0] if self.path_args[0] in self.service.models else "unknown"
-            self.service.metrics.count_request(model, self.protocol, str(self.get_status()))
+            status = CLIENT_CLOSED_REQUEST if self._client_gone else self.get_status()
+            self.service.count_request(self.path_args[0], self.protocol, status)
 
     def on_connection_close(self) -> None:
+        super().on_connection_close()  # ends a streamed body's pending read
         # The client went away: cancel its wait so the scheduler drops it from the queue.
         self._client_gone = True
         if self._task is not None and not self._task.done():
@@ -111,12 +123,10 @@ class BodyHandler(BaseHandler):
         self._chunks: list[bytes] = []
         self._received = 0
         super().prepare()
-        if self._finished:
-            return
         declared = self.request.headers.get("Content-Length")
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
-            self.fail(PayloadTooLarge(
-                f"request body of {declared} bytes exceeds the limit of {self.limits.max_body_bytes} bytes"))
+            raise PayloadTooLarge(
+                f"request body of {declared} bytes exceeds the limit of {self.limits.max_body_bytes} bytes")
 
     def data_received(self, chunk: bytes) -> None:
         self._received += len(chunk)
@@ -134,22 +144,18 @@ class V1PredictHandler(BodyHandler):
     protocol = "v1"
 
     async def post(self, model: str) -> None:
-        async def work() -> None:
-            self.service.model(model)  # an unknown model is a 404 whatever the body
-            instances = v1.decode_request(self.body, self.limits)
-            predictions, batch_id = await self.service.infer_instances(
-                model, instances, self.timeout_s(), self.client_context())
-            self.set_header("Content-Type", "application/json")
-            self.finish(v1.encode_response(predictions, batch_id))
-        await self.run(work)
+        served = self.service.model(model)  # an unknown model is a 404 whatever the body
+        instances = v1.decode_request(self.body, self.limits)
+        predictions, batch_id = await self.service.infer_instances(
+            served, instances, self.timeout_s(), self.client_context())
+        self.set_header("Content-Type", "application/json")
+        self.finish(v1.encode_response(predictions, batch_id))
 
 
 class V1ModelHandler(BaseHandler):
     async def get(self, model: str) -> None:
-        async def work() -> None:
-            ready = await self.service.model(model).ready()
-            self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
-        await self.run(work)
+        ready = await self.service.model(model).ready()
+        self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
 
 
 class LiveHandler(BaseHandler):
@@ -174,37 +180,30 @@ class ServerMetadataHandler(BaseHandler):
 
 class ModelMetadataHandler(BaseHandler):
     async def get(self, model: str, version: str | None = None) -> None:
-        async def work() -> None:
-            self.write_json(self.service.model(model, version or "").describe())
-        await self.run(work)
+        self.write_json(self.service.model(model, version or "").describe())
 
 
 class ModelReadyHandler(BaseHandler):
     async def get(self, model: str, version: str | None = None) -> None:
-        async def work() -> None:
-            ready = await self.service.model(model, version or "").ready()
-            self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
-        await self.run(work)
+        ready = await self.service.model(model, version or "").ready()
+        self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
 
 
 class InferHandler(BodyHandler):
     protocol = "oip_http"
 
     async def post(self, model: str, version: str | None = None) -> None:
-        async def work() -> None:
-            self.service.model(model, version or "")
-            length = oip_json.json_length(self.request.headers.get(oip_json.HEADER_LENGTH))
-            request = oip_json.decode_request(self.body, length, self.limits)
-            requested = [o.name for o in request.outputs] or None
-            outcome = await self.service.infer_tensors(
-                model, version or "", request.inputs, requested, self.timeout_s(),
-                self.client_context(request.id))
-            body, length = oip_json.encode_response(
-                model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
-            for header, value in oip_json.body_headers(length).items():
-                self.set_header(header, value)
-            self.finish(body)
-        await self.run(work)
+        served = self.service.model(model, version or "")  # 404 whatever the body
+        length = oip_json.json_length(self.request.headers.get(oip_json.HEADER_LENGTH))
+        request = oip_json.decode_request(self.body, length, self.limits)
+        outcome = await self.service.infer_tensors(
+            served, request.inputs, [o.name for o in request.outputs], self.timeout_s(),
+            self.client_context(request.id))
+        body, length = oip_json.encode_response(
+            model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
+        for header, value in oip_json.body_headers(length).items():
+            self.set_header(header, value)
+        self.finish(body)
 
 
 class MetricsHandler(BaseHandler):
@@ -215,4 +214,4 @@ class MetricsHandler(BaseHandler):
 
 class NotFoundHandler(BaseHandler):
     def prepare(self) -> None:
-        self.write_json({"error": f"no endpoint {self.request.method} {self.request.path}"}, 404)
+        raise NotFound(f"no endpoint {self.request.method} {self.request.path}")

@@ -9,6 +9,8 @@ gateway's own ``error``, with the status of the gateway error.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.rest.handlers import BaseHandler, BodyHandler
 from wire.codecs import torchserve
 from wire.errors import GatewayError
@@ -17,20 +19,20 @@ BATCH_ID_HEADER = "X-Batch-Id"
 
 
 class PredictionsHandler(BodyHandler):
-    async def post(self, model: str, version: str | None = None) -> None:
-        async def work() -> None:
-            self.service.model(model, version or "")  # unknown model or version: 404 whatever the body
-            instances, single = torchserve.decode_body(self.body, self.limits)
-            predictions, batch_id = await self.service.infer_instances(
-                model, instances, self.timeout_s(), self.client_context())
-            self.set_header("Content-Type", "application/json")
-            self.set_header(BATCH_ID_HEADER, batch_id)
-            self.finish(torchserve.encode_answer(predictions, single))
-        await self.run(work)
+    protocol = "torchserve_http"
 
-    def fail(self, error: GatewayError) -> None:
-        self.write_json({"code": error.http_status, "type": type(error).__name__, "message": error.message,
-                         "error": error.message}, error.http_status)
+    async def post(self, model: str, version: str | None = None) -> None:
+        served = self.service.model(model, version or "")  # unknown model or version: 404 whatever the body
+        instances, single = torchserve.decode_body(self.body, self.limits)
+        predictions, batch_id = await self.service.infer_instances(
+            served, instances, self.timeout_s(), self.client_context())
+        self.set_header("Content-Type", "application/json")
+        self.set_header(BATCH_ID_HEADER, batch_id)
+        self.finish(torchserve.encode_answer(predictions, single))
+
+    def error_document(self, error: GatewayError) -> dict[str, Any]:
+        return {"code": error.http_status, "type": type(error).__name__, "message": error.message,
+                "error": error.message}
 
 
 class PingHandler(BaseHandler):

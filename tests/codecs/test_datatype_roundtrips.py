@@ -1,7 +1,7 @@
 """Every OIP datatype round-trips EXACTLY through each codec alone (no gateway, no
 predictor): `raw` (the byte layout of the binary extension and gRPC raw contents),
 `oip_json` (JSON and binary, requests and responses), `oip_grpc` (raw and typed contents,
-through serialized protobuf bytes) and `v1` (JSON instances). Where a form cannot carry a
+through serialized protobuf bytes). Where a form cannot carry a
 datatype (BF16 in JSON or typed contents, FP16 in typed contents), the codec refuses it
 with InvalidInput naming the problem, or, when it is the gateway's own choice of form,
 sends that tensor binary instead."""
@@ -14,10 +14,10 @@ import orjson
 import pytest
 
 from tests.datatypes import DATATYPES, JSON_DATATYPES, assert_exact, binary_sample, json_data, json_sample
-from wire.codecs import oip_grpc, oip_json, raw, v1
+from wire.codecs import oip_grpc, oip_json, raw
 from wire.errors import InvalidInput
 from wire.generated.inference import grpc_service_pb2 as pb
-from wire.tensors import Tensor, TensorSpec
+from wire.tensors import Tensor
 
 TYPED = [dt for dt in DATATYPES if dt not in ("FP16", "BF16")]  # the datatypes with a typed contents field
 
@@ -178,28 +178,3 @@ def test_typed_contents_cannot_carry_bf16_or_fp16(datatype):
         oip_grpc.decode_request(message)
     with pytest.raises(InvalidInput, match="no typed contents field"):
         oip_grpc.encode_request([Tensor("IN", datatype, binary_sample(datatype))], "m", typed=True)
-
-
-# -- v1 ---------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("datatype", JSON_DATATYPES)
-def test_v1_rows_round_trip(datatype):
-    sent = Tensor("IN", datatype, json_sample(datatype))
-    rows = orjson.loads(orjson.dumps(v1.tensors_to_rows([sent]).data.tolist()))
-    (got,) = v1.instances_to_tensors(rows, (TensorSpec("IN", datatype, (-1, -1)),))
-    assert_exact(got.data, sent.data, datatype)
-
-
-def test_v1_non_utf8_bytes_travel_as_b64_and_come_back_exact():
-    sent = Tensor("IN", "BYTES", binary_sample("BYTES"))
-    rows = v1.tensors_to_rows([sent]).data.tolist()
-    assert {"b64": "//4AgA=="} in rows[0]
-    (got,) = v1.instances_to_tensors(orjson.loads(orjson.dumps(rows)), (TensorSpec("IN", "BYTES", (-1, -1)),))
-    assert_exact(got.data, sent.data, "BYTES")
-
-
-def test_v1_refuses_bf16_both_ways():
-    with pytest.raises(InvalidInput, match="BF16 has no JSON form"):
-        v1.instances_to_tensors([[1.0, 2.0]], (TensorSpec("IN", "BF16", (-1, 2)),))
-    with pytest.raises(InvalidInput, match="BF16, which has no JSON form"):
-        v1.tensors_to_rows([Tensor("IN", "BF16", binary_sample("BF16"))])

@@ -1,24 +1,22 @@
-"""KServe v1 bodies, and the one place that converts between v1 rows and tensors.
+"""KServe v1 bodies: `{"instances": [...]}` requests and `{"predictions": [...]}` answers.
 
 A v1 request is `{"instances": [...]}`, one instance per row; the answer is
-`{"predictions": [...], "batchId": "..."}`, one prediction per instance, in order. For a
-model with one input an instance is one row of that input; with several inputs it is an
-object `{input_name: row, ...}`. For a v1 predictor whose signature is unknown, instances
-stay opaque JSON values (datatype JSON) and pass through untouched.
+`{"predictions": [...], "batchId": "..."}`, one prediction per instance, in order. Instances
+travel through the gateway as opaque JSON values, one per row of a JSON tensor
+(`rows_tensor`). Turning them into typed tensors, or back, depends on a model's signature:
+that is the gateway's business (`gateway.instances`), not this codec's.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
 import numpy as np
 import orjson
 
-from wire.codecs.json_data import json_to_array, loads
+from wire.codecs.json_data import loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.errors import BadPredictorAnswer, InvalidInput
-from wire.tensors import JSON, RAW_ONLY, Tensor, TensorSpec, shape_fits
+from wire.tensors import JSON, Tensor
 
 INSTANCES_TENSOR = "instances"  # the name of the one JSON tensor that carries opaque instances
 
@@ -67,103 +65,3 @@ def rows_tensor(rows: list[Any]) -> Tensor:
     for i, row in enumerate(rows):
         data[i] = row
     return Tensor(INSTANCES_TENSOR, JSON, data)
-
-
-def instances_to_tensors(instances: list[Any], inputs: tuple[TensorSpec, ...]) -> list[Tensor]:
-    """Convert v1 instances to the model's input tensors (in the model's input order)."""
-    if len(inputs) == 1:
-        return [_column(inputs[0], instances)]
-    columns: dict[str, list[Any]] = {spec.name: [] for spec in inputs}
-    for index, instance in enumerate(instances):
-        if not isinstance(instance, dict) or set(instance) != set(columns):
-            raise InvalidInput(
-                f"instance {index}: this model has inputs {sorted(columns)}; each instance must be "
-                f"an object with exactly those keys"
-            )
-        for name, value in instance.items():
-            columns[name].append(value)
-    return [_column(spec, columns[spec.name]) for spec in inputs]
-
-
-def _column(spec: TensorSpec, rows: list[Any]) -> Tensor:
-    if spec.datatype == "BYTES":
-        rows = [_decode_b64(spec.name, row) for row in rows]
-    elif any(isinstance(row, dict) for row in rows):
-        raise InvalidInput(
-            f"this model takes tensor input '{spec.name}' ({spec.datatype}); an instance that is a "
-            f"JSON object cannot be expressed as a row of it"
-        )
-    data = json_to_array(spec.name, spec.datatype, rows)
-    if not shape_fits(spec.shape[1:], data.shape[1:]):
-        raise InvalidInput(
-            f"input '{spec.name}': instances have shape {list(data.shape[1:])} but the model "
-            f"expects {list(spec.shape[1:])} (-1 is any size)"
-        )
-    return Tensor(spec.name, spec.datatype, data)
-
-
-def _decode_b64(name: str, value: Any) -> Any:
-    """KServe v1's convention for binary data: {"b64": "<base64>"} stands for raw bytes."""
-    if isinstance(value, list):
-        return [_decode_b64(name, item) for item in value]
-    if isinstance(value, dict):
-        if set(value) != {"b64"} or not isinstance(value["b64"], str):
-            raise InvalidInput(f"input '{name}': a binary instance must be {{\"b64\": \"<base64>\"}}")
-        try:
-            return base64.b64decode(value["b64"], validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidInput(f"input '{name}': 'b64' is not valid base64") from None
-    return value
-
-
-def tensors_to_rows(tensors: list[Tensor]) -> Tensor:
-    """Tensors as v1 instances: rows of the single input, or one object per row for several."""
-    if len(tensors) == 1:
-        return rows_tensor(_rows(tensors[0]))
-    columns = [(t.name, _rows(t)) for t in tensors]
-    return rows_tensor([{name: rows[i] for name, rows in columns} for i in range(len(columns[0][1]))])
-
-
-def outputs_to_predictions(outputs: list[Tensor]) -> list[Any]:
-    """A tensor predictor's outputs as v1 predictions (same shape rule as instances)."""
-    if len(outputs) == 1 and outputs[0].datatype == JSON:
-        return outputs[0].data.tolist()
-    return tensors_to_rows(outputs).data.tolist()
-
-
-def predictions_to_outputs(predictions: Tensor, outputs: tuple[TensorSpec, ...]) -> list[Tensor]:
-    """A v1 predictor's predictions as output tensors, by the model's declared outputs."""
-    rows = predictions.data.tolist()
-    if not outputs:
-        raise BadPredictorAnswer(
-            "the model's outputs are not declared, so v1 predictions cannot be returned as tensors"
-        )
-    try:
-        if len(outputs) == 1:
-            return [_column(outputs[0], rows)]
-        return [_column(spec, [row[spec.name] for row in rows]) for spec in outputs]
-    except (InvalidInput, KeyError, TypeError) as exc:
-        raise BadPredictorAnswer(f"predictions do not match the model's declared outputs: {exc}") from None
-
-
-def _rows(tensor: Tensor) -> list[Any]:
-    if tensor.datatype in RAW_ONLY:
-        raise InvalidInput(
-            f"tensor '{tensor.name}' is {tensor.datatype}, which has no JSON form, and v1 instances and "
-            f"predictions are JSON: use an OIP client in binary form with a tensor predictor")
-    if tensor.datatype == "BYTES":
-        return [_bytes_row(row) for row in tensor.data]
-    return tensor.data.tolist()
-
-
-def _bytes_row(row: Any) -> Any:
-    """A BYTES element as JSON: its text if it is UTF-8, else KServe v1's {"b64": ...}
-    (the form `_decode_b64` reads back), so no byte is ever replaced or lost."""
-    if isinstance(row, np.ndarray):
-        return [_bytes_row(element) for element in row]
-    if isinstance(row, bytes):
-        try:
-            return row.decode("utf-8")
-        except UnicodeDecodeError:
-            return {"b64": base64.b64encode(row).decode("ascii")}
-    return row

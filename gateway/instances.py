@@ -1,0 +1,119 @@
+"""KServe v1 instances and typed tensors, both ways, by a model's signature.
+
+For a model with one input an instance is one row of that input; with several inputs it is
+an object `{input_name: row, ...}`. Predictions follow the same rule for outputs. BYTES
+elements that are not UTF-8 travel as KServe v1's `{"b64": "<base64>"}`, so no byte is lost.
+
+This is the one place these conversions live; it knows no wire format (bodies are the v1
+codec's) and nothing of batching.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import numpy as np
+
+from wire.codecs.json_data import json_to_array
+from wire.errors import BadPredictorAnswer, InvalidInput
+from wire.tensors import JSON, RAW_ONLY, Tensor, TensorSpec, shape_fits
+
+
+def instances_to_tensors(instances: list[Any], inputs: tuple[TensorSpec, ...]) -> list[Tensor]:
+    """Convert v1 instances to the model's input tensors (in the model's input order)."""
+    if len(inputs) == 1:
+        return [_column(inputs[0], instances)]
+    columns: dict[str, list[Any]] = {spec.name: [] for spec in inputs}
+    for index, instance in enumerate(instances):
+        if not isinstance(instance, dict) or set(instance) != set(columns):
+            raise InvalidInput(
+                f"instance {index}: this model has inputs {sorted(columns)}; each instance must be "
+                f"an object with exactly those keys"
+            )
+        for name, value in instance.items():
+            columns[name].append(value)
+    return [_column(spec, columns[spec.name]) for spec in inputs]
+
+
+def _column(spec: TensorSpec, rows: list[Any]) -> Tensor:
+    if spec.datatype == "BYTES":
+        rows = [_decode_b64(spec.name, row) for row in rows]
+    elif any(isinstance(row, dict) for row in rows):
+        raise InvalidInput(
+            f"this model takes tensor input '{spec.name}' ({spec.datatype}); an instance that is a "
+            f"JSON object cannot be expressed as a row of it"
+        )
+    data = json_to_array(spec.name, spec.datatype, rows)
+    if not shape_fits(spec.shape[1:], data.shape[1:]):
+        raise InvalidInput(
+            f"input '{spec.name}': instances have shape {list(data.shape[1:])} but the model "
+            f"expects {list(spec.shape[1:])} (-1 is any size)"
+        )
+    return Tensor(spec.name, spec.datatype, data)
+
+
+def _decode_b64(name: str, value: Any) -> Any:
+    """KServe v1's convention for binary data: {"b64": "<base64>"} stands for raw bytes."""
+    if isinstance(value, list):
+        return [_decode_b64(name, item) for item in value]
+    if isinstance(value, dict):
+        if set(value) != {"b64"} or not isinstance(value["b64"], str):
+            raise InvalidInput(f"input '{name}': a binary instance must be {{\"b64\": \"<base64>\"}}")
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidInput(f"input '{name}': 'b64' is not valid base64") from None
+    return value
+
+
+def tensors_to_instances(tensors: list[Tensor]) -> list[Any]:
+    """Tensors as v1 instances: rows of the single input, or one object per row for several."""
+    if len(tensors) == 1:
+        return _rows(tensors[0])
+    columns = [(t.name, _rows(t)) for t in tensors]
+    return [{name: rows[i] for name, rows in columns} for i in range(len(columns[0][1]))]
+
+
+def outputs_to_predictions(outputs: list[Tensor]) -> list[Any]:
+    """A tensor predictor's outputs as v1 predictions (same shape rule as instances)."""
+    if len(outputs) == 1 and outputs[0].datatype == JSON:
+        return outputs[0].data.tolist()
+    return tensors_to_instances(outputs)
+
+
+def predictions_to_outputs(rows: list[Any], outputs: tuple[TensorSpec, ...]) -> list[Tensor]:
+    """A v1 predictor's predictions as output tensors, by the model's declared outputs."""
+    if not outputs:
+        raise BadPredictorAnswer(
+            "the model's outputs are not declared, so v1 predictions cannot be returned as tensors"
+        )
+    try:
+        if len(outputs) == 1:
+            return [_column(outputs[0], rows)]
+        return [_column(spec, [row[spec.name] for row in rows]) for spec in outputs]
+    except (InvalidInput, KeyError, TypeError) as exc:
+        raise BadPredictorAnswer(f"predictions do not match the model's declared outputs: {exc}") from None
+
+
+def _rows(tensor: Tensor) -> list[Any]:
+    if tensor.datatype in RAW_ONLY:
+        raise InvalidInput(
+            f"tensor '{tensor.name}' is {tensor.datatype}, which has no JSON form, and v1 instances and "
+            f"predictions are JSON: use an OIP client in binary form with a tensor predictor")
+    if tensor.datatype == "BYTES":
+        return [_bytes_row(row) for row in tensor.data]
+    return tensor.data.tolist()
+
+
+def _bytes_row(row: Any) -> Any:
+    """A BYTES element as JSON: its text if it is UTF-8, else KServe v1's {"b64": ...}
+    (the form `_decode_b64` reads back), so no byte is ever replaced or lost."""
+    if isinstance(row, np.ndarray):
+        return [_bytes_row(element) for element in row]
+    if isinstance(row, bytes):
+        try:
+            return row.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"b64": base64.b64encode(row).decode("ascii")}
+    return row

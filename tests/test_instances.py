@@ -1,0 +1,34 @@
+"""KServe v1 instances and typed tensors convert both ways exactly (gateway.instances):
+every datatype JSON can carry, non-UTF-8 BYTES as {"b64": ...}, and BF16 refused both ways."""
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from gateway import instances
+from tests.datatypes import JSON_DATATYPES, assert_exact, binary_sample, json_sample
+from wire.errors import InvalidInput
+from wire.tensors import Tensor, TensorSpec
+
+
+@pytest.mark.parametrize("datatype", JSON_DATATYPES)
+def test_every_json_datatype_round_trips_through_instances(datatype):
+    sent = Tensor("IN", datatype, json_sample(datatype))
+    rows = orjson.loads(orjson.dumps(instances.tensors_to_instances([sent])))
+    (got,) = instances.instances_to_tensors(rows, (TensorSpec("IN", datatype, (-1, -1)),))
+    assert_exact(got.data, sent.data, datatype)
+
+
+def test_v1_non_utf8_bytes_travel_as_b64_and_come_back_exact():
+    sent = Tensor("IN", "BYTES", binary_sample("BYTES"))
+    rows = instances.tensors_to_instances([sent])
+    assert {"b64": "//4AgA=="} in rows[0]
+    (got,) = instances.instances_to_tensors(orjson.loads(orjson.dumps(rows)), (TensorSpec("IN", "BYTES", (-1, -1)),))
+    assert_exact(got.data, sent.data, "BYTES")
+
+
+def test_v1_refuses_bf16_both_ways():
+    with pytest.raises(InvalidInput, match="BF16 has no JSON form"):
+        instances.instances_to_tensors([[1.0, 2.0]], (TensorSpec("IN", "BF16", (-1, 2)),))
+    with pytest.raises(InvalidInput, match="BF16, which has no JSON form"):
+        instances.tensors_to_instances([Tensor("IN", "BF16", binary_sample("BF16"))])
