@@ -45,26 +45,32 @@ class _SchedulerCollector:
             "gateway_batched_instances": ("Rows sent to the predictor in batches", "instances"),
             "gateway_refused": ("Requests refused because the queue was full", "refused"),
             "gateway_timeouts": ("Requests answered with a deadline error", "expired"),
-            "gateway_isolations": ("Merged batches the predictor rejected, bisected to isolate the bad request", "isolations"),
+            "gateway_isolations": ("Merged batches the predictor rejected, bisected to isolate the bad request",
+                                   "isolations"),
         }
         histograms = {
             "gateway_batch_size": ("Rows per batch", "batch_size"),
             "gateway_queue_wait_seconds": ("Time a request (or part) waited in the queue", "queue_wait_s"),
             "gateway_predictor_latency_seconds": ("Time the predictor took per call", "predictor_s"),
         }
-        families: list[Metric] = [CounterMetricFamily(name, text, labels=["model"]) for name, (text, _) in counters.items()]
-        families += [HistogramMetricFamily(name, text, labels=["model"]) for name, (text, _) in histograms.items()]
+        counter_families = [(CounterMetricFamily(name, text, labels=["model"]), attribute)
+                            for name, (text, attribute) in counters.items()]
+        histogram_families = [(HistogramMetricFamily(name, text, labels=["model"]), attribute)
+                              for name, (text, attribute) in histograms.items()]
         depth = GaugeMetricFamily("gateway_queue_depth", "Rows queued", labels=["model"])
         inflight = GaugeMetricFamily("gateway_batches_in_flight", "Batches at the predictor", labels=["model"])
         for model in self.scheduler.model_names():
             stats = self.scheduler.stats(model)
-            for family, (_, attribute) in zip(families, counters.values()):
-                family.add_metric([model], getattr(stats, attribute))
-            for family, (_, attribute) in zip(families[len(counters):], histograms.values()):
+            for counter, attribute in counter_families:
+                counter.add_metric([model], getattr(stats, attribute))
+            for histogram_family, attribute in histogram_families:
                 histogram = getattr(stats, attribute)
-                family.add_metric([model], histogram.cumulative(), histogram.sum)
+                histogram_family.add_metric([model], histogram.cumulative(), histogram.sum)
             depth.add_metric([model], self.scheduler.queue_depth(model))
             inflight.add_metric([model], self.scheduler.inflight(model))
-        yield from families
+        for counter, _ in counter_families:
+            yield counter
+        for histogram_family, _ in histogram_families:
+            yield histogram_family
         yield depth
         yield inflight

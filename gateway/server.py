@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import tornado.httpserver
 import tornado.netutil
+from grpc_health.v1 import health
 
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import ConfigError, GatewayConfig, ServerConfig
@@ -31,8 +32,8 @@ class Gateway:
         self.http_port = 0
         self.grpc_port = 0
         self._http_server: tornado.httpserver.HTTPServer | None = None
-        self._grpc_server = None
-        self._health = None
+        self._grpc_server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
 
     async def start(self) -> None:
         server = self.config.server
@@ -47,17 +48,18 @@ class Gateway:
         sockets = tornado.netutil.bind_sockets(server.http_port, server.host)
         self._http_server.add_sockets(sockets)
         self.http_port = sockets[0].getsockname()[1]
-        self._grpc_server, self._health = build_server(self.service, self.config.limits, server.auth_token)
+        grpc_server, self._health = build_server(self.service, self.config.limits, server.auth_token)
+        self._grpc_server = grpc_server
         address = f"[{server.host}]" if ":" in server.host else server.host
         if server.tls_cert_file:
             credentials = grpc.ssl_server_credentials([(
                 Path(server.tls_key_file).read_bytes(), Path(server.tls_cert_file).read_bytes())])
-            self.grpc_port = self._grpc_server.add_secure_port(f"{address}:{server.grpc_port}", credentials)
+            self.grpc_port = grpc_server.add_secure_port(f"{address}:{server.grpc_port}", credentials)
         else:
-            self.grpc_port = self._grpc_server.add_insecure_port(f"{address}:{server.grpc_port}")
+            self.grpc_port = grpc_server.add_insecure_port(f"{address}:{server.grpc_port}")
         if self.grpc_port == 0:
             raise OSError(f"cannot bind gRPC port {server.grpc_port} on {server.host}")
-        await self._grpc_server.start()
+        await grpc_server.start()
         await set_serving(self._health, True)
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -88,6 +90,7 @@ class Gateway:
             log.error("reload: config error, keeping the running config: %s", error)
             return
         fresh = dataclasses.replace(fresh, server=self.config.server, limits=self.config.limits)
+        assert self.service is not None, "reload before start"
         changes = await self.service.reconfigure(fresh, self.config.server.grace_s)
         self.config = fresh
         log.info("reload: %s", ", ".join(f"{kind} {names}" for kind, names in changes.items() if names) or "no changes")

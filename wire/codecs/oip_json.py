@@ -131,7 +131,7 @@ def _decode_tensors(items: list, binary: memoryview, limits: Limits, what: str) 
             raise InvalidInput(f"tensor '{name}': 'datatype' must be a string")
         if not is_wire_datatype(datatype):
             raise InvalidInput(f"tensor '{name}': unknown datatype '{datatype}'")
-        shape = item.get("shape")
+        shape: Any = item.get("shape")  # a list of ints once element_count has checked it
         count = element_count(name, shape, limits)
         size = _parameters(item.get("parameters"), f"tensor '{name}'").get("binary_data_size")
         if size is not None:
