@@ -6,7 +6,8 @@
 #    dependency list and the Python version; marked complete only at the end, so a missing
 #    or half-built cache rebuilds itself. The gateway itself is imported from this checkout, not installed.
 # 2. Each real predictor's own venv (Triton via nvidia-pytriton, KServe), same caching.
-# 3. pytest over tests/ (extra arguments are passed through).
+# 3. ruff (lint, import order) and mypy over the code, configured in pyproject.toml: both clean.
+# 4. pytest over tests/ (extra arguments are passed through).
 #
 # The tests also drive `hey` (Debian package `hey`) against the v1 endpoint: it is
 # installed with apt-get when missing (root, or passwordless sudo), else this fails here.
@@ -55,6 +56,9 @@ if [ ! -f "$venv/.complete" ]; then
 fi
 
 "$venv/bin/python" -m tools.predictor_envs triton kserve torchserve
+
+"$venv/bin/python" -m ruff check .
+"$venv/bin/python" -m mypy
 
 # KServe starts in ~2 s with bytecode cached, 6-8 s without (BACKENDS.md).
 unset PYTHONDONTWRITEBYTECODE
