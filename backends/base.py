@@ -1,9 +1,12 @@
-"""The one small interface every predictor client implements."""
+"""The one small interface every predictor client implements, and how a batch travels.
+
+The gateway sees predictors only through `Backend` and `BatchForm`; this module knows no
+protocol and nothing of the gateway.
+"""
 from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from typing import ClassVar
 
 from wire.tensors import ModelSignature, Tensor
 
@@ -20,12 +23,13 @@ class Backend(ABC):
     `infer` sends a merged batch as ONE call and returns one output row per input row.
     Failures are raised as gateway errors: Unavailable (cannot reach it), PredictorRejected
     (it called the batch bad input), PredictorFailed (its own 5xx), BadPredictorAnswer
-    (an answer we cannot use).
+    (an answer we cannot use), each made in `backends.errors`.
     """
 
-    batch_form: ClassVar[BatchForm] = BatchForm.TENSORS
+    # A class's constant for one client; ReplicaSet takes its replicas' as its own.
+    batch_form: BatchForm = BatchForm.TENSORS
 
-    async def start(self) -> None:
+    async def start(self) -> None:  # noqa: B027 (optional: a client may have nothing to open)
         """Open connections. Must not fail if the predictor is not up yet."""
 
     @abstractmethod
@@ -38,5 +42,5 @@ class Backend(ABC):
         """The model's signature and versions as the predictor reports them, if it can."""
         return None
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (optional: a client may have nothing to close)
         """Close connections."""

@@ -1,8 +1,16 @@
 """How a predictor's failures become gateway errors (the predictor side of error mapping).
 
+Its HTTP status or gRPC code says whether the predictor was unreachable, refused the
+batch or failed; an answer it gave that cannot be used becomes `BadPredictorAnswer`, made
+here only (`unusable`, and `reading_answer` around every decoding of an answer). The
+statuses each error travels with are `wire.errors`' business, not this module's.
+
 Messages name the model, never the predictor's address: error bodies go to clients.
 """
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import grpc
 import orjson
@@ -11,6 +19,7 @@ from wire.errors import (
     BadPredictorAnswer,
     DeadlineExceeded,
     GatewayError,
+    InvalidInput,
     PredictorFailed,
     PredictorRejected,
     Unavailable,
@@ -47,8 +56,21 @@ def from_grpc_error(model: str, error: grpc.aio.AioRpcError) -> GatewayError:
     return PredictorFailed(f"model '{model}': the predictor failed ({code.name}: {detail})")
 
 
-def unreadable(model: str, problem: str) -> BadPredictorAnswer:
+def unusable(model: str, problem: str) -> BadPredictorAnswer:
+    """The predictor answered, but not with something the gateway can use."""
     return BadPredictorAnswer(f"model '{model}': the predictor's answer is unusable: {problem}")
+
+
+@contextlib.contextmanager
+def reading_answer(model: str) -> Iterator[None]:
+    """Decode a predictor's answer inside this. The codecs serve both directions and call
+    anything malformed InvalidInput, a client's fault; coming from a predictor, it is an
+    unusable answer instead (502 / INTERNAL, not 400)."""
+    try:
+        yield
+    except (InvalidInput, ValueError) as exc:
+        problem = exc.message if isinstance(exc, InvalidInput) else str(exc)
+        raise unusable(model, problem) from None
 
 
 def _detail(body: bytes) -> str:

@@ -1,7 +1,13 @@
-"""Pooled keep-alive HTTP plumbing shared by the HTTP predictor clients (aiohttp)."""
+"""Pooled keep-alive HTTP plumbing shared by the HTTP predictor clients (aiohttp).
+
+The HTTP counterpart of `backends.grpc`: a client holds one `HttpPredictor` and posts to
+its predictor's paths through it; failures come back as gateway errors (`backends.errors`).
+It knows no body format (the clients and `wire.codecs` do) and nothing of the gateway.
+"""
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 
 import aiohttp
 
@@ -37,7 +43,7 @@ class HttpPredictor:
 
     async def request(self, method: str, path: str, body: bytes | None = None,
                       headers: dict[str, str] | None = None,
-                      timeout_s: float | None = None) -> tuple[int, dict, bytes]:
+                      timeout_s: float | None = None) -> tuple[int, Mapping[str, str], bytes]:
         """Send one request; connection failures become Unavailable."""
         session = self._ensure_session()
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else None
@@ -51,7 +57,7 @@ class HttpPredictor:
         except TimeoutError:
             raise Unavailable(f"model '{self.model}': the predictor did not answer in time") from None
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[dict, bytes]:
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[Mapping[str, str], bytes]:
         """POST and require a 200; any other status becomes the matching gateway error.
         The batch's request ids and trace context go along (wire.tracing)."""
         status, response_headers, payload = await self.request("POST", path, body, {**headers, **predictor_headers()})

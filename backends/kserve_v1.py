@@ -1,12 +1,14 @@
 """KServe v1 over HTTP (KServe, or TorchServe with service_envelope=kserve).
 
 The batch travels as one `{"instances": [...]}` body; the predictor must answer one
-prediction per instance, in order.
+prediction per instance, in order (`wire.codecs.v1` reads the answer). Holds the v1 REST
+client only; it knows nothing of the gateway.
 """
 from __future__ import annotations
 
 import orjson
 
+from backends import errors
 from backends.base import Backend, BatchForm
 from backends.http import HttpPredictor
 from wire.codecs import v1
@@ -27,7 +29,8 @@ class KServeV1Backend(Backend):
         rows = inputs[0].data
         body = orjson.dumps({"instances": rows.tolist()}, option=orjson.OPT_SERIALIZE_NUMPY)
         _, payload = await self.http.post(self._predict_path, body, {"Content-Type": "application/json"})
-        predictions = v1.decode_predictions(payload, len(rows))
+        with errors.reading_answer(self.model):
+            predictions = v1.decode_predictions(payload, len(rows))
         return [v1.rows_tensor(predictions)]
 
     async def ready(self) -> bool:

@@ -1,4 +1,7 @@
-"""OIP model metadata (REST JSON or protobuf) -> the gateway's ModelSignature."""
+"""OIP model metadata (REST JSON or protobuf) -> a `wire.tensors.ModelSignature` and versions.
+
+Used by the OIP clients only; it reads what a predictor says and fetches nothing itself.
+"""
 from __future__ import annotations
 
 from typing import Any

@@ -1,10 +1,14 @@
-"""Open Inference Protocol over gRPC (Triton, KServe v2): ModelInfer with raw contents.
+"""Open Inference Protocol over gRPC (Triton, KServe v2, TorchServe): ModelInfer with raw contents.
 
 TorchServe 0.12 (``service_envelope=kservev2``, ``ts_open_inference_protocol=true``) speaks
 the same messages with three quirks, each a clearly named option here rather than a second
-client: its service has another name (``service``), it reads only the typed ``contents``
-(``typed_contents``), and its outputs come back flattened, as FP64 and named after the
-inputs (``restore_outputs``: batch shape, datatype and name from the model's signature).
+client: its service has another name (``service``, ``TORCHSERVE_OIP_SERVICE``), it reads
+only the typed ``contents`` (``typed_contents``), and its outputs come back flattened, as
+FP64 and named after the inputs (``restore_outputs``: batch shape, datatype and name from
+the model's signature).
+
+Holds the OIP gRPC client only; the messages are `wire.codecs.oip_grpc`'s, the channel
+`backends.grpc`'s. It knows nothing of the gateway.
 """
 from __future__ import annotations
 
@@ -16,66 +20,48 @@ import grpc
 
 from backends import errors
 from backends.base import Backend
-from backends.grpc_channel import open_channel
+from backends.grpc import GrpcPredictor
 from backends.metadata import signature_from_proto
 from wire.codecs import oip_grpc
-from wire.errors import BadPredictorAnswer, InvalidInput
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.tensors import NUMPY_DTYPES, RAW_ONLY, ModelSignature, Tensor, TensorSpec, shape_fits
-from wire.tracing import predictor_headers
 
-PROBE_TIMEOUT_S = 2.0
 OIP_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+# TorchServe 0.12 serves the Open Inference Protocol under its own package name.
+TORCHSERVE_OIP_SERVICE = "org.pytorch.serve.grpc.openinference.GRPCInferenceService"
 
 
 class OipGrpcBackend(Backend):
-    def __init__(self, address: str, model: str, version: str = "", tls: bool = False,
-                 ca_file: str = "", *, service: str = OIP_SERVICE, typed_contents: bool = False,
+    def __init__(self, address: str, model: str, tls: bool = False, ca_file: str = "", *,
+                 service: str = OIP_SERVICE, typed_contents: bool = False,
                  restore_outputs: bool = False, signature: ModelSignature | None = None) -> None:
-        self.address = address.removeprefix("grpc://")
+        self.grpc = GrpcPredictor(address, model, lambda channel: _stub(channel, service), tls=tls, ca_file=ca_file)
         self.model = model
-        self.version = version
-        self.tls = tls
-        self.ca_file = ca_file
         self.service = service                   # the OIP service's full gRPC name
         self.typed_contents = typed_contents     # send typed `contents`, not raw_input_contents
         self.restore_outputs = restore_outputs   # un-flatten outputs, cast to the signature's types
         self._signature = signature              # from config, else learned from metadata()
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.GRPCInferenceServiceStub | None = None
 
     async def start(self) -> None:
-        self._channel = open_channel(self.address, self.tls, self.ca_file)
-        self._stub = _stub(self._channel, self.service)
+        self.grpc.open()
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
-        request = oip_grpc.encode_request(inputs, self.model, self.version, typed=self.typed_contents)
-        try:
-            response = await self._stub.ModelInfer(request, metadata=tuple(predictor_headers().items()))
-        except grpc.aio.AioRpcError as error:
-            raise errors.from_grpc_error(self.model, error) from None
-        try:
+        request = oip_grpc.encode_request(inputs, self.model, typed=self.typed_contents)
+        response = await self.grpc.call("ModelInfer", request)
+        with errors.reading_answer(self.model):
             outputs = oip_grpc.decode_response(response)
-        except InvalidInput as exc:
-            raise errors.unreadable(self.model, exc.message) from None
         if self.restore_outputs:
             outputs = restore_flattened_outputs(self.model, outputs, inputs, self._signature)
         return outputs
 
     async def ready(self) -> bool:
-        try:
-            response = await self._stub.ModelReady(
-                pb.ModelReadyRequest(name=self.model, version=self.version), timeout=PROBE_TIMEOUT_S)
-            return response.ready
-        except grpc.aio.AioRpcError:
-            return False
+        response = await self.grpc.probe("ModelReady", pb.ModelReadyRequest(name=self.model))
+        return response is not None and response.ready
 
     async def metadata(self) -> tuple[ModelSignature, list[str]] | None:
-        try:
-            response = await self._stub.ModelMetadata(
-                pb.ModelMetadataRequest(name=self.model, version=self.version), timeout=PROBE_TIMEOUT_S)
-        except grpc.aio.AioRpcError:
+        response = await self.grpc.probe("ModelMetadata", pb.ModelMetadataRequest(name=self.model))
+        if response is None:
             return None
         described = signature_from_proto(response)
         if described is not None and self._signature is None:
@@ -86,8 +72,7 @@ class OipGrpcBackend(Backend):
         return described
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
+        await self.grpc.close()
 
 
 def _stub(channel: grpc.aio.Channel, service: str) -> Any:
@@ -120,11 +105,11 @@ def restore_flattened_outputs(model: str, outputs: list[Tensor], inputs: list[Te
         datatype = spec.datatype if spec is not None else tensor.datatype
         if datatype != tensor.datatype:
             if "BYTES" in (datatype, tensor.datatype) or datatype in RAW_ONLY:  # never rounded to BF16
-                raise errors.unreadable(
+                raise errors.unusable(
                     model, f"output '{tensor.name}' is {tensor.datatype}, the model declares {datatype}")
             cast = data.astype(NUMPY_DTYPES[datatype])
             if cast.dtype.kind in "iub" and not (cast == data).all():
-                raise errors.unreadable(model, f"output '{tensor.name}' has values that are not {datatype}")
+                raise errors.unusable(model, f"output '{tensor.name}' has values that are not {datatype}")
             data = cast
         restored.append(Tensor(spec.name if spec is not None else tensor.name, datatype, data))
     return restored
@@ -136,14 +121,14 @@ def _batch_shape(model: str, tensor: Tensor, rows: int, spec: TensorSpec | None,
     if len(shape) >= 2 and shape[0] == rows:
         return shape  # not flattened
     if rows == 0 or count % rows:
-        raise BadPredictorAnswer(f"model '{model}': output '{tensor.name}' has {count} elements, "
-                                 f"which is not {rows} rows of equal size")
+        raise errors.unusable(model, f"output '{tensor.name}' has {count} elements, "
+                                     f"which is not {rows} rows of equal size")
     per_row = count // rows
     declared = list(spec.shape[1:]) if spec is not None else None
-    if declared is not None and -1 not in declared:
+    if spec is not None and declared is not None and -1 not in declared:
         if math.prod(declared) != per_row:
-            raise BadPredictorAnswer(f"model '{model}': output '{tensor.name}' has {per_row} elements per row, "
-                                     f"the model declares shape {list(spec.shape)}")
+            raise errors.unusable(model, f"output '{tensor.name}' has {per_row} elements per row, "
+                                         f"the model declares shape {list(spec.shape)}")
         return [rows, *declared]
     if source is not None:  # most often an output is shaped like the input it comes from
         inner = list(source.data.shape[1:])

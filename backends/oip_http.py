@@ -1,4 +1,9 @@
-"""Open Inference Protocol over HTTP (Triton, KServe v2): JSON or the binary tensor extension."""
+"""Open Inference Protocol over HTTP (Triton, KServe v2): JSON or the binary tensor extension.
+
+Holds the OIP REST client only: paths, readiness and metadata. The body formats are
+`wire.codecs.oip_json`'s, the connection pool `backends.http`'s; it knows nothing of the
+gateway.
+"""
 from __future__ import annotations
 
 import orjson
@@ -8,16 +13,14 @@ from backends.base import Backend
 from backends.http import HttpPredictor
 from backends.metadata import signature_from_json
 from wire.codecs import oip_json
-from wire.errors import InvalidInput
 from wire.tensors import ModelSignature, Tensor
 
 
 class OipHttpBackend(Backend):
-    def __init__(self, base_url: str, model: str, version: str = "", binary: bool = False,
-                 ca_file: str = "") -> None:
+    def __init__(self, base_url: str, model: str, binary: bool = False, ca_file: str = "") -> None:
         self.http = HttpPredictor(base_url, model, ca_file=ca_file)
         self.model = model
-        prefix = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
+        prefix = f"/v2/models/{model}"
         self._infer_path = prefix + "/infer"
         self._ready_path = prefix + "/ready"
         self._metadata_path = prefix
@@ -26,11 +29,9 @@ class OipHttpBackend(Backend):
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         body, json_length = oip_json.encode_request(inputs, binary=self.binary)
         response_headers, payload = await self.http.post(self._infer_path, body, oip_json.body_headers(json_length))
-        try:
+        with errors.reading_answer(self.model):
             length = oip_json.json_length(response_headers.get(oip_json.HEADER_LENGTH))
             outputs, _ = oip_json.decode_response(payload, length)
-        except (InvalidInput, ValueError) as exc:
-            raise errors.unreadable(self.model, str(exc)) from None
         return outputs
 
     async def ready(self) -> bool:

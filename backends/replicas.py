@@ -5,7 +5,7 @@ cannot be reached (Unavailable) is taken out of rotation and its batch is retrie
 another replica at once (inference is a pure function of the batch, so a batch the dead
 replica never answered is safe to resend); a background probe puts the replica back when
 its readiness check passes again. Other errors (rejections, bad answers) are the batch's
-own and are not retried.
+own and are not retried. It knows no protocol: replicas are any Backends.
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ class ReplicaSet(Backend):
         self.batch_form = replicas[0].batch_form
         self.inflight = [0] * len(replicas)
         self.healthy = [True] * len(replicas)
-        self.calls = [0] * len(replicas)
         self._probe_interval_s = probe_interval_s
         self._probes: dict[int, asyncio.Task] = {}
 
@@ -46,7 +45,6 @@ class ReplicaSet(Backend):
                 raise last_error or Unavailable("no replica of the model is reachable")
             tried.add(index)
             self.inflight[index] += 1
-            self.calls[index] += 1
             try:
                 return await self.replicas[index].infer(inputs)
             except Unavailable as error:

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backends.settings import Cost, PredictorProtocol, PredictorSettings
 from gateway.batching.scheduler import POLICIES, BatchingPolicy
 from wire.codecs.limits import Limits
 from wire.tensors import ModelSignature, TensorSpec, is_wire_datatype
 
+# The user-facing choices; `_predictor_protocol` resolves them into one PredictorProtocol.
 BACKENDS = ("triton", "kserve", "torchserve", "simulated")
 PROTOCOLS = ("http", "grpc")
 
@@ -28,31 +30,11 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class SimulatedCost:
-    call_ms: float = 5.0
-    per_instance_ms: float = 0.0
-    slots: int = 1
-
-
-@dataclass(frozen=True, slots=True)
 class ModelConfig:
     name: str
-    backend: str = "simulated"
-    protocol: str = "http"
-    url: str = ""                    # the first (or only) predictor address
-    replicas: tuple[str, ...] = ()   # every address when `url` lists several replicas
-    backend_model: str = ""
-    api: str = "v2"                  # kserve over http: v1 | v2; torchserve over grpc: v1 (Predictions) | v2 (OIP)
-    binary_data: bool = False        # OIP HTTP to the predictor with the binary tensor extension
-    tls: bool = False                # gRPC to the predictor over TLS (HTTP: use an https:// url)
-    ca_file: str = ""                # CA bundle to verify the predictor's certificate (default: system CAs)
+    predictor: PredictorSettings     # how to reach the model's predictor (backends.settings)
     batching: BatchingPolicy = field(default_factory=BatchingPolicy)
     signature: ModelSignature | None = None  # None: read from the predictor's metadata
-    simulated: SimulatedCost = field(default_factory=SimulatedCost)
-
-    @property
-    def target_model(self) -> str:
-        return self.backend_model or self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +57,8 @@ class GatewayConfig:
 
 def embedded_default() -> GatewayConfig:
     """Model `demo` on the in-process simulated predictor: works with nothing installed."""
-    return GatewayConfig(models=(ModelConfig(name="demo", backend="simulated"),))
+    predictor = PredictorSettings(PredictorProtocol.SIMULATED, server="simulated", model="demo")
+    return GatewayConfig(models=(ModelConfig(name="demo", predictor=predictor),))
 
 
 def load(path: str | Path) -> GatewayConfig:
@@ -113,36 +96,52 @@ def _model(raw: Any, key: str) -> ModelConfig:
                      "tls", "ca_file", "batching", "inputs", "outputs", "simulated"})
     name = _str(raw, key, "name", required=True)
     backend = _choice(raw, key, "backend", BACKENDS, "simulated")
-    protocol = _choice(raw, key, "protocol", PROTOCOLS, "http")
-    replicas = _addresses(raw, key, required=backend != "simulated")
-    url = replicas[0] if replicas else ""
-    default_api = "v1" if (backend == "kserve" and protocol == "http") or backend == "torchserve" else "v2"
-    api = _choice(raw, key, "api", ("v1", "v2"), default_api)
-    if api == "v1" and protocol != "http" and backend != "torchserve":  # torchserve grpc v1: its Predictions API
-        raise ConfigError(f"{key}.api", "KServe v1 is HTTP only; use api = \"v2\" with protocol = \"grpc\"")
-    if backend == "torchserve" and protocol == "http" and api != "v1":
-        raise ConfigError(f"{key}.api", "TorchServe over HTTP is spoken through its KServe envelope (api = \"v1\"); "
-                                        "for the Open Inference Protocol use protocol = \"grpc\" with api = \"v2\"")
-    if api == "v1" and backend == "triton":
-        raise ConfigError(f"{key}.api", "Triton speaks only the Open Inference Protocol (v2)")
-    for address in replicas:
-        if backend in ("triton", "kserve", "torchserve") and protocol == "http" and not address.startswith(("http://", "https://")):
+    transport = _choice(raw, key, "protocol", PROTOCOLS, "http")
+    addresses = _addresses(raw, key, required=backend != "simulated")
+    protocol = _predictor_protocol(raw, key, backend, transport)
+    for address in addresses:
+        if protocol.transport == "http" and not address.startswith(("http://", "https://")):
             raise ConfigError(f"{key}.url", f"an HTTP predictor address looks like http://host:port, got '{address}'")
     inputs = _tensor_specs(raw.get("inputs"), f"{key}.inputs")
     outputs = _tensor_specs(raw.get("outputs"), f"{key}.outputs")
     signature = ModelSignature(inputs, outputs) if inputs else None
     if outputs and not inputs:
         raise ConfigError(f"{key}.inputs", "declare inputs too when declaring outputs")
-    return ModelConfig(
-        name=name, backend=backend, protocol=protocol, url=url, replicas=replicas,
-        backend_model=_str(raw, key, "backend_model") or name, api=api,
-        binary_data=_bool(raw, key, "binary_data", backend == "triton"),
-        tls=_bool(raw, key, "tls", url.startswith("https://")),
-        ca_file=_file(raw, key, "ca_file"),
-        batching=_batching(_table(raw, "batching", f"{key}.batching"), f"{key}.batching"),
-        signature=signature,
-        simulated=_simulated(_table(raw, "simulated", f"{key}.simulated"), f"{key}.simulated"),
-    )
+    target_model = _str(raw, key, "backend_model") or name
+    binary_data = _bool(raw, key, "binary_data", backend == "triton")
+    tls = _bool(raw, key, "tls", bool(addresses) and addresses[0].startswith("https://"))
+    ca_file = _file(raw, key, "ca_file")
+    batching = _batching(_table(raw, "batching", f"{key}.batching"), f"{key}.batching")
+    cost = _simulated(_table(raw, "simulated", f"{key}.simulated"), f"{key}.simulated")
+    predictor = PredictorSettings(protocol=protocol, server=backend, model=target_model, addresses=addresses,
+                                  binary_data=binary_data, tls=tls, ca_file=ca_file, signature=signature,
+                                  simulated_cost=cost)
+    return ModelConfig(name=name, predictor=predictor, batching=batching, signature=signature)
+
+
+def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> PredictorProtocol:
+    """The one protocol that `backend`, `protocol` (the transport) and `api` name together.
+
+    `api = "v1"` means KServe v1 REST for kserve over HTTP, and TorchServe's own
+    Predictions API for torchserve over gRPC; "v2" means the Open Inference Protocol."""
+    default_api = "v1" if (backend == "kserve" and transport == "http") or backend == "torchserve" else "v2"
+    api = _choice(raw, key, "api", ("v1", "v2"), default_api)
+    if api == "v1" and transport != "http" and backend != "torchserve":  # torchserve grpc v1: its Predictions API
+        raise ConfigError(f"{key}.api", "KServe v1 is HTTP only; use api = \"v2\" with protocol = \"grpc\"")
+    if backend == "torchserve" and transport == "http" and api != "v1":
+        raise ConfigError(f"{key}.api", "TorchServe over HTTP is spoken through its KServe envelope (api = \"v1\"); "
+                                        "for the Open Inference Protocol use protocol = \"grpc\" with api = \"v2\"")
+    if api == "v1" and backend == "triton":
+        raise ConfigError(f"{key}.api", "Triton speaks only the Open Inference Protocol (v2)")
+    if backend == "simulated":
+        return PredictorProtocol.SIMULATED
+    if backend == "torchserve":
+        if transport == "http":
+            return PredictorProtocol.TORCHSERVE_KSERVE_HTTP
+        return PredictorProtocol.TORCHSERVE_PREDICTIONS_GRPC if api == "v1" else PredictorProtocol.TORCHSERVE_OIP_GRPC
+    if transport == "grpc":
+        return PredictorProtocol.OIP_GRPC  # api is "v2": v1 over gRPC was refused above
+    return PredictorProtocol.KSERVE_V1_HTTP if api == "v1" else PredictorProtocol.OIP_HTTP
 
 
 def _batching(raw: dict, key: str) -> BatchingPolicy:
@@ -192,10 +191,10 @@ def _limits(raw: dict) -> Limits:
     })
 
 
-def _simulated(raw: dict, key: str) -> SimulatedCost:
+def _simulated(raw: dict, key: str) -> Cost:
     _only(raw, key, {"call_ms", "per_instance_ms", "slots"})
-    default = SimulatedCost()
-    return SimulatedCost(
+    default = Cost()
+    return Cost(
         call_ms=_number(raw, key, "call_ms", default.call_ms, minimum=0),
         per_instance_ms=_number(raw, key, "per_instance_ms", default.per_instance_ms, minimum=0),
         slots=_number(raw, key, "slots", default.slots, integer=True, minimum=1),

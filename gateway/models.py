@@ -101,7 +101,7 @@ class ServedModel(ABC):
         """The model's OIP metadata, as both front ends answer it."""
         signature = self.signature or ModelSignature()
         return {"name": self.name, "versions": self.versions,
-                "platform": f"{SERVER_NAME}/{self.config.backend}", **signature.describe()}
+                "platform": f"{SERVER_NAME}/{self.config.predictor.server}", **signature.describe()}
 
     def check_version(self, version: str) -> None:
         if version and self.versions and version not in self.versions:

@@ -54,7 +54,7 @@ class InferenceService:
             await self._add_model(model_config)
 
     async def _add_model(self, model_config: ModelConfig) -> None:
-        backend = create_backend(model_config)
+        backend = create_backend(model_config.predictor)
         await backend.start()
         served = served_model(model_config, backend)
         self.scheduler.add_model(served.name, backend.infer, model_config.batching)

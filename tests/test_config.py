@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import pytest
 
+from backends.settings import PredictorProtocol
 from gateway import config
 
 
 def test_embedded_default_serves_demo_on_the_simulated_predictor():
     default = config.embedded_default()
     assert [m.name for m in default.models] == ["demo"]
-    assert default.models[0].backend == "simulated"
+    assert default.models[0].predictor.server == "simulated"
     assert (default.server.http_port, default.server.grpc_port) == (8080, 8081)
 
 
@@ -20,7 +21,7 @@ def test_a_full_model_entry_parses_with_its_defaults():
                      "max_inflight": 2, "max_queue": 100},
     }]})
     model = parsed.models[0]
-    assert model.target_model == "double"
+    assert model.predictor.model == "double"
     assert model.batching.policy == "window" and model.batching.max_latency_s == 0.25
     assert (model.batching.max_batch_size, model.batching.max_inflight, model.batching.max_queue) == (16, 2, 100)
 
@@ -28,7 +29,8 @@ def test_a_full_model_entry_parses_with_its_defaults():
 def test_kserve_http_defaults_to_v1_and_can_choose_v2():
     v1 = config.parse({"models": [{"name": "m", "backend": "kserve", "url": "http://127.0.0.1:1"}]})
     v2 = config.parse({"models": [{"name": "m", "backend": "kserve", "url": "http://127.0.0.1:1", "api": "v2"}]})
-    assert (v1.models[0].api, v2.models[0].api) == ("v1", "v2")
+    assert (v1.models[0].predictor.protocol, v2.models[0].predictor.protocol) == (
+        PredictorProtocol.KSERVE_V1_HTTP, PredictorProtocol.OIP_HTTP)
 
 
 def test_declared_signature():
@@ -46,12 +48,15 @@ def test_declared_signature():
     ({"models": [{"name": "m", "backend": "triton"}]}, "models[0].url", "required"),
     ({"models": [{"name": "m", "backend": "triton", "url": "127.0.0.1:8000"}]}, "models[0].url", "http://"),
     ({"models": [{"name": "m", "batching": {"max_batch_size": 0}}]}, "models[0].batching.max_batch_size", ">= 1"),
-    ({"models": [{"name": "m", "batching": {"max_batch_size": "big"}}]}, "models[0].batching.max_batch_size", "integer"),
+    ({"models": [{"name": "m", "batching": {"max_batch_size": "big"}}]}, "models[0].batching.max_batch_size",
+     "integer"),
     ({"models": [{"name": "m", "batching": {"policy": "eager"}}]}, "models[0].batching.policy", "adaptive"),
     ({"models": [{"name": "m", "batching": {"max_latency": 5}}]}, "models[0].batching.max_latency", "unknown key"),
     ({"models": [{"name": "m"}, {"name": "m"}]}, "models[1].name", "duplicate"),
-    ({"models": [{"name": "m", "backend": "kserve", "protocol": "grpc", "url": "x:1", "api": "v1"}]}, "models[0].api", "HTTP only"),
-    ({"models": [{"name": "m", "inputs": [{"name": "X", "datatype": "FLOAT"}]}]}, "models[0].inputs[0].datatype", "unknown"),
+    ({"models": [{"name": "m", "backend": "kserve", "protocol": "grpc", "url": "x:1", "api": "v1"}]}, "models[0].api",
+     "HTTP only"),
+    ({"models": [{"name": "m", "inputs": [{"name": "X", "datatype": "FLOAT"}]}]}, "models[0].inputs[0].datatype",
+     "unknown"),
     ({"models": [{"name": "m"}], "server": {"http_port": 70000}}, "server.http_port", "<= 65535"),
     ({"models": [{"name": "m"}], "extra": 1}, "extra", "unknown key"),
 ])
@@ -69,3 +74,22 @@ def test_load_reports_bad_toml_and_missing_files(tmp_path):
         config.load(bad)
     with pytest.raises(config.ConfigError, match="file not found"):
         config.load(tmp_path / "absent.toml")
+
+
+def torchserve(**fields) -> config.ModelConfig:
+    return config.parse({"models": [{"name": "m", "backend": "torchserve", **fields}]}).models[0]
+
+
+@pytest.mark.parametrize("fields, key, message", [
+    ({"url": "http://127.0.0.1:1", "api": "v2"}, "models[0].api", "KServe envelope"),
+    ({"url": "127.0.0.1:1"}, "models[0].url", "http://host:port"),
+])
+def test_torchserve_config_errors_name_the_key(fields, key, message):
+    with pytest.raises(config.ConfigError) as caught:
+        torchserve(**fields)
+    assert caught.value.key == key and message in caught.value.problem
+
+
+def test_the_kserve_v1_rule_still_holds_for_kserve():
+    with pytest.raises(config.ConfigError, match="HTTP only"):
+        config.parse({"models": [{"name": "m", "backend": "kserve", "protocol": "grpc", "url": "x:1", "api": "v1"}]})

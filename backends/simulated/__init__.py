@@ -1,3 +1,4 @@
 """The project's simulated predictor: a model with a configurable cost and a checkable
-answer (OUTPUT0 = 2 x INPUT0), served in-process (`inprocess`) or as its own server
-(`server`) speaking KServe v1 HTTP, OIP HTTP and OIP gRPC."""
+answer (OUTPUT0 = 2 x INPUT0, `model`), served in the gateway's own process as a backend
+(`inprocess`, PredictorProtocol.SIMULATED). Its standalone server, which speaks it over
+the network for tests and benchmarks, is a tool, not a predictor client."""

@@ -1,4 +1,8 @@
-"""The simulated model as a backend in the gateway's own process (the embedded default)."""
+"""The simulated model as a backend in the gateway's own process (the embedded default).
+
+No wire at all: the batch's tensors are handed to the model as they are. It knows nothing
+of the gateway.
+"""
 from __future__ import annotations
 
 from backends.base import Backend

@@ -3,7 +3,8 @@
 The cost is `call_ms + per_instance_ms x rows` of sleep per call, with at most `slots`
 calls computing at once (others wait their turn), like a predictor with that many model
 instances. It keeps its own call log so tests and benchmarks can see how many calls and
-rows it received.
+rows it received. It speaks no protocol: the in-process backend and the standalone
+simulated server wrap it.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ SIGNATURE = ModelSignature(
 
 @dataclass(frozen=True, slots=True)
 class Cost:
+    """What one call of the simulated model costs."""
     call_ms: float = 5.0
     per_instance_ms: float = 0.0
     slots: int = 1

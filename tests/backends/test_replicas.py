@@ -58,7 +58,7 @@ def test_replicas_share_the_load_survive_a_crash_and_come_back():
 def test_url_may_list_replicas():
     parsed = gateway_config.parse({"models": [{"name": "m", "backend": "triton", "protocol": "grpc",
                                                "url": ["127.0.0.1:1", "127.0.0.1:2"]}]})
-    assert parsed.models[0].replicas == ("127.0.0.1:1", "127.0.0.1:2")
+    assert parsed.models[0].predictor.addresses == ("127.0.0.1:1", "127.0.0.1:2")
     with pytest.raises(gateway_config.ConfigError, match="same replica twice"):
         gateway_config.parse({"models": [{"name": "m", "backend": "triton", "protocol": "grpc",
                                           "url": ["127.0.0.1:1", "127.0.0.1:1"]}]})

@@ -17,8 +17,9 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate import utils as kv_utils
 
+from backends import grpc as backends_grpc
 from backends import http as backends_http
-from backends import oip_grpc as backends_oip_grpc
+from backends.settings import PredictorProtocol
 from gateway import config as gateway_config
 from gateway.grpc.server import INFERENCE_SERVICE
 from tests.deploy.support import (
@@ -170,7 +171,7 @@ def test_probes_use_the_gateways_health_endpoints(rendered, root):
     assert startup["grpc"]["port"] == GRPC_PORT
     assert startup["grpc"].get("service", "") in ("", INFERENCE_SERVICE)
     # The ready handler asks every predictor, each bounded by the backends' probe timeout.
-    slowest = max(backends_http.PROBE_TIMEOUT_S, backends_oip_grpc.PROBE_TIMEOUT_S)
+    slowest = max(backends_http.PROBE_TIMEOUT_S, backends_grpc.PROBE_TIMEOUT_S)
     assert readiness["timeoutSeconds"] > slowest
 
 
@@ -346,17 +347,17 @@ def test_the_gateway_points_at_the_predictors_cluster_local_service(rendered):
     http_port, grpc_port = _predictor_ports(isvc)
     protocols = set()
     for model in config.models:
-        assert model.backend == "kserve", model.name
-        assert model.target_model == isvc["metadata"]["name"], "KServe names the model after the InferenceService"
-        if model.protocol == "http":
-            url = urlsplit(model.url)
+        assert model.predictor.server == "kserve", model.name
+        assert model.predictor.model == isvc["metadata"]["name"], "KServe names the model after the InferenceService"
+        if model.predictor.protocol.transport == "http":
+            url = urlsplit(model.predictor.url)
             assert (url.scheme, url.hostname, url.port or 80, url.path.strip("/")) == ("http", host, http_port, "")
-            if model.api == "v2":
+            if model.predictor.protocol is PredictorProtocol.OIP_HTTP:
                 assert isvc["spec"]["predictor"]["model"]["protocolVersion"] == "v2"
         else:
-            assert model.url == f"{host}:{grpc_port}"
+            assert model.predictor.url == f"{host}:{grpc_port}"
             assert isvc["spec"]["predictor"]["model"]["protocolVersion"] == "v2", "gRPC is the v2 protocol"
-        protocols.add(model.protocol)
+        protocols.add(model.predictor.protocol.transport)
     assert protocols == {"http", "grpc"}, "the example shows both ways to reach the predictor"
 
 

@@ -15,7 +15,7 @@ import orjson
 
 from wire.codecs.json_data import loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
-from wire.errors import BadPredictorAnswer, InvalidInput
+from wire.errors import InvalidInput
 from wire.tensors import JSON, Tensor
 
 INSTANCES_TENSOR = "instances"  # the name of the one JSON tensor that carries opaque instances
@@ -45,17 +45,24 @@ def encode_response(predictions: list[Any], batch_id: str) -> bytes:
     return orjson.dumps({"predictions": predictions, "batchId": batch_id}, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def decode_predictions(body: bytes, expected: int) -> list[Any]:
-    """Read a v1 predictor's answer; it must hold exactly one prediction per instance sent."""
+def decode_predictions(body: bytes, expected: int, *, bare_list: bool = False) -> list[Any]:
+    """Read a v1 predictor's answer; it must hold exactly one prediction per instance sent.
+    With `bare_list`, the list alone is an answer too (TorchServe's handlers may send it).
+    Like every codec it calls anything malformed InvalidInput; whoever reads the answer
+    knows whose fault that is (backends.errors.reading_answer)."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise BadPredictorAnswer("predictor answered with a body that is not JSON") from None
-    predictions = document.get("predictions") if isinstance(document, dict) else None
+        raise InvalidInput("predictor answered with a body that is not JSON") from None
+    predictions: Any
+    if bare_list and isinstance(document, list):
+        predictions = document
+    else:
+        predictions = document.get("predictions") if isinstance(document, dict) else None
     if not isinstance(predictions, list):
-        raise BadPredictorAnswer("predictor answer has no 'predictions' list")
+        raise InvalidInput("predictor answer has no 'predictions' list")
     if len(predictions) != expected:
-        raise BadPredictorAnswer(f"predictor returned {len(predictions)} predictions for {expected} instances")
+        raise InvalidInput(f"predictor returned {len(predictions)} predictions for {expected} instances")
     return predictions
 
 

@@ -1,50 +1,14 @@
-"""TorchServe in the config and the registry: which client each protocol/api gets, the
-config errors that name the key, and the OIP output restoration (no server needed)."""
+"""The OIP gRPC client's TorchServe options: typed contents, and outputs restored from
+their flattened FP64 form (no server needed)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from backends.kserve_v1 import KServeV1Backend
-from backends.oip_grpc import OipGrpcBackend, restore_flattened_outputs
-from backends.registry import create_backend
-from backends.torchserve_grpc import TORCHSERVE_OIP_SERVICE, TorchServeGrpcBackend, decode_predictions
-from gateway import config
+from backends.oip_grpc import restore_flattened_outputs
 from wire.codecs import oip_grpc
 from wire.errors import BadPredictorAnswer
 from wire.tensors import ModelSignature, Tensor, TensorSpec
-
-
-def model(**fields) -> config.ModelConfig:
-    return config.parse({"models": [{"name": "m", "backend": "torchserve", **fields}]}).models[0]
-
-
-def test_each_protocol_and_api_gets_its_client():
-    http = create_backend(model(url="http://127.0.0.1:1"))
-    assert isinstance(http, KServeV1Backend) and http._ready_path == "/ping"
-    predictions = create_backend(model(protocol="grpc", url="127.0.0.1:1"))
-    assert isinstance(predictions, TorchServeGrpcBackend)
-    oip = create_backend(model(protocol="grpc", api="v2", url="127.0.0.1:1",
-                               inputs=[{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 4]}]))
-    assert isinstance(oip, OipGrpcBackend)
-    assert (oip.service, oip.typed_contents, oip.restore_outputs) == (TORCHSERVE_OIP_SERVICE, True, True)
-    assert model(protocol="grpc", url="127.0.0.1:1").api == "v1"
-
-
-@pytest.mark.parametrize("fields, key, message", [
-    ({"url": "http://127.0.0.1:1", "api": "v2"}, "models[0].api", "KServe envelope"),
-    ({"url": "127.0.0.1:1"}, "models[0].url", "http://host:port"),
-])
-def test_config_errors_name_the_key(fields, key, message):
-    with pytest.raises(config.ConfigError) as caught:
-        model(**fields)
-    assert caught.value.key == key and message in caught.value.problem
-
-
-def test_the_kserve_v1_rule_still_holds_for_kserve():
-    with pytest.raises(config.ConfigError, match="HTTP only"):
-        config.parse({"models": [{"name": "m", "backend": "kserve", "protocol": "grpc", "url": "x:1", "api": "v1"}]})
-
 
 SIGNATURE = ModelSignature(inputs=(TensorSpec("INPUT0", "FP32", (-1, 4)),),
                            outputs=(TensorSpec("OUTPUT0", "FP32", (-1, 4)),))
@@ -95,12 +59,3 @@ def test_typed_contents_encoding():
     assert not message.raw_input_contents
     assert list(message.inputs[0].contents.fp32_contents) == [0, 1, 2, 3]
     assert list(message.inputs[0].shape) == [1, 4]
-
-
-def test_predictions_answer_forms():
-    assert decode_predictions("m", b'{"predictions": [[2], [4]]}', 2) == [[2], [4]]
-    assert decode_predictions("m", b"[[2], [4]]", 2) == [[2], [4]]
-    with pytest.raises(BadPredictorAnswer, match="1 predictions for 2"):
-        decode_predictions("m", b"[[2]]", 2)
-    with pytest.raises(BadPredictorAnswer, match="not JSON"):
-        decode_predictions("m", b"\x00", 1)
