@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from backends.settings import Cost, PredictorProtocol, PredictorSettings
-from gateway.batching.scheduler import POLICIES, BatchingPolicy
+from gateway.batching.config import BatchingConfig
+from gateway.batching.policies import POLICIES
 from wire.codecs.limits import Limits
 from wire.tensors import ModelSignature, TensorSpec, is_wire_datatype
 
@@ -33,7 +34,7 @@ class ConfigError(ValueError):
 class ModelConfig:
     name: str
     predictor: PredictorSettings     # how to reach the model's predictor (backends.settings)
-    batching: BatchingPolicy = field(default_factory=BatchingPolicy)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
     signature: ModelSignature | None = None  # None: read from the predictor's metadata
 
 
@@ -144,11 +145,11 @@ def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> Pr
     return PredictorProtocol.KSERVE_V1_HTTP if api == "v1" else PredictorProtocol.OIP_HTTP
 
 
-def _batching(raw: dict, key: str) -> BatchingPolicy:
+def _batching(raw: dict, key: str) -> BatchingConfig:
     _only(raw, key, {"policy", "max_batch_size", "max_latency_ms", "timeout_s", "max_inflight", "max_queue",
                      "max_hold_ms"})
-    default = BatchingPolicy()
-    return BatchingPolicy(
+    default = BatchingConfig()
+    return BatchingConfig(
         policy=_choice(raw, key, "policy", POLICIES, default.policy),
         max_batch_size=_number(raw, key, "max_batch_size", default.max_batch_size, integer=True, minimum=1),
         max_latency_s=_number(raw, key, "max_latency_ms", default.max_latency_s * 1000, minimum=0) / 1000,

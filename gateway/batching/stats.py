@@ -29,7 +29,7 @@ class Histogram:
 
     def cumulative(self) -> list[tuple[str, int]]:
         running, out = 0, []
-        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts):
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
             running += count
             out.append((bound, running))
         return out

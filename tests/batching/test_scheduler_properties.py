@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.batching.scheduler import BatchingPolicy, BatchScheduler
+from gateway.batching.config import BatchingConfig
+from gateway.batching.scheduler import BatchScheduler
 from wire.tensors import Tensor
 
 request_strategy = st.tuples(
@@ -40,7 +41,7 @@ async def _scenario(requests, max_batch_size, max_inflight, policy):
         return [Tensor("OUT", t.datatype, t.data * 3 + 1) for t in inputs]
 
     scheduler = BatchScheduler(asyncio.get_running_loop())
-    scheduler.add_model("m", executor, BatchingPolicy(policy=policy, max_batch_size=max_batch_size,
+    scheduler.add_model("m", executor, BatchingConfig(policy=policy, max_batch_size=max_batch_size,
                                                       max_inflight=max_inflight, max_latency_s=0.002))
     counter = 0
     sent = []
@@ -53,7 +54,7 @@ async def _scenario(requests, max_batch_size, max_inflight, policy):
         tasks.append(asyncio.ensure_future(scheduler.submit("m", [Tensor("IN", datatype, data)])))
         await asyncio.sleep(gap)
     results = await asyncio.wait_for(asyncio.gather(*tasks), 30)
-    for data, result in zip(sent, results):
+    for data, result in zip(sent, results, strict=True):
         np.testing.assert_array_equal(result.outputs[0].data, data * 3 + 1)
         assert result.outputs[0].data.dtype == data.dtype
     assert max(batch_rows) <= max_batch_size

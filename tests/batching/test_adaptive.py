@@ -1,12 +1,14 @@
-"""The adaptive policy's learned hold: closed-loop clients stop alternating in two groups,
-and nothing else is ever held."""
+"""Policy `adaptive`: a free slot ships at once; the learned hold lets closed-loop clients
+stop alternating in two groups, and nothing else is ever held."""
 from __future__ import annotations
 
 import asyncio
 
 import numpy as np
 
-from gateway.batching.scheduler import BatchingPolicy, BatchScheduler
+from gateway.batching.config import BatchingConfig
+from gateway.batching.scheduler import BatchScheduler
+from tests.batching.support import RecordingExecutor, rows, scheduler_with
 from wire.tensors import Tensor
 
 
@@ -23,7 +25,7 @@ async def run_closed_loop(clients: int, call_s: float, think_s: float, rounds: i
         return [Tensor("OUTPUT0", "FP32", inputs[0].data * 2)]
 
     scheduler = BatchScheduler(asyncio.get_running_loop())
-    scheduler.add_model("m", executor, BatchingPolicy(**policy))
+    scheduler.add_model("m", executor, BatchingConfig(**policy))
 
     async def client(index: int):
         for round_ in range(rounds):
@@ -63,3 +65,24 @@ async def test_clients_that_do_not_come_back_are_not_waited_for():
     # Sparse arrivals: answered clients never return within the hold limit.
     _, holds = await run_closed_loop(3, call_s=0.006, think_s=0.05, rounds=8, max_hold_s=0.01)
     assert holds == 0
+
+
+async def test_a_lone_request_ships_at_once_under_adaptive():
+    executor = RecordingExecutor(delay_s=0)
+    scheduler = scheduler_with(executor, policy="adaptive", max_latency_s=5.0)
+    result = await asyncio.wait_for(scheduler.submit("m", rows(0, 1)), 1.0)
+    np.testing.assert_array_equal(result.outputs[0].data, rows(0, 1)[0].data * 2)
+    assert len(executor.batches) == 1
+
+
+async def test_requests_arriving_while_the_slot_is_busy_leave_together():
+    executor = RecordingExecutor(delay_s=0.05)
+    scheduler = scheduler_with(executor, max_batch_size=32)
+    first = asyncio.ensure_future(scheduler.submit("m", rows(0, 1)))
+    await asyncio.sleep(0.01)  # the first batch is now at the executor
+    rest = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1))) for i in range(1, 11)]
+    results = await asyncio.gather(first, *rest)
+    assert [len(b) for b in executor.batches] == [1, 10]
+    assert len({r.batch_ids[0] for r in results[1:]}) == 1
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result.outputs[0].data, rows(i, 1)[0].data * 2)

@@ -1,0 +1,21 @@
+"""Batching: per-model queues that merge requests into batches for one executor each.
+
+Modules, from the public face inwards:
+
+* `scheduler`: `BatchScheduler`, the public API (add_model / remove_model / submit /
+  submit_threadsafe / stats / close / hurry) and its threading rules.
+* `queue`: `ModelQueue`, one model's queue: executor slots, deadlines, the bounded queue,
+  cancellation, shipping batches and answering their requests, abandoning on shutdown.
+* `policies/`: when a queue ships: the `Policy` interface (`base`), `adaptive` (default,
+  with the learned hold `ReturnTracker`) and `window` (KServe's), named in one table.
+* `executor`: running one batch at the executor, and bisecting a batch it rejects.
+* `merge`: pure row arithmetic: splitting big requests, concatenating parts, slicing
+  results back, reassembling split requests, choosing the next batch.
+* `request`: a request while held (`Request`), the parts it travels in, `BatchResult`.
+* `config`: `BatchingConfig`, a model's batching settings and their defaults.
+* `stats`: the counters and histograms kept per model for /metrics.
+
+What the package must not know: HTTP, gRPC, or any predictor protocol. An executor is
+any async callable that takes the merged input tensors and returns output tensors with
+one row per input row; tensors and errors come from `wire`.
+"""

@@ -1,0 +1,21 @@
+"""BatchingConfig: one model's batching settings (its `[models.batching]` TOML table).
+
+Defaults live here and only here; `gateway.config` reads the TOML keys (milliseconds
+where the key says `_ms`) into this dataclass and validates them. This module must not
+know how the settings are used: the queue and the policies read them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingConfig:
+    policy: str = "adaptive"     # the name of the policy (see gateway.batching.policies), as in TOML
+    max_batch_size: int = 32     # hard cap on rows per executor call; larger requests are split
+    max_latency_s: float = 0.5   # window: the most the oldest request waits for a full batch;
+    #                              adaptive: also caps the learned hold (see policies.adaptive)
+    max_inflight: int = 1        # batches of this model at the executor at once
+    max_queue: int = 4096        # rows queued for this model beyond which requests are refused
+    timeout_s: float = 60.0      # a request's deadline, from its arrival (a client may ask for less)
+    max_hold_s: float = 0.01     # adaptive: the most a learned hold may delay a batch; 0 = never hold

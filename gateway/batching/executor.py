@@ -1,0 +1,84 @@
+"""Running one batch at the executor: the call itself, and bisection of a rejected batch.
+
+An executor is any async callable that takes the merged input tensors and returns output
+tensors with one row per input row (a backend's `infer`, a test's stub).
+
+Semantics
+---------
+* One call per batch: its parts' inputs concatenated, one numpy.concatenate per input.
+* The call is abandoned once every member's deadline has passed, so a hung predictor
+  costs each request at most its deadline.
+* An answer with the wrong number of rows is BadPredictorAnswer; any other unexpected
+  exception is logged and answered as an internal error: no request is ever lost.
+* One request never fails the others in its batch: if the predictor rejects a merged
+  batch as bad input (PredictorRejected), the batch is bisected, in the same slot, until
+  the requests it rejects are alone; only they get the error.
+
+This module must not know queues, policies or slots; nor HTTP, gRPC or predictor
+protocols. It answers no request itself: it returns each group's outcome.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from gateway.batching.merge import concatenate
+from gateway.batching.request import Part
+from gateway.batching.stats import ModelStats
+from wire.errors import BadPredictorAnswer, DeadlineExceeded, GatewayError, PredictorRejected
+from wire.tensors import Tensor
+from wire.tracing import BatchContext, current_batch
+
+log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
+
+Executor = Callable[[list[Tensor]], Awaitable[list[Tensor]]]
+Outcome = list[Tensor] | GatewayError
+"""A group's merged outputs, or the error to answer each of its requests with."""
+
+
+async def execute(executor: Executor, parts: list[Part], batch_id: str, model: str,
+                  stats: ModelStats) -> list[tuple[list[Part], Outcome]]:
+    """Run the live parts as one executor call. If the predictor rejects the merged batch
+    as bad input, bisect it, so that only the offending request fails and the others
+    still get their answers (log2(n) extra calls per bad request, in the same slot)."""
+    live = [part for part in parts if part.live]
+    if not live:
+        return []
+    outcome = await call(executor, live, batch_id, model, stats)
+    if isinstance(outcome, PredictorRejected) and len({id(p.request) for p in live}) > 1:
+        stats.isolations += 1
+        middle = len(live) // 2
+        return (await execute(executor, live[:middle], batch_id, model, stats)
+                + await execute(executor, live[middle:], batch_id, model, stats))
+    return [(live, outcome)]
+
+
+async def call(executor: Executor, parts: list[Part], batch_id: str, model: str, stats: ModelStats) -> Outcome:
+    """One executor call; every failure comes back as the GatewayError to answer."""
+    loop = asyncio.get_running_loop()
+    rows = sum(part.size for part in parts)
+    # The backend reads the batch's ids and trace from here (see wire.tracing).
+    token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts)))
+    try:
+        inputs = concatenate([part.inputs for part in parts])
+        started = loop.time()
+        # timeout_at, not wait_for: no extra task, so the call starts in this loop turn.
+        async with asyncio.timeout_at(max(part.request.deadline for part in parts)):
+            outputs = await executor(inputs)
+        stats.predictor_s.observe(loop.time() - started)
+        for tensor in outputs:
+            if len(tensor.data) != rows:
+                raise BadPredictorAnswer(
+                    f"predictor returned {len(tensor.data)} rows of '{tensor.name}' for a batch of {rows}"
+                )
+        return outputs
+    except GatewayError as exc:
+        return exc
+    except TimeoutError:
+        return DeadlineExceeded(f"model '{model}': the predictor did not answer within the deadline")
+    except Exception:  # a bug or an unexpected predictor failure: never lose the requests
+        log.exception("a batch for model %s failed", model)
+        return GatewayError(f"model '{model}': internal error while running the batch")
+    finally:
+        current_batch.reset(token)

@@ -1,0 +1,130 @@
+"""Merge and split arithmetic: the row bookkeeping of batching, with no event loop.
+
+Semantics
+---------
+* A request is a list of tensors sharing a first (batch) dimension. Requests merge only
+  with requests of the same *signature* (input names, datatypes and non-batch dimensions).
+* `max_batch_size` is a hard cap. A request larger than it is split into parts of at most
+  that size (`split_request`); the parts may travel in separate batches, answered in any
+  order, and the answer is reassembled in part order (`Reassembly`).
+* A batch is one `numpy.concatenate` per input over its parts (`concatenate`); its result
+  is cut back into each part's consecutive rows (`slice_result`).
+* The next batch is the signature group of the oldest live part, oldest first, up to the
+  cap (`take_oldest_group`).
+
+Everything here is plain data in, plain data out. This module must not know futures,
+deadlines, timers, policies or executors: the queue tells it what is live.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Sequence
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+from wire.tensors import Tensor
+
+
+class Mergeable(Protocol):
+    """What the batch selection reads of a queued part."""
+
+    @property
+    def size(self) -> int:
+        """Rows of the part."""
+
+    @property
+    def signature(self) -> Hashable:
+        """Parts merge only with parts of an equal signature."""
+
+    @property
+    def live(self) -> bool:
+        """False once the part's request is answered (expired, cancelled, failed)."""
+
+
+PartT = TypeVar("PartT", bound=Mergeable)
+
+
+def split_request(inputs: list[Tensor], max_rows: int) -> list[list[Tensor]]:
+    """A request's tensors as consecutive parts of at most `max_rows` rows, in order.
+
+    A request that fits is its own single part, the same list (no slicing, no copy);
+    the parts of a larger one are numpy views of its rows."""
+    size = len(inputs[0].data)
+    if size <= max_rows:
+        return [inputs]
+    return [
+        [Tensor(t.name, t.datatype, t.data[start:start + max_rows]) for t in inputs]
+        for start in range(0, size, max_rows)
+    ]
+
+
+def concatenate(groups: Sequence[list[Tensor]]) -> list[Tensor]:
+    """One numpy.concatenate per input across the groups (or the group itself if alone).
+
+    Every group holds the same inputs in the same order (equal signatures); the first
+    group's names and datatypes name the result."""
+    if len(groups) == 1:
+        return groups[0]
+    return [
+        Tensor(first.name, first.datatype, np.concatenate([group[i].data for group in groups]))
+        for i, first in enumerate(groups[0])
+    ]
+
+
+def slice_result(outputs: list[Tensor], sizes: Sequence[int]) -> list[list[Tensor]]:
+    """A batch result cut back per part: part k gets the `sizes[k]` rows after those of
+    the parts before it (numpy views, no copy)."""
+    sliced: list[list[Tensor]] = []
+    offset = 0
+    for size in sizes:
+        end = offset + size
+        sliced.append([Tensor(t.name, t.datatype, t.data[offset:end]) for t in outputs])
+        offset = end
+    return sliced
+
+
+class Reassembly:
+    """The answers to one request's parts, gathered in any order and joined in part order."""
+
+    __slots__ = ("_outputs", "_missing")
+
+    def __init__(self, parts: int) -> None:
+        self._outputs: list[list[Tensor] | None] = [None] * parts
+        self._missing = parts
+
+    def add(self, index: int, outputs: list[Tensor]) -> list[Tensor] | None:
+        """Record part `index`'s rows; returns the whole answer once every part is in."""
+        self._outputs[index] = outputs
+        self._missing -= 1
+        if self._missing:
+            return None
+        return concatenate([part for part in self._outputs if part is not None])
+
+
+def take_oldest_group(pending: deque[PartT], limit: int) -> list[PartT]:
+    """Remove and return the next batch from `pending`: the parts sharing the signature of
+    the oldest live part, oldest first, while they fit in `limit` rows.
+
+    A part of another signature, or one that would overflow the cap, keeps its place in
+    the queue (so a later, smaller part of the group may still join); parts that are no
+    longer live are dropped wherever they are met."""
+    while pending and not pending[0].live:
+        pending.popleft()
+    if not pending:
+        return []
+    signature = pending[0].signature
+    taken: list[PartT] = []
+    skipped: list[PartT] = []
+    rows = 0
+    while pending and rows < limit:
+        part = pending.popleft()
+        if not part.live:
+            continue
+        if part.signature != signature or rows + part.size > limit:
+            skipped.append(part)
+            continue
+        taken.append(part)
+        rows += part.size
+    pending.extendleft(reversed(skipped))
+    return taken

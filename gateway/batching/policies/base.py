@@ -1,0 +1,67 @@
+"""The policy interface: what a model's queue asks before it ships a batch.
+
+The queue owns the mechanics (slots, taking the batch, deadlines); a policy only answers
+one question whenever a slot is free and a live request waits: "ship now, or wait until
+when?". It may also learn from the traffic through two hooks. A policy must not know the
+event loop, timers, futures or executors: it is given the time and the queue's state, so
+it can be tested with plain objects.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Protocol
+
+from gateway.batching.config import BatchingConfig
+from gateway.batching.merge import Mergeable
+from gateway.batching.stats import ModelStats
+
+
+class QueuedPart(Mergeable, Protocol):
+    """What a policy may read of a queued part (a request, or a slice of a large one)."""
+
+    @property
+    def enqueued_at(self) -> float:
+        """When it was queued, on the scheduler's clock."""
+
+    @property
+    def deadline(self) -> float:
+        """When its request is answered DeadlineExceeded if not answered before."""
+
+
+class QueueState(Protocol):
+    """What a policy may read of a model's queue."""
+
+    @property
+    def pending(self) -> Sequence[QueuedPart]:
+        """Queued parts, oldest first; parts no longer live may linger until skipped."""
+
+    @property
+    def queued_rows(self) -> int:
+        """Rows of live requests not yet taken into a batch."""
+
+    @property
+    def stats(self) -> ModelStats:
+        """The model's counters (a policy counts its own decisions there)."""
+
+
+class Policy(ABC):
+    """Decides when a model's queue ships its next batch. One instance per model queue,
+    so a policy may keep what it learns about that model's traffic."""
+
+    def __init__(self, config: BatchingConfig) -> None:
+        self.config = config  # replaced in place when the model is re-tuned under the same policy
+
+    @abstractmethod
+    def wait_until(self, queue: QueueState, now: float) -> float | None:
+        """Asked when a slot is free and the oldest queued part is live.
+
+        None: ship a batch now. A time: ship nothing before it; the queue asks again then,
+        or sooner (when a request arrives or a batch returns)."""
+
+    def on_arrival(self, now: float) -> None:  # noqa: B027 - a hook most policies ignore
+        """A request was queued at `now`."""
+
+    def on_delivery(self, now: float, requests: int, predictor_s: float) -> None:  # noqa: B027 - as above
+        """A batch of `requests` requests came back at `now` after `predictor_s` seconds at
+        the executor (its slot is free again; its clients are about to be answered)."""

@@ -1,0 +1,215 @@
+"""ModelQueue: one model's queue, its executor slots, and the lifecycle of its requests.
+
+Semantics
+---------
+* Requests merge only with requests of the same model and signature, in arrival order
+  (see `merge.take_oldest_group` for the one exception: a part too big for the room left
+  in a batch lets a smaller, later one of its group go first).
+* At most `max_inflight` batches are at the executor at once. Whenever a slot is free and
+  a live request waits, the policy decides: ship now, or wait until a given time.
+* When a batch returns, its slot is freed and the next batch is shipped *before* the
+  finished batch's requests are answered, so the predictor never idles behind our own
+  bookkeeping.
+* Every request has a deadline (`timeout_s`, or less if its client asks). A request whose
+  deadline passes while queued is answered DeadlineExceeded and never sent; one whose
+  batch is at the executor is answered at its deadline too (the executor call itself is
+  abandoned once every member's deadline has passed: see `executor`).
+* The queue is bounded (`max_queue` rows): beyond it a request is refused at once with
+  Overloaded. A request whose caller goes away (its awaiting task is cancelled) is
+  dropped from the queue and its rows are never sent; a request answered early leaves
+  its parts behind, skipped when met.
+* Abandoning the queue (model removed, gateway shutting down) answers everything queued
+  with the given error and cancels batches in flight, whose requests get Unavailable.
+
+All of it runs on the scheduler's event loop; nothing here is thread-safe. This module
+must not know HTTP, gRPC or predictor protocols, nor any policy by name.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+
+from gateway.batching.config import BatchingConfig
+from gateway.batching.executor import Executor, execute
+from gateway.batching.merge import slice_result, split_request, take_oldest_group
+from gateway.batching.policies import make_policy
+from gateway.batching.request import BatchResult, Part, Request
+from gateway.batching.stats import ModelStats
+from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, Unavailable
+from wire.tensors import Tensor, signature_key
+from wire.tracing import NO_CONTEXT, ClientContext
+
+log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
+
+
+class ModelQueue:
+    def __init__(self, name: str, executor: Executor, config: BatchingConfig, loop: asyncio.AbstractEventLoop,
+                 next_batch_id: Callable[[], str]) -> None:
+        self.name = name
+        self.executor = executor
+        self.config = config
+        self.policy = make_policy(config)
+        self.pending: deque[Part] = deque()
+        self.queued_rows = 0  # rows of live requests not yet taken into a batch
+        self.inflight = 0     # batches at the executor
+        self.wake: asyncio.TimerHandle | None = None  # when the policy asked to be asked again
+        self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
+        self.stats = ModelStats()
+        self._loop = loop
+        self._next_batch_id = next_batch_id
+
+    def retune(self, executor: Executor, config: BatchingConfig) -> None:
+        """New settings for the same model. What the policy has learned is kept while the
+        policy's name stays; a new name starts a fresh policy."""
+        if config.policy == self.config.policy:
+            self.policy.config = config
+        else:
+            self.policy = make_policy(config)
+        self.executor, self.config = executor, config
+        self.pump()
+
+    @property
+    def busy(self) -> bool:
+        """Anything queued (possibly already answered) or at the executor."""
+        return bool(self.pending) or self.inflight > 0
+
+    # -- arrival -----------------------------------------------------------------------
+
+    def add(self, inputs: list[Tensor], timeout_s: float | None,
+            client: ClientContext = NO_CONTEXT) -> asyncio.Future[BatchResult]:
+        """Queue a request; its future is answered exactly once. Raises at once if the
+        request is malformed or the queue is full."""
+        if not inputs:
+            raise InvalidInput("the request has no inputs")
+        size = len(inputs[0].data)
+        if size == 0 or any(len(t.data) != size for t in inputs):
+            raise InvalidInput("every input must have the same, non-zero, batch dimension")
+        config = self.config
+        self.stats.requests += 1
+        if self.queued_rows + size > config.max_queue:
+            self.stats.refused += 1
+            raise Overloaded(
+                f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}); "
+                "try again later"
+            )
+        loop = self._loop
+        now = loop.time()
+        timeout = config.timeout_s if timeout_s is None else min(timeout_s, config.timeout_s)
+        pieces = split_request(inputs, config.max_batch_size)
+        request = Request(signature_key(inputs), size, now + timeout, loop.create_future(), len(pieces), client)
+        for index, piece in enumerate(pieces):
+            self.pending.append(Part(request, index, piece, len(piece[0].data), now))
+        self.queued_rows += size
+        request.timer = loop.call_at(request.deadline, self._expire, request, timeout)
+        request.future.add_done_callback(lambda _f: self._finished(request))
+        self.policy.on_arrival(now)
+        self.pump()
+        return request.future
+
+    def _expire(self, request: Request, timeout: float) -> None:
+        if request.done:
+            return
+        self.stats.expired += 1
+        where = "waiting for the predictor" if request.sent else "in the queue"
+        request.fail(DeadlineExceeded(f"model '{self.name}': deadline of {timeout:g} s passed {where}"))
+
+    def _finished(self, request: Request) -> None:
+        """Runs once per request however it ends: result, error, expiry or cancellation."""
+        if request.timer is not None:
+            request.timer.cancel()
+        if request.queued_rows:
+            self.queued_rows -= request.queued_rows  # its queued parts are skipped lazily
+            request.queued_rows = 0
+
+    # -- shipping ----------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Ship every batch the policy allows into the free executor slots."""
+        while self.inflight < self.config.max_inflight:
+            pending = self.pending
+            while pending and not pending[0].live:
+                pending.popleft()
+            if not pending:
+                return
+            until = self.policy.wait_until(self, self._loop.time())
+            if until is not None:
+                self._wake_at(until)
+                return
+            parts = self._take_batch()
+            self.inflight += 1
+            task = self._loop.create_task(self._run_batch(parts))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def _wake_at(self, when: float) -> None:
+        """Pump again at `when` (keeping an earlier wake-up if one is set)."""
+        if self.wake is None or self.wake.when() > when:
+            if self.wake is not None:
+                self.wake.cancel()
+            self.wake = self._loop.call_at(when, self._on_wake)
+
+    def _on_wake(self) -> None:
+        self.wake = None
+        self.pump()
+
+    def _take_batch(self) -> list[Part]:
+        parts = take_oldest_group(self.pending, self.config.max_batch_size)
+        for part in parts:
+            part.request.queued_rows -= part.size
+            part.request.sent = True
+            self.queued_rows -= part.size
+        return parts
+
+    async def _run_batch(self, parts: list[Part]) -> None:
+        batch_id = self._next_batch_id()
+        rows = sum(part.size for part in parts)
+        self.stats.batches += 1
+        self.stats.instances += rows
+        self.stats.recent_batch_sizes.append(rows)
+        self.stats.batch_size.observe(rows)
+        now = self._loop.time()
+        for part in parts:
+            self.stats.queue_wait_s.observe(now - part.enqueued_at)
+        started = self._loop.time()
+        try:
+            outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats)
+        except asyncio.CancelledError:
+            for part in parts:
+                part.request.fail(Unavailable("the gateway is shutting down"))
+            raise
+        finally:
+            self.inflight -= 1
+            now = self._loop.time()
+            self.policy.on_delivery(now, len({id(part.request) for part in parts}), now - started)
+            self.pump()  # ship (or hold) the next batch before waking this one's clients
+        for group, outcome in outcomes:
+            if isinstance(outcome, GatewayError):
+                for part in group:
+                    part.request.fail(outcome)
+            else:
+                for part, part_outputs in zip(group, slice_result(outcome, [p.size for p in group]), strict=True):
+                    part.request.answer_part(part.index, part_outputs, batch_id)
+        if log.isEnabledFor(logging.DEBUG):
+            failed = [type(o).__name__ for _, o in outcomes if isinstance(o, GatewayError)]
+            log.debug("batch %s model=%s rows=%d requests=%d outcome=%s", batch_id, self.name, rows, len(parts),
+                      ",".join(failed) or "ok",
+                      extra={"batch_id": batch_id, "model": self.name, "rows": rows,
+                             "request_ids": [p.request.client.request_id for p in parts
+                                             if p.request.client.request_id][:32],
+                             "outcome": failed or "ok"})
+
+    # -- the end -------------------------------------------------------------------------
+
+    async def abandon(self, error: GatewayError) -> None:
+        """Answer everything still queued with `error`, cancel the batches in flight (their
+        requests get Unavailable), and wait for them to wind up."""
+        if self.wake is not None:
+            self.wake.cancel()
+        while self.pending:
+            self.pending.popleft().request.fail(error)
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)

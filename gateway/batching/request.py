@@ -1,0 +1,89 @@
+"""One client's request while the scheduler holds it, the parts it travels in, and its answer.
+
+Semantics
+---------
+* A request is answered exactly once, through its future: with its rows of the batch
+  results (a `BatchResult`), or with an error. Whatever answers first wins; later answers
+  (a batch returning after the deadline, say) are dropped.
+* A request of at most `max_batch_size` rows travels as one part; a larger one as several
+  (see `gateway.batching.merge`), whose answers are joined in order once all are in.
+
+This module must not know queues, policies or executors.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from gateway.batching.merge import Reassembly
+from wire.errors import GatewayError
+from wire.tensors import Tensor
+from wire.tracing import NO_CONTEXT, ClientContext
+
+
+@dataclass(slots=True)
+class BatchResult:
+    outputs: list[Tensor]
+    batch_ids: list[str]  # one per batch the request travelled in (more than one if split)
+
+
+class Request:
+    __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
+                 "answers", "batch_ids", "sent", "client")
+
+    def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
+                 parts: int, client: ClientContext = NO_CONTEXT) -> None:
+        self.client = client
+        self.signature = signature
+        self.size = size
+        self.deadline = deadline
+        self.future = future
+        self.timer: asyncio.TimerHandle | None = None  # its deadline's expiry, cancelled once answered
+        self.queued_rows = size  # rows not yet taken into a batch
+        self.answers = Reassembly(parts)
+        self.batch_ids: list[str] = []  # in the order its parts were answered
+        self.sent = False  # some part of it reached the executor
+
+    @property
+    def done(self) -> bool:
+        return self.future.done()
+
+    def answer_part(self, index: int, outputs: list[Tensor], batch_id: str) -> None:
+        """Part `index` came back as `outputs` in batch `batch_id`; answer the request once
+        its last part is in."""
+        if self.future.done():
+            return
+        self.batch_ids.append(batch_id)
+        whole = self.answers.add(index, outputs)
+        if whole is not None:
+            self.future.set_result(BatchResult(whole, self.batch_ids))
+
+    def fail(self, error: GatewayError) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class Part:
+    """A whole request, or one max_batch_size slice of a larger one, as it waits in a queue."""
+
+    __slots__ = ("request", "index", "inputs", "size", "enqueued_at")
+
+    def __init__(self, request: Request, index: int, inputs: list[Tensor], size: int, now: float) -> None:
+        self.request = request
+        self.index = index
+        self.inputs = inputs
+        self.size = size
+        self.enqueued_at = now
+
+    @property
+    def signature(self) -> Hashable:
+        return self.request.signature
+
+    @property
+    def live(self) -> bool:
+        return not self.request.future.done()
+
+    @property
+    def deadline(self) -> float:
+        return self.request.deadline
