@@ -1,13 +1,18 @@
 """Policy `adaptive`: a free slot ships at once; the learned hold lets closed-loop clients
-stop alternating in two groups, and nothing else is ever held."""
+stop alternating in two groups, and nothing else is ever held. Through the scheduler, then
+the policy and its ReturnTracker as pure decisions (no event loop)."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from gateway.batching.config import BatchingConfig
+from gateway.batching.policies.adaptive import AdaptivePolicy, ReturnTracker
 from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.stats import ModelStats
 from tests.batching.support import RecordingExecutor, rows, scheduler_with
 from wire.tensors import Tensor
 
@@ -86,3 +91,89 @@ async def test_requests_arriving_while_the_slot_is_busy_leave_together():
     assert len({r.batch_ids[0] for r in results[1:]}) == 1
     for i, result in enumerate(results):
         np.testing.assert_array_equal(result.outputs[0].data, rows(i, 1)[0].data * 2)
+
+
+# -- the decision itself, without an event loop ----------------------------------------------
+
+def closed_loop_history(arrive, deliver, cycles: int = 4, clients: int = 4,
+                        call_s: float = 0.006, return_s: float = 0.001) -> float:
+    """Deliveries of `clients` requests whose clients all come back `return_s` later, for
+    `cycles` + 1 rounds, then one more delivery; returns the time of that last delivery."""
+    now = 1.0
+    for _ in range(cycles + 1):
+        deliver(now, clients, call_s)
+        for _ in range(clients):
+            arrive(now + return_s)
+        now += return_s + call_s
+    deliver(now, clients, call_s)
+    return now
+
+
+def tracked(tracker: ReturnTracker, **history) -> float:
+    return closed_loop_history(lambda now: tracker.on_arrival(now, 0.01), tracker.on_delivery, **history)
+
+
+def learned(policy: AdaptivePolicy, **history) -> float:
+    return closed_loop_history(policy.on_arrival, policy.on_delivery, **history)
+
+
+def queue_state(queued_rows: int = 1) -> SimpleNamespace:
+    return SimpleNamespace(pending=[], queued_rows=queued_rows, stats=ModelStats())
+
+
+def test_the_tracker_holds_for_clients_that_reliably_return():
+    tracker = ReturnTracker()
+    delivered_at = tracked(tracker)
+    assert tracker.share >= 0.5
+    # 1.5 x the 1 ms return delay, plus half a millisecond of slack
+    assert tracker.hold_until(delivered_at, 0.01) == pytest.approx(delivered_at + 0.002, abs=1e-9)
+    assert tracker.hold_until(delivered_at + 0.002, 0.01) is None  # the hold is over
+
+
+def test_the_tracker_does_not_hold_before_it_has_seen_enough_returns():
+    tracker = ReturnTracker()
+    delivered_at = tracked(tracker, cycles=1)  # share 0.36: not yet "most clients"
+    assert tracker.hold_until(delivered_at, 0.01) is None
+
+
+def test_the_tracker_stops_holding_once_the_expected_clients_are_back():
+    tracker = ReturnTracker()
+    delivered_at = tracked(tracker)
+    for _ in range(4):
+        tracker.on_arrival(delivered_at + 0.001, 0.01)
+    assert tracker.hold_until(delivered_at + 0.001, 0.01) is None
+
+
+def test_the_tracker_never_holds_as_long_as_a_predictor_call():
+    tracker = ReturnTracker()
+    delivered_at = tracked(tracker, call_s=0.0015)  # a 2 ms hold would cost more than the call
+    assert tracker.hold_until(delivered_at, 0.01) is None
+
+
+def test_the_adaptive_policy_holds_a_free_slot_and_counts_it():
+    policy = AdaptivePolicy(BatchingConfig(max_hold_s=0.01, max_latency_s=0.5))
+    delivered_at = learned(policy)
+    queue = queue_state()
+    assert policy.wait_until(queue, delivered_at) == pytest.approx(delivered_at + 0.002, abs=1e-9)
+    assert queue.stats.holds == 1
+
+
+def test_max_latency_caps_the_adaptive_hold():
+    policy = AdaptivePolicy(BatchingConfig(max_hold_s=0.01, max_latency_s=0.0005))
+    assert policy.hold_limit() == 0.0005
+    # Returns 1 ms after a delivery are still learned (counted over max_hold_s) ...
+    delivered_at = learned(policy)
+    assert policy.returns.delay is not None
+    # ... but the hold stops at max_latency_s.
+    assert policy.wait_until(queue_state(), delivered_at) == pytest.approx(delivered_at + 0.0005, abs=1e-9)
+
+
+def test_the_adaptive_policy_never_holds_a_full_batch_or_with_the_hold_off():
+    full = AdaptivePolicy(BatchingConfig(max_batch_size=4))
+    delivered_at = learned(full)
+    assert full.wait_until(queue_state(queued_rows=4), delivered_at) is None
+    off = AdaptivePolicy(BatchingConfig(max_hold_s=0))
+    delivered_at = learned(off)
+    queue = queue_state()
+    assert off.wait_until(queue, delivered_at) is None
+    assert queue.stats.holds == 0

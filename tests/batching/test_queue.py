@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from gateway.batching.config import BatchingConfig
+from gateway.batching.policies.window import WindowPolicy
+from gateway.batching.queue import ModelQueue
 from gateway.batching.scheduler import BatchScheduler
 from tests.batching.support import RecordingExecutor, rows, scheduler_with
 from wire.errors import DeadlineExceeded, Overloaded
@@ -103,3 +105,13 @@ async def test_the_next_batch_ships_before_the_finished_batch_is_delivered():
     first.add_done_callback(lambda _: order.append("first delivered"))
     await asyncio.gather(first, second)
     assert order.index("start 2") < order.index("first delivered")
+
+
+async def test_retuning_keeps_what_the_policy_learned_while_its_name_stays():
+    queue = ModelQueue("m", RecordingExecutor(0), BatchingConfig(), asyncio.get_running_loop(), lambda: "batch")
+    adaptive = queue.policy
+    tighter = BatchingConfig(max_hold_s=0.002)
+    queue.retune(queue.executor, tighter)
+    assert queue.policy is adaptive and adaptive.config is tighter and queue.config is tighter
+    queue.retune(queue.executor, BatchingConfig(policy="window"))
+    assert isinstance(queue.policy, WindowPolicy)

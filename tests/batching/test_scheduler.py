@@ -5,10 +5,12 @@ import asyncio
 import threading
 
 import numpy as np
+import pytest
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.scheduler import BatchScheduler
-from tests.batching.support import RecordingExecutor, rows
+from tests.batching.support import RecordingExecutor, rows, scheduler_with
+from wire.errors import ModelNotFound, Unavailable
 
 
 def test_submit_is_safe_from_many_threads_at_once():
@@ -54,3 +56,49 @@ def test_submit_can_be_awaited_from_another_event_loop():
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
+
+
+async def test_an_unknown_policy_is_refused():
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    with pytest.raises(ValueError, match="unknown batching policy 'eager'"):
+        scheduler.add_model("m", RecordingExecutor(), BatchingConfig(policy="eager"))
+    assert not scheduler.has_model("m")
+
+
+async def test_adding_a_model_again_re_tunes_it():
+    executor = RecordingExecutor(delay_s=0)
+    scheduler = scheduler_with(executor)
+    await scheduler.submit("m", rows(0, 1))
+    scheduler.add_model("m", executor, BatchingConfig(policy="window", max_latency_s=0.1))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await scheduler.submit("m", rows(1, 1))
+    assert loop.time() - started >= 0.09  # the window now holds a lone request
+    assert scheduler.model_names() == ["m"]
+
+
+async def test_a_removed_model_finishes_its_batch_then_is_unknown():
+    scheduler = scheduler_with(RecordingExecutor(delay_s=0.02))
+    inflight = asyncio.ensure_future(scheduler.submit("m", rows(0, 1)))
+    await asyncio.sleep(0)
+    await scheduler.remove_model("m", grace_s=5.0)
+    np.testing.assert_array_equal((await inflight).outputs[0].data, rows(0, 1)[0].data * 2)
+    with pytest.raises(ModelNotFound):
+        await scheduler.submit("m", rows(0, 1))
+
+
+async def test_closing_answers_what_is_left_unavailable_once_the_grace_is_over():
+    executor = RecordingExecutor()
+    executor.release = asyncio.Event()  # never set: the batch stays at the executor
+    scheduler = scheduler_with(executor)
+    inflight = asyncio.ensure_future(scheduler.submit("m", rows(0, 1)))
+    await asyncio.sleep(0)
+    queued = asyncio.ensure_future(scheduler.submit("m", rows(1, 1)))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(scheduler.close(grace_s=0.05), 2.0)
+    for request in (inflight, queued):
+        with pytest.raises(Unavailable, match="shutting down"):
+            await request
+    with pytest.raises(Unavailable, match="shutting down"):
+        await scheduler.submit("m", rows(2, 1))
+    assert len(executor.batches) == 1

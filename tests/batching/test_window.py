@@ -1,8 +1,14 @@
-"""Policy `window`: KServe's semantics, through the scheduler."""
+"""Policy `window`: KServe's semantics, through the scheduler and as a pure decision."""
 from __future__ import annotations
 
 import asyncio
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
 
+from gateway.batching.config import BatchingConfig
+from gateway.batching.policies.window import WindowPolicy
+from gateway.batching.stats import ModelStats
 from tests.batching.support import RecordingExecutor, rows, scheduler_with
 
 
@@ -22,3 +28,36 @@ async def test_window_policy_ships_a_full_batch_without_waiting():
     scheduler = scheduler_with(executor, policy="window", max_latency_s=10.0, max_batch_size=4)
     await asyncio.wait_for(asyncio.gather(*(scheduler.submit("m", rows(i, 1)) for i in range(4))), 2.0)
     assert [len(b) for b in executor.batches] == [4]
+
+
+# -- the decision itself, without an event loop ----------------------------------------------
+
+@dataclass
+class Queued:
+    size: int
+    enqueued_at: float = 0.0
+    signature: str = "a"
+    live: bool = True
+    deadline: float = math.inf
+
+
+def decide(pending: list[Queued], now: float, **config) -> float | None:
+    queue = SimpleNamespace(pending=pending, queued_rows=sum(p.size for p in pending if p.live), stats=ModelStats())
+    return WindowPolicy(BatchingConfig(policy="window", **config)).wait_until(queue, now)
+
+
+def test_the_window_waits_until_the_oldest_has_waited_max_latency():
+    pending = [Queued(1, enqueued_at=10.0), Queued(1, enqueued_at=10.1)]
+    assert decide(pending, 10.15, max_latency_s=0.2, max_batch_size=4) == 10.2
+    assert decide(pending, 10.2, max_latency_s=0.2, max_batch_size=4) is None
+
+
+def test_the_window_closes_when_the_oldest_signature_group_is_full():
+    assert decide([Queued(3), Queued(1)], 0.0, max_latency_s=1.0, max_batch_size=4) is None
+    # Full counts every live row of the group, even a part that would not fit beside the others.
+    assert decide([Queued(3), Queued(2)], 0.0, max_latency_s=1.0, max_batch_size=4) is None
+
+
+def test_other_signatures_and_answered_requests_do_not_fill_the_window():
+    pending = [Queued(2), Queued(2, signature="b"), Queued(2, live=False), Queued(1)]
+    assert decide(pending, 0.0, max_latency_s=1.0, max_batch_size=4) == 1.0
