@@ -28,6 +28,7 @@ from typing import Any
 
 from tools import bench_scenarios
 from tools.bench_scenarios import SCENARIOS, Context
+from tools.processes import ROOT
 
 PACKAGES = ("grpcio", "protobuf", "tornado", "numpy", "orjson", "aiohttp", "matplotlib")
 DEFAULT_ORDER = ("loadgen-ceiling", "kserve-docs", "latency-curve", "saturation", "overhead", "memory")
@@ -49,17 +50,17 @@ def machine() -> dict[str, Any]:
             memory_kb = int(meminfo.readline().split()[1])
     except (OSError, ValueError, IndexError):
         pass
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=bench_scenarios.ROOT,
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                 capture_output=True, text=True, timeout=10).stdout.strip()
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    cwd=bench_scenarios.ROOT, capture_output=True, text=True,
+                                    cwd=ROOT, capture_output=True, text=True,
                                     timeout=10).stdout.strip())
     except (OSError, subprocess.SubprocessError):
         commit, dirty = "", False
@@ -166,11 +167,11 @@ def make_plots(results: dict[str, Any], out: Path) -> list[str]:
         cols = min(3, n)
         rows = (n + cols - 1) // cols
         fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.3 * rows), dpi=90, squeeze=False)
-        for ax, (name, sizes) in zip(axes.flat, batches.items()):
+        for ax, (name, sizes) in zip(axes.flat, batches.items(), strict=False):
             keys = sorted(int(k) for k in sizes)
             counts = [sizes.get(k, sizes.get(str(k), 0)) for k in keys]
             total = sum(counts) or 1
-            mean = sum(k * c for k, c in zip(keys, counts)) / total
+            mean = sum(k * c for k, c in zip(keys, counts, strict=True)) / total
             ax.bar(keys, [c / total for c in counts], width=0.8, color="tab:blue")
             ax.set_title(f"{name}\nmean {mean:.1f}, {total} calls", fontsize=8)
             ax.set_xlim(0, 33)
@@ -187,8 +188,8 @@ def make_plots(results: dict[str, Any], out: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(7, 3.6), dpi=90)
         names = [n for n, _ in sat["bars"]]
         values = [v for _, v in sat["bars"]]
-        colors = ["tab:gray" if n.startswith(("predictor", "direct")) else "tab:blue" for n in names]
-        ax.barh(range(len(names)), values, color=colors)
+        bar_colors = ["tab:gray" if n.startswith(("predictor", "direct")) else "tab:blue" for n in names]
+        ax.barh(range(len(names)), values, color=bar_colors)
         ax.axvline(sat["ideal"], color="tab:red", linestyle="--", label=f"ideal {sat['ideal']:.0f}/s")
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.invert_yaxis()
@@ -241,9 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.report_only:
-        results = json.loads((out / "results.json").read_text())
-        plots = make_plots(results, out)
-        (out / "results.md").write_text(markdown_report(results, plots))
+        written = json.loads((out / "results.json").read_text())
+        plots = make_plots(written, out)
+        (out / "results.md").write_text(markdown_report(written, plots))
         print(f"wrote {out / 'results.md'}" + "".join(f", {p}" for p in plots), file=sys.stderr)
         return 0
     if args.duration <= 0 or args.repeat < 1 or args.memory_queued < 1 or args.memory_requests < 2:

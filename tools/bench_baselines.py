@@ -22,6 +22,7 @@ import asyncio
 import signal
 import socket
 import sys
+from typing import cast
 
 import grpc
 import numpy as np
@@ -65,7 +66,8 @@ def make_minimal_app() -> tornado.web.Application:
 
 
 class MinimalInference(pb_grpc.GRPCInferenceServiceServicer):
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: pb.ModelInferRequest,
+                         context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         if len(request.inputs) != 1:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "exactly one input expected")
         tensor = request.inputs[0]
@@ -90,7 +92,7 @@ class TrivialHttp(asyncio.Protocol):
     """HTTP/1.1 with keep-alive: every request (headers + Content-Length body) -> 200 `{}`."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's transport
         self.buffer = bytearray()
 
     def data_received(self, data: bytes) -> None:

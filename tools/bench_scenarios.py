@@ -1,7 +1,7 @@
 """The benchmark scenarios of `python -m tools.bench`, and the harness they share.
 
 Every server is its own process on 127.0.0.1 on free ports: the simulated predictor
-(`backends.simulated.server`), the gateway (`gateway serve` with a generated TOML config)
+(`tools.simulated_predictor`), the gateway (`gateway serve` with a generated TOML config)
 and, for the overhead and ceiling scenarios, the baselines of `tools.bench_baselines`.
 Each is stopped by its PID when its scenario ends, and on Ctrl-C. The load comes from
 `tools.loadgen`'s Python API, in this process; every load is bounded in count and time.
@@ -16,24 +16,18 @@ import asyncio
 import collections
 import json
 import math
-import os
-import queue
-import signal
 import statistics
-import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tools import loadgen
+from tools.processes import ServerProcess, python_module_command, simulated_predictor_command
 
-ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 15
 V1_BODY = b'{"instances": [[1, 2, 3, 4]]}'
@@ -51,108 +45,39 @@ def oip_body(model: str, rows: int = 1) -> bytes:
 
 # -- processes -----------------------------------------------------------------------------------
 
-_RUNNING: list[Server] = []
+_SERVERS: list[Server] = []  # every server this run started, for stop_all (stopping twice is harmless)
 STARTED: list[dict[str, Any]] = []  # every server this run started: name, pid, command
 
 
-class Server:
-    """A server process of the benchmark: started, read until its READY line, stopped by PID."""
+class Server(ServerProcess):
+    """A server process of the benchmark, logging to `log_dir/NAME.log`; recorded as soon as
+    it is spawned, so that Ctrl-C while it starts still stops it."""
 
-    def __init__(self, name: str, argv: list[str], log_dir: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.log_path = log_dir / f"{name}.log"
-        self.process: subprocess.Popen | None = None
-        self.fields: dict[str, str] = {}
+    def __init__(self, name: str, command: list[str], log_dir: Path) -> None:
+        super().__init__(command, name=name, log_path=log_dir / f"{name}.log", ready_timeout=START_TIMEOUT_S,
+                         stop_timeout=STOP_TIMEOUT_S)
 
-    def start(self) -> Server:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(
-            [sys.executable, *self.argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=log,
-            stdin=subprocess.DEVNULL, start_new_session=True, text=True,
-        )
-        log.close()
-        _RUNNING.append(self)
-        STARTED.append({"name": self.name, "pid": self.process.pid, "argv": self.argv})
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: lines.put(self.process.stdout.readline()), daemon=True).start()
-        try:
-            line = lines.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
-            line = ""
-        if not line.startswith("READY "):
-            self.stop()
-            raise RuntimeError(f"{self.name} did not start (stdout {line!r}); its log:\n{self.log_tail()}")
-        self.fields = dict(part.split("=", 1) for part in line.split()[1:])
-        return self
-
-    def port(self, key: str) -> int:
-        return int(self.fields[key].rsplit(":", 1)[-1])
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def rss_kb(self) -> int:
-        with open(f"/proc/{self.pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        raise RuntimeError(f"no VmRSS for {self.name}")
-
-    def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is None:
-            try:
-                os.kill(process.pid, signal.SIGTERM)
-                process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait(timeout=STOP_TIMEOUT_S)
-            except ProcessLookupError:
-                pass
-        if process.stdout is not None:
-            process.stdout.close()
-        if self in _RUNNING:
-            _RUNNING.remove(self)
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+    def spawn(self) -> None:
+        super().spawn()
+        _SERVERS.append(self)
+        # argv as `python` would be given it: the interpreter left out.
+        STARTED.append({"name": self.name, "pid": self.pid, "argv": self.command[1:]})
 
 
 def stop_all() -> None:
     """Stop every server still running, newest first (gateways before their predictors)."""
-    for server in reversed(list(_RUNNING)):
+    for server in reversed(_SERVERS):
         server.stop()
 
 
 class Predictor(Server):
+    """The simulated predictor at a given cost, with its call log."""
+
     def __init__(self, log_dir: Path, name: str, call_ms: float, per_instance_ms: float = 0.0, slots: int = 1) -> None:
-        super().__init__(name, ["-m", "backends.simulated.server", "--host", "127.0.0.1", "--http-port", "0",
-                                "--grpc-port", "0", "--call-ms", f"{call_ms:g}",
-                                "--per-instance-ms", f"{per_instance_ms:g}", "--slots", str(slots)], log_dir)
+        super().__init__(name, simulated_predictor_command("--call-ms", f"{call_ms:g}",
+                                                           "--per-instance-ms", f"{per_instance_ms:g}",
+                                                           "--slots", str(slots)), log_dir)
         self.cost = {"call_ms": call_ms, "per_instance_ms": per_instance_ms, "slots": slots}
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port('http')}"
-
-    @property
-    def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.port('grpc')}"
 
     def reset_stats(self) -> None:
         """Zero the call log once the predictor is idle: requests of the previous run still
@@ -178,44 +103,29 @@ class Predictor(Server):
 
 
 class Gateway(Server):
+    """The gateway serving `models` (written to a TOML config), ready once it says so."""
+
     def __init__(self, log_dir: Path, name: str, models: list[dict[str, Any]]) -> None:
         self.config_path = log_dir / f"{name}.toml"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(to_toml(models))
-        super().__init__(name, ["-m", "gateway", "serve", "--config", str(self.config_path),
-                                "--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
-                                "--log-level", "WARNING"], log_dir)
+        super().__init__(name, python_module_command(
+            "gateway", "serve", "--config", str(self.config_path), "--host", "127.0.0.1", "--http-port", "0",
+            "--grpc-port", "0", "--log-level", "WARNING"), log_dir)
 
-    def start(self) -> Gateway:
-        super().start()
+    def wait_ready(self) -> None:
+        super().wait_ready()
         deadline = time.monotonic() + START_TIMEOUT_S
         while _http("GET", f"{self.http_url}/v2/health/ready")[0] != 200:
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"{self.name} never became ready; its log:\n{self.log_tail()}")
             time.sleep(0.1)
-        return self
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port('http')}"
-
-    @property
-    def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.port('grpc')}"
 
 
 class Baseline(Server):
     def __init__(self, log_dir: Path, kind: str) -> None:
-        super().__init__(f"baseline-{kind}", ["-m", "tools.bench_baselines", kind], log_dir)
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port('http')}"
-
-    @property
-    def grpc_address(self) -> str:
-        return f"127.0.0.1:{self.port('grpc')}"
+        super().__init__(f"baseline-{kind}", python_module_command("tools.bench_baselines", kind), log_dir)
 
 
 def _http(method: str, url: str, body: bytes | None = None, timeout: float = 10) -> tuple[int, bytes]:
@@ -334,7 +244,7 @@ def median_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             values = [g.get(key) for g in group]
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-                row[key] = statistics.median(values)
+                row[key] = statistics.median(cast(list[float], values))  # all numbers, just checked
             elif key == "batch_sizes":
                 total: collections.Counter = collections.Counter()
                 for v in values:
@@ -538,13 +448,13 @@ def overhead(ctx: Context) -> dict[str, Any]:
         with Gateway(ctx.log_dir, "gateway-overhead", [
             v1_model("v1", predictor, max_batch_size=32), grpc_model("oip", predictor, max_batch_size=32),
         ]).start() as gateway, Baseline(ctx.log_dir, "minimal").start() as baseline:
-            throughput = {
+            throughput: dict[tuple[str, str], dict[str, Any]] = {
                 ("http", "gateway"): dict(target=f"{gateway.http_url}/v1/models/v1:predict", body=V1_BODY),
                 ("http", "baseline"): dict(target=f"{baseline.http_url}/v1/models/demo:predict", body=V1_BODY),
                 ("grpc", "gateway"): dict(target=gateway.grpc_address, body=oip_body("oip"), grpc=True),
                 ("grpc", "baseline"): dict(target=baseline.grpc_address, body=oip_body("demo"), grpc=True),
             }
-            single = {
+            single: dict[tuple[str, str], dict[str, Any]] = {
                 ("http", "direct"): dict(target=f"{predictor.http_url}/v1/models/demo:predict", body=V1_BODY),
                 ("http", "gateway"): throughput[("http", "gateway")],
                 ("grpc", "direct"): dict(target=predictor.grpc_address, body=oip_body("demo"), grpc=True),
@@ -569,7 +479,7 @@ def overhead(ctx: Context) -> dict[str, Any]:
     for protocol in ("http", "grpc"):
         gw = [r for r in runs if r["name"] == f"{protocol} gateway c={clients}"]
         base = [r for r in runs if r["name"] == f"{protocol} baseline c={clients}"]
-        ratios = [g["rps"] / b["rps"] for g, b in zip(gw, base) if b["rps"]]
+        ratios = [g["rps"] / b["rps"] for g, b in zip(gw, base, strict=False) if b["rps"]]
         ratio_rows.append({
             "name": protocol, "gateway_rps": statistics.median(g["rps"] for g in gw),
             "baseline_rps": statistics.median(b["rps"] for b in base),
@@ -652,7 +562,7 @@ def memory(ctx: Context) -> dict[str, Any]:
         fast.stop()
     # Part B: RSS across many requests through a fresh gateway.
     fast = Predictor(ctx.log_dir, "predictor-fast-2", call_ms=0).start()
-    samples = []
+    samples: list[dict[str, Any]] = []
     try:
         with Gateway(ctx.log_dir, "gateway-memory-steady", [
             v1_model("v1", fast, max_batch_size=32), grpc_model("oip", fast, max_batch_size=32),
@@ -692,7 +602,8 @@ def memory(ctx: Context) -> dict[str, Any]:
         "title": "Memory: gateway RSS",
         "setup": f"Gateway RSS (VmRSS) with {queued} requests queued (predictor of 1 slot, 60 s per call; "
                  f"max_queue {queued * 2}): {queued} gRPC calls in flight on {max(1, queued // 100)} connections, "
-                 f"then {queued} HTTP clients with a connection each, each through a fresh gateway; then across {total} requests "
+                 f"then {queued} HTTP clients with a connection each, each through a fresh gateway; "
+                 f"then across {total} requests "
                  f"through a fresh gateway (no-cost predictor, 64 clients, alternating HTTP v1 and gRPC in "
                  f"chunks of {chunk}), sampled after each chunk.",
         "tables": [{"title": "", "rows": rows, "columns": [["name", "measure", "s"], ["value", "value", "s"]]}],
@@ -741,7 +652,7 @@ def loadgen_ceiling(ctx: Context) -> dict[str, Any]:
     runs = []
     with Baseline(ctx.log_dir, "trivial").start() as trivial:
         url = f"{trivial.http_url}/v1/models/demo:predict"
-        plan = {
+        plan: dict[str, dict[str, Any]] = {
             "http fast engine, 1 process": dict(target=url, body=V1_BODY),
             "http aiohttp engine, 1 process": dict(target=url, body=V1_BODY, engine="aiohttp"),
             "http fast engine, 2 processes": dict(target=url, body=V1_BODY, processes=2),

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tests.processes import Process
+from tools.processes import ServerProcess, python_module_command
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -189,12 +189,17 @@ def container_port(container: dict[str, Any], port: int | str) -> int:
 
 # -- a gateway process ----------------------------------------------------------------
 
-class GatewayProcess(Process):
-    """`python -m gateway ARGS` (or any command, e.g. the image's entrypoint) until READY."""
+class GatewayProcess(ServerProcess):
+    """`python -m gateway ARGS` (or any command, e.g. the image's entrypoint), started and
+    READY on construction. Its addresses are the READY line's, host included."""
+
+    def __init__(self, command: list[str], env: dict[str, str] | None = None, ready_timeout: float = 30) -> None:
+        super().__init__(command, env=env, ready_timeout=ready_timeout)
+        self.start()
 
     @classmethod
     def module(cls, *args: str, **kwargs: Any) -> GatewayProcess:
-        return cls([sys.executable, "-m", "gateway", *args], **kwargs)
+        return cls(python_module_command("gateway", *args), **kwargs)
 
     @property
     def http_url(self) -> str:
@@ -212,7 +217,8 @@ def gateway_command_shim(directory: Path) -> Path:
     """A `batching-gateway` on PATH that runs this checkout's gateway with this Python
     (the test venv has the dependencies, not necessarily the installed console script)."""
     shim = directory / "batching-gateway"
-    shim.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))} exec {shlex.quote(sys.executable)} -m gateway "$@"\n')
+    shim.write_text(f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))} '
+                    f'exec {shlex.quote(sys.executable)} -m gateway "$@"\n')
     shim.chmod(0o755)
     return shim
 

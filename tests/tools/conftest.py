@@ -1,20 +1,19 @@
 """Servers for the tools tests: an in-process Tornado app (on the test's own event loop)
-and the simulated predictor as its own process on free 127.0.0.1 ports, stopped by PID."""
+and the simulated predictor as its own process on free 127.0.0.1 ports, stopped by PID
+(one for the whole tests/tools package: it keeps no state the tests look at)."""
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from tests.processes import PredictorProcess, simulated_predictor
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.processes import SimulatedPredictorProcess, simulated_predictor
+from tools.processes import ROOT  # noqa: F401 - tests/tools/test_loadgen.py imports it from here
 
 
 @dataclass
@@ -95,8 +94,8 @@ async def local_server() -> LocalServer:
         await server.close_all_connections()
 
 
-@pytest.fixture(scope="module")
-def predictor() -> Iterator[PredictorProcess]:
+@pytest.fixture(scope="package")
+def predictor() -> Iterator[SimulatedPredictorProcess]:
     """The simulated predictor (no cost per call) as its own process."""
     process = simulated_predictor("--call-ms", "0")
     try:

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from tests.tools.conftest import ROOT
 from tools import bench
+from tools.processes import ROOT
 
 
 def _alive(pid: int) -> bool:
@@ -43,7 +43,7 @@ def test_kserve_docs_smoke_run_writes_table_json_and_plot(tmp_path):
     assert (out / "batch_sizes.png").stat().st_size > 1000
     # It started the predictor and the gateway as their own processes, and stopped both.
     servers = results["servers"]
-    assert sorted(s["argv"][1] for s in servers) == ["backends.simulated.server", "gateway"]
+    assert sorted(s["argv"][1] for s in servers) == ["gateway", "tools.simulated_predictor"]
     assert not [s for s in servers if _alive(s["pid"])]
 
 

@@ -1,18 +1,12 @@
-"""The simulated predictor server, run as its own process and driven by real clients."""
+"""The simulated predictor server (`python -m tools.simulated_predictor`), run as its own
+process and driven by real clients."""
 from __future__ import annotations
 
 import http.client
-import os
-import queue
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-import typing
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -22,75 +16,42 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
+from tools.processes import SIMULATED_PREDICTOR_MODULE, ServerProcess, python_module_command, simulated_predictor_args
 from wire.codecs.oip_json import HEADER_LENGTH
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 
-ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 10
 
 
-@dataclass
-class Running:
-    process: subprocess.Popen
-    http_port: int
-    grpc_port: int
-    stderr: typing.IO[bytes] | None = None
-
-    def stderr_text(self) -> str:
-        assert self.stderr is not None
-        self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")
-
-    @property
-    def http_url(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+def _start(*extra: str, command: list[str] | None = None) -> ServerProcess:
+    """The predictor on free 127.0.0.1 ports, run by `command` (default: `python -m
+    tools.simulated_predictor`)."""
+    launcher = command or python_module_command(SIMULATED_PREDICTOR_MODULE)
+    return ServerProcess([*launcher, *simulated_predictor_args(*extra)], name="simulated predictor",
+                         ready_timeout=START_TIMEOUT_S).start()
 
 
-def _start(*extra: str, command: list[str] | None = None) -> Running:
-    stderr = tempfile.TemporaryFile()
-    process = subprocess.Popen(
-        [*(command or [sys.executable, "-m", "backends.simulated.server"]), "--host", "127.0.0.1",
-         "--http-port", "0", "--grpc-port", "0", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True, text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
-    try:
-        line = lines.get(timeout=START_TIMEOUT_S)
-    except queue.Empty:
-        line = ""
-    if not line.startswith("READY "):
-        _stop(process)
-        stderr.seek(0)
-        pytest.fail(f"predictor did not start: stdout {line!r}, stderr {stderr.read().decode()[-2000:]}")
-    fields = dict(part.split("=") for part in line.split()[1:])
-    return Running(process, int(fields["http"]), int(fields["grpc"]), stderr)
-
-
-def _stop(process: subprocess.Popen) -> int:
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
+def _stop(running: ServerProcess) -> int:
+    """SIGTERM must stop it; returns its exit code."""
+    if running.popen is not None and running.popen.poll() is None:
+        running.signal(signal.SIGTERM)
         try:
-            process.wait(timeout=STOP_TIMEOUT_S)
+            running.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=STOP_TIMEOUT_S)
+            running.kill()
             raise AssertionError("predictor did not stop on SIGTERM") from None
-    process.stdout.close()
-    return process.returncode
+    code = running.stop()
+    assert code is not None
+    return code
 
 
 @pytest.fixture(scope="module")
 def start_predictor():
-    started: list[Running] = []
+    started: list[ServerProcess] = []
 
-    def start(*extra: str, command: list[str] | None = None) -> Running:
+    def start(*extra: str, command: list[str] | None = None) -> ServerProcess:
         running = _start(*extra, command=command)
         started.append(running)
         return running
@@ -98,13 +59,12 @@ def start_predictor():
     yield start
     codes = []
     for running in started:
-        codes.append(_stop(running.process))
-        running.stderr.close()
+        codes.append(_stop(running))
     assert codes == [0] * len(started), f"predictors did not all exit 0 on SIGTERM: {codes}"
 
 
 @pytest.fixture(scope="module")
-def predictor(start_predictor) -> Running:
+def predictor(start_predictor) -> ServerProcess:
     return start_predictor("--model", "demo", "--call-ms", "1")
 
 
@@ -117,9 +77,9 @@ def fresh(predictor):
     post(predictor, "/control", {"fail_status": 0, "extra_delay_ms": 0, "wrong_rows": False})
 
 
-def request(running: Running, method: str, path: str, body: bytes | None = None,
+def request(running: ServerProcess, method: str, path: str, body: bytes | None = None,
             headers: dict | None = None) -> tuple[int, dict, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", running.http_port, timeout=10)
+    connection = http.client.HTTPConnection("127.0.0.1", running.port("http"), timeout=10)
     try:
         connection.request(method, path, body=body, headers=headers or {})
         response = connection.getresponse()
@@ -128,12 +88,12 @@ def request(running: Running, method: str, path: str, body: bytes | None = None,
         connection.close()
 
 
-def post(running: Running, path: str, document) -> tuple[int, dict]:
+def post(running: ServerProcess, path: str, document) -> tuple[int, dict]:
     status, _, body = request(running, "POST", path, orjson.dumps(document), {"Content-Type": "application/json"})
     return status, orjson.loads(body)
 
 
-def get(running: Running, path: str) -> tuple[int, dict]:
+def get(running: ServerProcess, path: str) -> tuple[int, dict]:
     status, _, body = request(running, "GET", path)
     return status, orjson.loads(body)
 
@@ -168,7 +128,7 @@ def test_oip_json_infer(fresh):
 
 
 def test_oip_binary_infer_with_tritonclient_http(fresh):
-    client = triton_http.InferenceServerClient(url=fresh.http_url)
+    client = triton_http.InferenceServerClient(url=fresh.http_address)
     try:
         data = np.arange(12, dtype=np.float32).reshape(4, 3)
         infer_input = triton_http.InferInput("INPUT0", list(data.shape), "FP32")
@@ -204,7 +164,7 @@ def test_oip_binary_response_headers(fresh):
 
 
 def test_oip_grpc_infer_and_metadata_with_tritonclient_grpc(fresh):
-    client = triton_grpc.InferenceServerClient(url=fresh.grpc_url)
+    client = triton_grpc.InferenceServerClient(url=fresh.grpc_address)
     try:
         data = np.array([[1, -2], [3.5, 0]], dtype=np.float32)
         infer_input = triton_grpc.InferInput("INPUT0", list(data.shape), "FP32")
@@ -229,7 +189,7 @@ def test_oip_grpc_infer_and_metadata_with_tritonclient_grpc(fresh):
 
 
 def test_grpc_typed_contents_with_raw_stub(fresh):
-    with grpc.insecure_channel(fresh.grpc_url) as channel:
+    with grpc.insecure_channel(fresh.grpc_address) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         message = pb.ModelInferRequest(model_name="demo")
         message.inputs.add(name="INPUT0", datatype="FP32", shape=[3, 1],
@@ -242,7 +202,7 @@ def test_grpc_typed_contents_with_raw_stub(fresh):
 
 def test_metadata_and_health_with_tritonclient_http(fresh):
     expected_tensor = {"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}
-    client = triton_http.InferenceServerClient(url=fresh.http_url)
+    client = triton_http.InferenceServerClient(url=fresh.http_address)
     try:
         assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("demo")
         assert client.get_server_metadata()["name"] == "simulated-predictor"
@@ -265,7 +225,7 @@ def test_stats_count_one_call_per_request_and_reset(fresh):
     assert get(fresh, "/stats") == (200, {"calls": 0, "instances": 0, "batch_sizes": []})
     assert post(fresh, "/v1/models/demo:predict", {"instances": [[1], [2], [3], [4]]})[0] == 200
     assert request(fresh, "POST", "/v2/models/demo/infer", orjson.dumps(oip_body([[1], [2]])))[0] == 200
-    with grpc.insecure_channel(fresh.grpc_url) as channel:
+    with grpc.insecure_channel(fresh.grpc_address) as channel:
         message = pb.ModelInferRequest(model_name="demo")
         message.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1])
         message.raw_input_contents.append(np.float32([7]).tobytes())
@@ -291,8 +251,10 @@ def test_each_call_pays_its_cost(start_predictor):
     ("/v1/models/demo:predict", b"not json"),
     ("/v1/models/demo:predict", b'{"instances": [[1, 2], [3]]}'),
     ("/v2/models/demo/infer", b'{"inputs": []}'),
-    ("/v2/models/demo/infer", orjson.dumps({"inputs": [{"name": "WRONG", "datatype": "FP32", "shape": [1], "data": [1]}]})),
-    ("/v2/models/demo/infer", orjson.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1]}]})),
+    ("/v2/models/demo/infer",
+     orjson.dumps({"inputs": [{"name": "WRONG", "datatype": "FP32", "shape": [1], "data": [1]}]})),
+    ("/v2/models/demo/infer",
+     orjson.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1]}]})),
     ("/v2/models/demo/infer", orjson.dumps(oip_body([[1]]) | {"outputs": [{"name": "NOPE"}]})),
 ])
 def test_bad_input_is_400_with_error_body(fresh, path, body):
@@ -311,7 +273,7 @@ def test_bad_binary_header_is_400(fresh):
 
 
 def test_bad_input_over_grpc_is_invalid_argument(fresh):
-    with grpc.insecure_channel(fresh.grpc_url) as channel:
+    with grpc.insecure_channel(fresh.grpc_address) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         message = pb.ModelInferRequest(model_name="demo")
         message.inputs.add(name="INPUT0", datatype="FP32", shape=[2, 2])
@@ -336,7 +298,7 @@ def test_unknown_model_is_404_and_not_found(fresh):
         assert status == 404, path
         assert "error" in orjson.loads(raw)
     assert request(fresh, "GET", "/no/such/route")[0] == 404
-    with grpc.insecure_channel(fresh.grpc_url) as channel:
+    with grpc.insecure_channel(fresh.grpc_address) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         for call, message in [(stub.ModelInfer, pb.ModelInferRequest(model_name="other")),
                               (stub.ModelReady, pb.ModelReadyRequest(name="other")),
@@ -355,7 +317,7 @@ def test_control_fail_status(fresh):
     assert status == 500 and "injected" in document["error"]
     status, _, _ = request(fresh, "POST", "/v2/models/demo/infer", orjson.dumps(oip_body([[1]])))
     assert status == 500
-    with grpc.insecure_channel(fresh.grpc_url) as channel:
+    with grpc.insecure_channel(fresh.grpc_address) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         message = pb.ModelInferRequest(model_name="demo")
         message.inputs.add(name="INPUT0", datatype="FP32", shape=[1],
@@ -379,7 +341,7 @@ def test_control_wrong_rows(fresh):
     assert status == 200 and document["predictions"] == [[2.0], [4.0]]
     status, _, raw = request(fresh, "POST", "/v2/models/demo/infer", orjson.dumps(oip_body([[1], [2]])))
     assert status == 200 and orjson.loads(raw)["outputs"][0]["shape"] == [1, 1]
-    with grpc.insecure_channel(fresh.grpc_url) as channel:
+    with grpc.insecure_channel(fresh.grpc_address) as channel:
         message = pb.ModelInferRequest(model_name="demo")
         message.inputs.add(name="INPUT0", datatype="FP32", shape=[3, 2])
         message.raw_input_contents.append(np.ones((3, 2), dtype=np.float32).tobytes())
@@ -414,7 +376,8 @@ def test_fault_flags_on_the_command_line(start_predictor):
 
 _BROKEN = """
 import sys
-from backends.simulated import model, server
+from backends.simulated import model
+from tools.simulated_predictor import server
 
 async def broken(self, inputs):
     raise RuntimeError("secret internal detail")
@@ -430,7 +393,7 @@ def test_internal_error_is_500_without_details(start_predictor):
     assert status == 500 and orjson.loads(raw) == {"error": "internal error"}
     status, _, raw = request(broken, "POST", "/v1/models/demo:predict", b'{"instances": [[1]]}')
     assert status == 500 and orjson.loads(raw) == {"error": "internal error"}
-    with grpc.insecure_channel(broken.grpc_url) as channel:
+    with grpc.insecure_channel(broken.grpc_address) as channel:
         message = pb.ModelInferRequest(model_name="demo")
         message.inputs.add(name="INPUT0", datatype="FP32", shape=[1],
                            contents=pb.InferTensorContents(fp32_contents=[1.0]))
@@ -438,20 +401,15 @@ def test_internal_error_is_500_without_details(start_predictor):
             pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message, timeout=10)
     assert caught.value.code() == grpc.StatusCode.INTERNAL
     assert caught.value.details() == "internal error"
-    assert "secret internal detail" in broken.stderr_text()  # logged, with its traceback
+    assert "secret internal detail" in broken.log_text()  # logged, with its traceback
 
 
 def test_python_dash_m_package_runs_the_server():
-    process = subprocess.Popen(
-        [sys.executable, "-m", "backends.simulated", "--http-port", "0", "--grpc-port", "0", "--model", "m2"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+    running = ServerProcess(python_module_command(SIMULATED_PREDICTOR_MODULE, "--http-port", "0", "--grpc-port", "0",
+                                                  "--model", "m2"), ready_timeout=START_TIMEOUT_S)
     try:
-        line = lines.get(timeout=START_TIMEOUT_S)
-        assert line.startswith("READY http=")
-        running = Running(process, int(line.split()[1].split("=")[1]), int(line.split()[2].split("=")[1]))
+        running.start()
+        assert running.ready_line.startswith("READY http=")
         assert get(running, "/v1/models/m2") == (200, {"name": "m2", "ready": True})
     finally:
-        assert _stop(process) == 0
+        assert _stop(running) == 0

@@ -19,10 +19,10 @@ For reliability tests it has three fault knobs, set by CLI flags or at runtime w
   concurrent requests are delayed in parallel, like a slow network or a hung server);
 - `wrong_rows`: answer with one row fewer than asked (a predictor answering nonsense).
 
-Run it with `python -m backends.simulated.server --http-port 0 --grpc-port 0` (or
-`python -m backends.simulated`, or the `simulated-predictor` script); it prints
+Run it with `python -m tools.simulated_predictor --http-port 0 --grpc-port 0`; it prints
 `READY http=<port> grpc=<port>` once both servers listen, and stops cleanly on
-SIGTERM/SIGINT.
+SIGTERM/SIGINT. It is a tool, not part of the installed gateway: it serves the model of
+`backends.simulated.model` and must not be imported by gateway/ or backends/.
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ import asyncio
 import logging
 import signal
 import socket
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -58,7 +57,7 @@ from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.request import RequestedOutput
 from wire.tensors import Tensor
 
-log = logging.getLogger("backends.simulated.server")
+log = logging.getLogger("tools.simulated_predictor")
 
 SERVER_NAME = "simulated-predictor"
 SERVER_VERSION = "0.1.0"
@@ -411,7 +410,7 @@ class PredictorServer:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="simulated-predictor",
+        prog="python -m tools.simulated_predictor",
         description="The simulated predictor (OUTPUT0 = 2 x INPUT0) as a KServe v1 / OIP HTTP + gRPC server. "
                     "It does not batch: each request is one model call.",
     )
@@ -463,6 +462,3 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.run(serve(args))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
