@@ -13,7 +13,6 @@ import tornado.netutil
 import tornado.web
 
 from tests.processes import SimulatedPredictorProcess, simulated_predictor
-from tools.processes import ROOT  # noqa: F401 - tests/tools/test_loadgen.py imports it from here
 
 
 @dataclass
