@@ -4,7 +4,7 @@ The cost is `call_ms + per_instance_ms x rows` of sleep per call, with at most `
 calls computing at once (others wait their turn), like a predictor with that many model
 instances. It keeps its own call log so tests and benchmarks can see how many calls and
 rows it received. It speaks no protocol: the in-process backend and the standalone
-simulated server wrap it.
+simulated server (`tools.simulated_predictor`) wrap it.
 """
 from __future__ import annotations
 
