@@ -82,7 +82,7 @@ def test_every_front_end_counts_its_requests_with_one_status_vocabulary():
 
     config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}})
     with running_gateway(config) as gw, grpc.insecure_channel(gw.grpc_address) as channel:
-        assert http_json("POST", f"{gw.http_url}/predictions/demo", [1.0, 2.0])[0] == 200
+        assert http_json("POST", f"{gw.http_url}/predictions/demo", b"[1.0, 2.0]")[0] == 200
         assert http_json("POST", f"{gw.http_url}/predictions/demo", {"neither": 1})[0] == 400
         stub = ts_grpc.InferenceAPIsServiceStub(channel)
         stub.Predictions(ts_pb.PredictionsRequest(model_name="demo", input={"data": b"[1.0]"}), timeout=10)
