@@ -63,7 +63,7 @@ def _runner(loop: str) -> asyncio.Runner:
             return asyncio.Runner(loop_factory=uvloop.new_event_loop)
         except ImportError:
             if loop == "uvloop":
-                raise SystemExit("batching-gateway: --loop uvloop, but uvloop is not installed")
+                raise SystemExit("batching-gateway: --loop uvloop, but uvloop is not installed") from None
     return asyncio.Runner()
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
@@ -39,10 +40,8 @@ def test_metrics_count_the_traffic_sent():
             stub.ModelInfer(request, timeout=10)
         bad = pb.ModelInferRequest(model_name="demo")
         for _ in range(2):
-            try:
+            with contextlib.suppress(grpc.RpcError):
                 stub.ModelInfer(bad, timeout=10)
-            except grpc.RpcError:
-                pass
         # Overload: 40 concurrent rows into a queue of 4 while the predictor is busy.
         with concurrent.futures.ThreadPoolExecutor(40) as pool:
             codes = list(pool.map(lambda i: http_json("POST", f"{gw.http_url}/v1/models/demo:predict",

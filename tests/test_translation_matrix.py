@@ -372,7 +372,7 @@ def test_the_readme_table_is_this_matrix():
                       **{(f, p): "b" for f in ("oip-binary", "oip-grpc") for p in ROW_PREDICTORS},
                       **{("oip-json", p): "c" for p in PREDICTORS},
                       **{(f, "torchserve-oip"): "d" for f in ("oip-binary", "oip-grpc")}}
-    for front_end, row in zip(FRONT_ENDS, table[2:]):
-        for predictor, cell in zip(PREDICTORS, row[1:]):
+    for front_end, row in zip(FRONT_ENDS, table[2:], strict=True):
+        for predictor, cell in zip(PREDICTORS, row[1:], strict=True):
             note = expected_notes.get((front_end, predictor))
             assert cell == ("tested" if note is None else f"tested ({note})"), (front_end, predictor, cell)

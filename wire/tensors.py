@@ -56,7 +56,7 @@ def is_wire_datatype(datatype: object) -> bool:
 
 def shape_fits(declared: tuple[int, ...] | list[int], shape: tuple[int, ...] | list[int]) -> bool:
     """`shape` has the declared rank and matches every declared size (-1 matches any)."""
-    return len(declared) == len(shape) and all(d in (-1, got) for d, got in zip(declared, shape))
+    return len(declared) == len(shape) and all(d in (-1, got) for d, got in zip(declared, shape, strict=True))
 
 
 @dataclass(slots=True)

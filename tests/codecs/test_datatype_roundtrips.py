@@ -29,7 +29,7 @@ def tensors(sample) -> list[Tensor]:
 
 def assert_same(got: list[Tensor], sent: list[Tensor]) -> None:
     assert [(t.name, t.datatype) for t in got] == [(t.name, t.datatype) for t in sent]
-    for g, s in zip(got, sent):
+    for g, s in zip(got, sent, strict=True):
         assert_exact(g.data, s.data, s.datatype)
 
 

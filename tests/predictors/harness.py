@@ -23,6 +23,7 @@ them: they watch a stdin pipe that only the test process holds (``--exit-on-stdi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -293,10 +294,8 @@ class PredictorProcess:
 
     @staticmethod
     def _signal_group(pgid: int, sig: signal.Signals) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the whole group has already exited
             os.killpg(pgid, sig)
-        except ProcessLookupError:
-            pass  # the whole group has already exited
 
     def __enter__(self) -> PredictorProcess:
         return self.start()

@@ -33,6 +33,7 @@ envelope reads only the first request of TorchServe's batch (BACKENDS.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -175,11 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if launcher.poll() is None or (tmpdir / ".model_server.pid").exists():
             # The pid file in this TMPDIR names the Java frontend; --foreground waits for it.
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 subprocess.run([torchserve, "--stop", "--foreground"], cwd=workdir, env=env,
                                stdin=subprocess.DEVNULL, timeout=STOP_TIMEOUT_S, check=False)
-            except subprocess.TimeoutExpired:
-                pass
         try:
             launcher.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
