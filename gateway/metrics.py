@@ -1,10 +1,11 @@
 """Prometheus metrics for GET /metrics.
 
-Request counts by model, protocol and status are counted by the front ends as they
-answer. Everything the scheduler knows (batches, batch sizes, queue wait, predictor
-latency, queue depth, batches in flight, refusals, timeouts) is read from its own stats
-when /metrics is scraped, so batching pays nothing for metrics. Each gateway has its own
-registry, so several gateways can live in one process (tests do).
+Request counts by model, front end (the `protocol` label) and status are counted through
+the service, once per request, from each front end's one error path. Everything the
+scheduler knows (batches, batch sizes, queue wait, predictor latency, queue depth, batches
+in flight, refusals, timeouts) is read from its own stats when /metrics is scraped, so
+batching pays nothing for metrics. Each gateway has its own registry, so several gateways
+can live in one process (tests do).
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ class Metrics:
                                  ["model", "protocol", "code"], registry=self.registry)
         self.registry.register(_SchedulerCollector(scheduler))
 
-    def count_request(self, model: str, protocol: str, code: str) -> None:
-        self._requests.labels(model, protocol, code).inc()
+    def count_request(self, model: str, front_end: str, code: str) -> None:
+        # The label keeps its published name, `protocol`: the protocol the client spoke.
+        self._requests.labels(model, front_end, code).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

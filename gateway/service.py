@@ -129,12 +129,12 @@ class InferenceService:
 
     # -- requests --------------------------------------------------------------------
 
-    def count_request(self, model: str, protocol: str, status: int) -> None:
+    def count_request(self, model: str, front_end: str, status: int) -> None:
         """Count one answered request. Every front end calls this once per request, from its
         one error path, with the HTTP status of the outcome (the same vocabulary for gRPC
         clients: `wire.errors` pairs each gRPC code with one), so rates add up across
         protocols. Unknown model names are counted as "unknown" to bound the cardinality."""
-        self.metrics.count_request(model if model in self.models else "unknown", protocol, str(status))
+        self.metrics.count_request(model if model in self.models else "unknown", front_end, str(status))
 
     @contextlib.contextmanager
     def _in_flight(self) -> Iterator[None]:

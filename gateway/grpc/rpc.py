@@ -2,7 +2,7 @@
 
 `@rpc()` wraps a servicer method: the method raises a GatewayError for anything wrong, and
 the decorator aborts the call with the gRPC code the error carries (an unexpected
-exception is logged and aborts INTERNAL, with no detail). `@rpc(protocol="...")` marks an
+exception is logged and aborts INTERNAL, with no detail). `@rpc(front_end="...")` marks an
 inference method: its outcome is counted once, through the service, with the HTTP status
 the outcome pairs with (`wire.errors`), so one label vocabulary serves every front end.
 
@@ -36,7 +36,7 @@ class Servicer:
         self.service = service
 
 
-def rpc(protocol: str | None = None) -> Callable[[Method[Response]], Method[Response]]:
+def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Response]]:
     def decorate(method: Method[Response]) -> Method[Response]:
         @functools.wraps(method)
         async def call(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Response:
@@ -54,8 +54,8 @@ def rpc(protocol: str | None = None) -> Callable[[Method[Response]], Method[Resp
                 log.exception("unexpected error in %s", method.__name__)
                 await context.abort(grpc.StatusCode.INTERNAL, "internal error")
             finally:
-                if protocol is not None:
-                    self.service.count_request(request.model_name, protocol, status)
+                if front_end is not None:
+                    self.service.count_request(request.model_name, front_end, status)
             raise AssertionError("unreachable: context.abort raises")
         return call
     return decorate

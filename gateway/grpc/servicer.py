@@ -49,7 +49,7 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         json_format.ParseDict(self.service.model(request.name, request.version).describe(), response)
         return response
 
-    @rpc(protocol="oip_grpc")
+    @rpc(front_end="oip_grpc")
     async def ModelInfer(self, request: pb.ModelInferRequest,
                          context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         decoded = oip_grpc.decode_request(request, self.limits)

@@ -36,7 +36,7 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
         health = orjson.dumps({"status": "Healthy" if healthy else "Unhealthy"}, option=orjson.OPT_INDENT_2)
         return ts_pb.TorchServeHealthResponse(health=health.decode())
 
-    @rpc(protocol="torchserve_grpc")
+    @rpc(front_end="torchserve_grpc")
     async def Predictions(self, request: ts_pb.PredictionsRequest,
                           context: grpc.aio.ServicerContext) -> ts_pb.PredictionResponse:
         served = self.service.model(request.model_name, request.model_version)

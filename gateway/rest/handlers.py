@@ -36,7 +36,7 @@ class BaseHandler(tornado.web.RequestHandler):
     service: InferenceService
     limits: Limits
     requires_auth = True  # health probes opt out
-    protocol: str | None = None  # set on inference endpoints: counted in gateway_requests
+    front_end: str | None = None  # set on inference endpoints: counted in gateway_requests
 
     def initialize(self, service: InferenceService, limits: Limits, auth_token: str = "") -> None:
         self.service = service
@@ -103,9 +103,9 @@ class BaseHandler(tornado.web.RequestHandler):
         return ClientContext(request_id or headers.get("X-Request-Id", ""), headers.get("traceparent", ""))
 
     def on_finish(self) -> None:
-        if self.protocol is not None and self.path_args:
+        if self.front_end is not None and self.path_args:
             status = CLIENT_CLOSED_REQUEST if self._client_gone else self.get_status()
-            self.service.count_request(self.path_args[0], self.protocol, status)
+            self.service.count_request(self.path_args[0], self.front_end, status)
 
     def on_connection_close(self) -> None:
         super().on_connection_close()  # ends a streamed body's pending read
@@ -141,7 +141,7 @@ class BodyHandler(BaseHandler):
 
 
 class V1PredictHandler(BodyHandler):
-    protocol = "v1"
+    front_end = "v1"
 
     async def post(self, model: str) -> None:
         served = self.service.model(model)  # an unknown model is a 404 whatever the body
@@ -190,7 +190,7 @@ class ModelReadyHandler(BaseHandler):
 
 
 class InferHandler(BodyHandler):
-    protocol = "oip_http"
+    front_end = "oip_http"
 
     async def post(self, model: str, version: str | None = None) -> None:
         served = self.service.model(model, version or "")  # 404 whatever the body

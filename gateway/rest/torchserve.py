@@ -19,7 +19,7 @@ BATCH_ID_HEADER = "X-Batch-Id"
 
 
 class PredictionsHandler(BodyHandler):
-    protocol = "torchserve_http"
+    front_end = "torchserve_http"
 
     async def post(self, model: str, version: str | None = None) -> None:
         served = self.service.model(model, version or "")  # unknown model or version: 404 whatever the body
