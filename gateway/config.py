@@ -35,7 +35,12 @@ class ModelConfig:
     name: str
     predictor: PredictorSettings     # how to reach the model's predictor (backends.settings)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
-    signature: ModelSignature | None = None  # None: read from the predictor's metadata
+
+    @property
+    def signature(self) -> ModelSignature | None:
+        """The declared signature (None: read from the predictor's metadata). It lives in
+        the predictor settings, which need it too (TorchServe's OIP outputs)."""
+        return self.predictor.signature
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +122,7 @@ def _model(raw: Any, key: str) -> ModelConfig:
     predictor = PredictorSettings(protocol=protocol, server=backend, model=target_model, addresses=addresses,
                                   binary_data=binary_data, tls=tls, ca_file=ca_file, signature=signature,
                                   simulated_cost=cost)
-    return ModelConfig(name=name, predictor=predictor, batching=batching, signature=signature)
+    return ModelConfig(name=name, predictor=predictor, batching=batching)
 
 
 def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> PredictorProtocol:
