@@ -142,6 +142,12 @@ HTTP_CASES = [
     ("oip-outputs-object", V2, j({"outputs": {}, "inputs": [FP32_1x2]}), 400, "'outputs'"),
     ("oip-output-name-number", V2, j({"outputs": [{"name": 5}], "inputs": [FP32_1x2]}), 400, "'name'"),
     ("oip-unknown-output", V2, j({"outputs": [{"name": "NOPE"}], "inputs": [FP32_1x2]}), 400, "no output named"),
+    # Work bounded by the request's own size: each output once, so no amplified answer.
+    ("oip-duplicate-outputs", V2, j({"outputs": [{"name": "OUTPUT0"}] * 3, "inputs": [FP32_1x2]}), 400, "more than once"),
+    ("oip-shape-65-dims", V2, infer_with(shape=[1] * 65, data=[1]), 400, "dimensions"),
+    ("v1-fp32-overflow", V1, j({"instances": [[1e39, 1]]}), 400, "out of range"),
+    ("oip-fp32-overflow", V2, infer_with(data=[1e39, 1]), 400, "out of range"),
+    ("oip-fp16-overflow", V2, infer_with(datatype="FP16", data=[70000.0, 1]), 400, "out of range"),
     ("oip-unknown-version", "/v2/models/demo/versions/7/infer", infer_with(), 404, "no version"),
     ("oip-unknown-model", "/v2/models/absent/infer", infer_with(), 404, "not served"),
     ("oip-body-over-limit", V2, infer_with(shape=[1, 120_000], data=[1] * 120_000), 413, "exceeds the limit"),
@@ -207,6 +213,13 @@ def with_int_contents() -> pb.ModelInferRequest:
     return request
 
 
+def with_outputs(*names: str) -> pb.ModelInferRequest:
+    request = grpc_request(("INPUT0", "FP32", [1, 1], [1]))
+    for name in names:
+        request.outputs.add(name=name)
+    return request
+
+
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 GRPC_CASES = [
     ("no-inputs", grpc_request(), INVALID, "no inputs"),
@@ -222,6 +235,8 @@ GRPC_CASES = [
     ("empty-shape", grpc_request(("INPUT0", "FP32", [], [1])), INVALID, "batch dimension"),
     ("duplicate-names", grpc_request(("INPUT0", "FP32", [1, 1], [1]), ("INPUT0", "FP32", [1, 1], [1])), INVALID, "twice"),
     ("empty-name", grpc_request(("", "FP32", [1, 1], [1])), INVALID, "no name"),
+    ("duplicate-outputs", with_outputs("OUTPUT0", "OUTPUT0"), INVALID, "more than once"),
+    ("shape-65-dims", grpc_request(("INPUT0", "FP32", [1] * 65, [1])), INVALID, "dimensions"),
     ("wrong-input-name", grpc_request(("X", "FP32", [1, 1], [1])), INVALID, "takes inputs"),
     ("unknown-model", grpc_request(("INPUT0", "FP32", [1, 1], [1]), model="absent"), grpc.StatusCode.NOT_FOUND, "not served"),
     ("over-message-limit", grpc_request(("INPUT0", "FP32", [1, 60_000], None), raw=[b"\0" * 240_000]),
@@ -237,6 +252,15 @@ def test_bad_grpc_input(gw, good_traffic, case_id, request_message, code, messag
             stub.ModelInfer(request_message, timeout=10)
     assert caught.value.code() == code
     assert message in (caught.value.details() or "")
+
+
+def test_a_message_that_is_not_protobuf_is_invalid_argument(gw, good_traffic):
+    with grpc.insecure_channel(gw.grpc_address) as channel:
+        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")  # raw bytes both ways
+        with pytest.raises(grpc.RpcError) as caught:
+            infer(b"\xff\xff\xff\xff not protobuf", timeout=10)
+    assert caught.value.code() == INVALID
+    assert "not a valid ModelInferRequest" in (caught.value.details() or "")
 
 
 def test_corpus_size():

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wire.errors import InvalidInput
 from wire.tensors import Tensor
 
 
@@ -24,6 +25,15 @@ class OipRequest:
     id: str = ""
     outputs: list[RequestedOutput] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Each requested output is answered once: a list of duplicates would make the
+        # answer (and the work to build it) grow without bound in the request's own size.
+        seen: set[str] = set()
+        for output in self.outputs:
+            if output.name in seen:
+                raise InvalidInput(f"output '{output.name}' is requested more than once")
+            seen.add(output.name)
 
     @property
     def binary_output_default(self) -> bool:

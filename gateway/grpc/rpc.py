@@ -6,6 +6,9 @@ exception is logged and aborts INTERNAL, with no detail). `@rpc(front_end="...")
 inference method: its outcome is counted once, through the service, with the HTTP status
 the outcome pairs with (`wire.errors`), so one label vocabulary serves every front end.
 
+`add_servicer` registers a servicer so that a message that is not valid protobuf reaches
+`@rpc` too, and is answered INVALID_ARGUMENT like any other bad input.
+
 It knows the service's counting seam and the gRPC runtime, no codec and no predictor.
 """
 from __future__ import annotations
@@ -17,9 +20,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError
 
 from gateway.service import InferenceService
-from wire.errors import GatewayError
+from wire.errors import GatewayError, InvalidInput
 from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
@@ -42,6 +48,8 @@ def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Res
         async def call(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Response:
             status = 200
             try:
+                if isinstance(request, Malformed):
+                    raise request.error
                 return await method(self, request, context)
             except GatewayError as error:
                 status = error.http_status
@@ -59,6 +67,50 @@ def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Res
             raise AssertionError("unreachable: context.abort raises")
         return call
     return decorate
+
+
+class Malformed:
+    """What a method receives instead of its request when the bytes are not its message.
+
+    grpc.aio answers a deserializer's exception with a bare status and a message naming a
+    Python class; handing the method this stand-in lets `@rpc` answer INVALID_ARGUMENT
+    (and count it) like any other bad input."""
+
+    model_name = ""  # counted as "unknown"
+
+    def __init__(self, message_type: str, problem: str) -> None:
+        self.error = InvalidInput(f"the request is not a valid {message_type} message: {problem}")
+
+
+def _tolerant(message_class: Any) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except DecodeError as error:
+            return Malformed(message_class.DESCRIPTOR.name, str(error))
+    return deserialize
+
+
+_HANDLER_KINDS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def add_servicer(server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor) -> None:
+    """Register `servicer`'s methods for `service`, as the generated `add_*_to_server` does,
+    but with deserializers that hand a malformed message to the method (see Malformed)."""
+    handlers = {}
+    for method in service.methods:
+        request_class = message_factory.GetMessageClass(method.input_type)
+        response_class = message_factory.GetMessageClass(method.output_type)
+        make = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_tolerant(request_class),
+                                     response_serializer=response_class.SerializeToString)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)
 
 
 def client_context(context: grpc.aio.ServicerContext, request_id: str = "") -> ClientContext:

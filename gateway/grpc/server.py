@@ -5,14 +5,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from gateway.grpc import torchserve
+from gateway.grpc import servicer, torchserve
 from gateway.grpc.auth import BearerTokenInterceptor
-from gateway.grpc.servicer import InferenceServicer
 from gateway.service import InferenceService
 from wire.codecs.limits import Limits
 from wire.generated import pool
 from wire.generated.inference import grpc_service_pb2 as pb
-from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
@@ -25,7 +23,7 @@ def build_server(service: InferenceService, limits: Limits,
         ("grpc.max_send_message_length", 2**31 - 1),
         ("grpc.so_reuseport", 0),
     ])
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(service, limits), server)
+    servicer.add_to_server(service, limits, server)
     torchserve_service = torchserve.add_to_server(service, limits, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import grpc
 from google.protobuf import json_format
 
-from gateway.grpc.rpc import Servicer, client_context, rpc
+from gateway.grpc.rpc import Servicer, add_servicer, client_context, rpc
 from gateway.service import InferenceService
 from wire.codecs import oip_grpc
 from wire.codecs.limits import Limits
@@ -58,3 +58,8 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
             [o.name for o in decoded.outputs], context.time_remaining(), client_context(context, request.id))
         return oip_grpc.encode_response(
             request.model_name, request.model_version, request.id, outcome.outputs, {"batch_id": outcome.batch_id})
+
+
+def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> None:
+    """Register the OIP servicer (malformed messages answered INVALID_ARGUMENT, see rpc)."""
+    add_servicer(server, InferenceServicer(service, limits), pb.DESCRIPTOR.services_by_name["GRPCInferenceService"])

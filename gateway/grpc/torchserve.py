@@ -13,7 +13,7 @@ import grpc
 import orjson
 from google.protobuf import empty_pb2
 
-from gateway.grpc.rpc import Servicer, client_context, rpc
+from gateway.grpc.rpc import Servicer, add_servicer, client_context, rpc
 from gateway.service import InferenceService
 from wire.codecs import torchserve
 from wire.codecs.limits import Limits
@@ -52,5 +52,5 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
 
 def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> str:
     """Register the servicer; return the service's full name (for reflection)."""
-    ts_grpc.add_InferenceAPIsServiceServicer_to_server(TorchServeServicer(service, limits), server)
+    add_servicer(server, TorchServeServicer(service, limits), ts_pb.DESCRIPTOR.services_by_name["InferenceAPIsService"])
     return TORCHSERVE_SERVICE

@@ -59,7 +59,13 @@ def json_to_array(name: str, datatype: str, data: Any) -> np.ndarray:
         info = np.iinfo(dtype)
         if values.min() < info.min or values.max() > info.max:
             raise InvalidInput(f"tensor '{name}': a value is out of range for {datatype}")
-    return values.astype(dtype, copy=False)
+    with np.errstate(over="ignore"):  # an overflow is answered below, not warned about
+        array = values.astype(dtype, copy=False)
+    if dtype.kind == "f" and values.size and not np.isfinite(array).all():
+        # JSON numbers are finite: an infinity here is a value too large for the datatype
+        # (1e39 as FP32), which would otherwise reach the model as inf.
+        raise InvalidInput(f"tensor '{name}': a value is out of range for {datatype}")
+    return array
 
 
 def _exact_integers(name: str, datatype: str, dtype: np.dtype, data: list) -> np.ndarray:

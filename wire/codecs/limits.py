@@ -14,6 +14,7 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+MAX_DIMENSIONS = 64  # numpy's own limit (NPY_MAXDIMS): a tensor can have no more
 
 
 def element_count(name: str, shape: object, limits: Limits) -> int:
@@ -24,6 +25,8 @@ def element_count(name: str, shape: object, limits: Limits) -> int:
         raise InvalidInput(f"input '{name}': shape must be a list of integers, got {shape!r}")
     if len(shape) == 0:
         raise InvalidInput(f"input '{name}': shape must have a batch dimension first, got []")
+    if len(shape) > MAX_DIMENSIONS:
+        raise InvalidInput(f"input '{name}': shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS} are supported")
     count = 1
     for dim in shape:
         if dim < 0:
