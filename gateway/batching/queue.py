@@ -37,7 +37,7 @@ from gateway.batching.merge import slice_result, split_request, take_oldest_grou
 from gateway.batching.policies import make_policy
 from gateway.batching.request import BatchResult, Part, Request
 from gateway.batching.stats import ModelStats
-from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, Unavailable
+from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.tensors import Tensor, signature_key
 from wire.tracing import NO_CONTEXT, ClientContext
 
@@ -88,6 +88,12 @@ class ModelQueue:
             raise InvalidInput("every input must have the same, non-zero, batch dimension")
         config = self.config
         self.stats.requests += 1
+        if size > config.max_queue:
+            # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
+            raise PayloadTooLarge(
+                f"the request has {size} instances but model '{self.name}' queues at most {config.max_queue} "
+                f"(batching.max_queue): split it into smaller requests"
+            )
         if self.queued_rows + size > config.max_queue:
             self.stats.refused += 1
             raise Overloaded(

@@ -66,6 +66,9 @@ class BaseHandler(tornado.web.RequestHandler):
             for header, value in error.http_headers.items():
                 self.set_header(header, value)
             document = self.error_document(error)
+        elif isinstance(error, tornado.web.HTTPError) and error.log_message:
+            # Tornado's own refusals say what was wrong here (e.g. a path that is not UTF-8).
+            document = {"error": error.log_message % error.args if error.args else error.log_message}
         elif error is None or isinstance(error, tornado.web.HTTPError):
             document = {"error": self._reason}  # Tornado's own: bad method, malformed request
         else:
@@ -103,9 +106,11 @@ class BaseHandler(tornado.web.RequestHandler):
         return ClientContext(request_id or headers.get("X-Request-Id", ""), headers.get("traceparent", ""))
 
     def on_finish(self) -> None:
-        if self.front_end is not None and self.path_args:
+        if self.front_end is not None:
+            # No path_args when Tornado refused the path itself (not UTF-8): count it as "unknown".
+            model = self.path_args[0] if getattr(self, "path_args", None) else ""
             status = CLIENT_CLOSED_REQUEST if self._client_gone else self.get_status()
-            self.service.count_request(self.path_args[0], self.front_end, status)
+            self.service.count_request(model, self.front_end, status)
 
     def on_connection_close(self) -> None:
         super().on_connection_close()  # ends a streamed body's pending read

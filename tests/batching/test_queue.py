@@ -12,7 +12,7 @@ from gateway.batching.policies.window import WindowPolicy
 from gateway.batching.queue import ModelQueue
 from gateway.batching.scheduler import BatchScheduler
 from tests.batching.support import RecordingExecutor, rows, scheduler_with
-from wire.errors import DeadlineExceeded, Overloaded
+from wire.errors import DeadlineExceeded, Overloaded, PayloadTooLarge
 
 
 async def test_max_batch_size_is_a_hard_cap_and_large_requests_are_split_in_order():
@@ -70,6 +70,16 @@ async def test_a_full_queue_refuses_at_once():
         await scheduler.submit("m", rows(9, 1))
     await asyncio.gather(blocker, *queued)
     assert scheduler.stats("m").refused == 1
+
+
+async def test_a_request_larger_than_the_queue_is_refused_as_never_fitting_even_when_idle():
+    executor = RecordingExecutor()
+    scheduler = scheduler_with(executor, max_queue=4, max_batch_size=2)
+    with pytest.raises(PayloadTooLarge, match="at most 4"):
+        await scheduler.submit("m", rows(0, 5))
+    assert executor.batches == [] and scheduler.stats("m").refused == 0
+    result = await scheduler.submit("m", rows(0, 4))  # the largest that fits still does
+    assert len(result.outputs[0].data) == 4
 
 
 async def test_a_cancelled_request_is_removed_and_never_sent():

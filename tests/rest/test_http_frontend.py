@@ -143,3 +143,26 @@ def test_request_timeout_header_is_validated(gw):
     status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1]]},
                              headers={"X-Request-Timeout-Ms": "soon"})
     assert status == 400 and "milliseconds" in body["error"]
+
+
+def test_a_model_name_that_is_not_utf8_is_refused_and_counted_without_a_traceback(gw, caplog):
+    status, body = http_json("POST", f"{gw.http_url}/v1/models/%ff%fe:predict", {"instances": [[1]]})
+    assert status == 400 and "unicode" in body["error"].lower()
+    metrics = http("GET", f"{gw.http_url}/metrics")[2].decode()
+    assert 'gateway_requests_total{code="400",model="unknown",protocol="v1"}' in metrics
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")], caplog.text
+
+
+def test_more_rows_than_the_queue_holds_is_refused_as_never_fitting(gw_small_queue):
+    status, body = http_json("POST", f"{gw_small_queue.http_url}/v1/models/demo:predict", {"instances": [[1]] * 9})
+    assert status == 413  # not 429: retrying can never make it fit
+    assert "max_queue" in body["error"] and "8" in body["error"]
+    assert http_json("POST", f"{gw_small_queue.http_url}/v1/models/demo:predict", {"instances": [[1]] * 8})[0] == 200
+
+
+@pytest.fixture(scope="module")
+def gw_small_queue():
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1},
+                         "batching": {"max_queue": 8, "max_batch_size": 4}})
+    with running_gateway(config) as running:
+        yield running
