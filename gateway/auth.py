@@ -1,7 +1,8 @@
 """Bearer-token authentication, shared by both front ends.
 
 With `[server] auth_token_env` set, every request must carry `authorization: Bearer <token>`
-(HTTP header or gRPC metadata); health checks are exempt so probes need no secret."""
+(HTTP header or gRPC metadata). Server liveness and readiness probes are exempt on both
+protocols, so probes need no secret (the list: gateway/grpc/auth.py)."""
 from __future__ import annotations
 
 import hmac

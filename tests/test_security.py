@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import pytest
 import trustme
+from google.protobuf.empty_pb2 import Empty
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.harness import config_for, http_json, running_gateway
@@ -119,3 +120,25 @@ def test_a_missing_token_variable_is_a_config_error(monkeypatch):
     monkeypatch.delenv("ABSENT_TOKEN", raising=False)
     with pytest.raises(config.ConfigError, match="ABSENT_TOKEN"):
         config.parse({"models": [DEMO], "server": {"auth_token_env": "ABSENT_TOKEN"}})
+
+
+def test_in_token_mode_server_liveness_and_readiness_need_no_token_on_either_protocol(monkeypatch):
+    # The same probes are open over HTTP and gRPC (server-level health); model-level
+    # endpoints need the token over both.
+    from wire.generated.inference import grpc_service_pb2 as pb
+    from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+    from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
+
+    monkeypatch.setenv("GATEWAY_TOKEN", TOKEN)
+    with running_gateway(config_for(DEMO, server={"auth_token_env": "GATEWAY_TOKEN"})) as gw:
+        for path in ("/v2/health/live", "/v2/health/ready", "/ping"):
+            assert http_json("GET", f"{gw.http_url}{path}")[0] == 200, path
+        assert http_json("GET", f"{gw.http_url}/v2/models/demo/ready")[0] == 401
+        with grpc.insecure_channel(gw.grpc_address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            assert stub.ServerLive(pb.ServerLiveRequest(), timeout=10).live
+            assert stub.ServerReady(pb.ServerReadyRequest(), timeout=10).ready
+            assert "Healthy" in ts_grpc.InferenceAPIsServiceStub(channel).Ping(Empty(), timeout=10).health
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.ModelReady(pb.ModelReadyRequest(name="demo"), timeout=10)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -1,4 +1,9 @@
-"""A grpc.aio interceptor applying gateway.auth to every call except health checks."""
+"""A grpc.aio interceptor applying gateway.auth to every call except the health probes.
+
+The probes open without a token are the same over both protocols: server liveness and
+readiness (HTTP `/v2/health/live`, `/v2/health/ready`, `/ping`; gRPC `ServerLive`,
+`ServerReady`, TorchServe's `Ping`, and the standard `grpc.health.v1.Health`). Model-level
+endpoints name a model, so they need the token on both."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -10,6 +15,11 @@ from gateway.auth import check_bearer
 from wire.errors import Unauthenticated
 
 EXEMPT_PREFIX = "/grpc.health.v1.Health/"
+EXEMPT_METHODS = frozenset({
+    "/inference.GRPCInferenceService/ServerLive",
+    "/inference.GRPCInferenceService/ServerReady",
+    "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Ping",
+})
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
@@ -19,7 +29,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[grpc.RpcMethodHandler]],
                                 details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
-        if handler is None or details.method.startswith(EXEMPT_PREFIX):
+        if handler is None or details.method.startswith(EXEMPT_PREFIX) or details.method in EXEMPT_METHODS:
             return handler
         metadata = dict(details.invocation_metadata or ())
         try:
