@@ -17,6 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from gateway.batching.scheduler import BatchScheduler
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The status counted (nginx's convention) for a request whose client went away before its answer.
+CLIENT_CLOSED_REQUEST = 499
 
 
 class Metrics:

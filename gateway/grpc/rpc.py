@@ -24,12 +24,12 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
+from gateway.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
 from wire.errors import GatewayError, InvalidInput
 from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
-CLIENT_CLOSED_REQUEST = 499  # counted for a call the client cancelled before its answer
 
 Response = TypeVar("Response")
 Method = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[Response]]

@@ -24,7 +24,6 @@ from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
 TIMEOUT_HEADER = "X-Request-Timeout-Ms"
-CLIENT_CLOSED_REQUEST = 499  # counted for a request whose client went away before its answer
 
 
 class BaseHandler(tornado.web.RequestHandler):
@@ -60,6 +59,11 @@ class BaseHandler(tornado.web.RequestHandler):
         self.finish(orjson.dumps(document))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if self._client_gone:
+            # Nobody to read an answer: the access log says what happened, as the count does.
+            self.set_status(metrics.CLIENT_CLOSED_REQUEST, "Client Closed Request")
+            self.finish()
+            return
         error = kwargs["exc_info"][1] if "exc_info" in kwargs else None
         if isinstance(error, GatewayError):
             self.set_status(error.http_status)
@@ -109,15 +113,16 @@ class BaseHandler(tornado.web.RequestHandler):
         if self.front_end is not None:
             # No path_args when Tornado refused the path itself (not UTF-8): count it as "unknown".
             model = self.path_args[0] if getattr(self, "path_args", None) else ""
-            status = CLIENT_CLOSED_REQUEST if self._client_gone else self.get_status()
+            status = metrics.CLIENT_CLOSED_REQUEST if self._client_gone else self.get_status()
             self.service.count_request(model, self.front_end, status)
 
     def on_connection_close(self) -> None:
         super().on_connection_close()  # ends a streamed body's pending read
         # The client went away: cancel its wait so the scheduler drops it from the queue.
         self._client_gone = True
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        task, self._task = self._task, None  # the cancelled task's traceback must not lead back here
+        if task is not None and not task.done():
+            task.cancel()
 
 
 @tornado.web.stream_request_body
@@ -132,6 +137,11 @@ class BodyHandler(BaseHandler):
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
             raise PayloadTooLarge(
                 f"request body of {declared} bytes exceeds the limit of {self.limits.max_body_bytes} bytes")
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        # Release what the client sent now, not when the garbage collector next finds this handler.
+        self._chunks = []
 
     def data_received(self, chunk: bytes) -> None:
         self._received += len(chunk)
