@@ -18,9 +18,11 @@ from tools.processes import (
 __all__ = ["ROOT", "ServerProcess", "SimulatedPredictorProcess", "gateway", "python_module", "simulated_predictor"]
 
 
-def python_module(*args: str, env: dict[str, str] | None = None, ready_timeout: float = 30) -> ServerProcess:
+def python_module(*args: str, env: dict[str, str] | None = None, ready_timeout: float = 30,
+                  open_files_limit: int | None = None) -> ServerProcess:
     """`python -m ARGS` with this interpreter, started and READY."""
-    return ServerProcess(python_module_command(*args), env=env, ready_timeout=ready_timeout).start()
+    return ServerProcess(python_module_command(*args), env=env, ready_timeout=ready_timeout,
+                         open_files_limit=open_files_limit).start()
 
 
 def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -> SimulatedPredictorProcess:
@@ -28,6 +30,7 @@ def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -
     return SimulatedPredictorProcess(*options, http_port=http_port, grpc_port=grpc_port).start()
 
 
-def gateway(config_path: Path, log_level: str = "WARNING") -> ServerProcess:
+def gateway(config_path: Path, log_level: str = "WARNING", open_files_limit: int | None = None) -> ServerProcess:
     return python_module("gateway", "serve", "--config", str(config_path),
-                         "--http-port", "0", "--grpc-port", "0", "--log-level", log_level)
+                         "--http-port", "0", "--grpc-port", "0", "--log-level", log_level,
+                         open_files_limit=open_files_limit)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import resource
 import signal
 import subprocess
 import sys
@@ -43,8 +44,9 @@ class ServerProcess:
 
     def __init__(self, command: list[str], *, name: str | None = None, env: dict[str, str] | None = None,
                  log_path: Path | None = None, ready_timeout: float = READY_TIMEOUT_S,
-                 stop_timeout: float = STOP_TIMEOUT_S) -> None:
+                 stop_timeout: float = STOP_TIMEOUT_S, open_files_limit: int | None = None) -> None:
         self.command = command
+        self.open_files_limit = open_files_limit  # RLIMIT_NOFILE, soft and hard, for the child alone
         self.name = name or " ".join(command)
         self.env = env
         self.log_path = log_path
@@ -75,11 +77,16 @@ class ServerProcess:
         try:
             self.popen = subprocess.Popen(
                 self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=log, text=True, start_new_session=True,
+                stderr=log, text=True, start_new_session=True, preexec_fn=self._limit_open_files,
             )
         finally:
             if self.log_path is not None:
                 log.close()
+
+    def _limit_open_files(self) -> None:
+        # Runs in the child between fork and exec.
+        if self.open_files_limit is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files_limit, self.open_files_limit))
 
     def wait_ready(self) -> None:
         """Read the first stdout line; anything but READY within `ready_timeout` kills the
@@ -186,6 +193,12 @@ class ServerProcess:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1])
         raise RuntimeError(f"no VmRSS for {self.name}")
+
+    def cpu_seconds(self) -> float:
+        """The CPU time the server has used so far (user + system), in seconds."""
+        with open(f"/proc/{self.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime in ticks
 
     def _running(self) -> subprocess.Popen[str]:
         if self.popen is None:
