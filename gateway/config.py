@@ -52,6 +52,12 @@ class ServerConfig:
     tls_cert_file: str = ""      # with tls_key_file: both front ends serve TLS only
     tls_key_file: str = ""
     auth_token: str = ""         # read from the env var named by auth_token_env; "" = no auth
+    # Connection hygiene (README "Reliability"): defaults a production proxy would choose.
+    header_timeout_s: float = 10.0   # a new connection's first request head (Envoy's edge advice)
+    body_timeout_s: float = 60.0     # a request body, in total
+    idle_timeout_s: float = 75.0     # a kept-alive connection's next head (nginx; above cloud LBs' 60 s)
+    max_connections: int = 0         # per front end; 0: from the open-files limit (gateway.server)
+    max_concurrent_streams: int = 256  # gRPC calls at once on one connection (Go's bound is 250)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +172,8 @@ def _batching(raw: dict, key: str) -> BatchingConfig:
 
 
 def _server(raw: dict) -> ServerConfig:
-    _only(raw, "server", {"host", "http_port", "grpc_port", "grace_s", "tls", "auth_token_env"})
+    _only(raw, "server", {"host", "http_port", "grpc_port", "grace_s", "tls", "auth_token_env", "header_timeout_s",
+                          "body_timeout_s", "idle_timeout_s", "max_connections", "max_concurrent_streams"})
     default = ServerConfig()
     tls = _table(raw, "tls", "server.tls")
     _only(tls, "server.tls", {"cert_file", "key_file"})
@@ -185,7 +192,20 @@ def _server(raw: dict) -> ServerConfig:
         http_port=_number(raw, "server", "http_port", default.http_port, integer=True, minimum=0, maximum=65535),
         grpc_port=_number(raw, "server", "grpc_port", default.grpc_port, integer=True, minimum=0, maximum=65535),
         grace_s=_number(raw, "server", "grace_s", default.grace_s, minimum=0),
+        header_timeout_s=_timeout(raw, "header_timeout_s", default.header_timeout_s),
+        body_timeout_s=_timeout(raw, "body_timeout_s", default.body_timeout_s),
+        idle_timeout_s=_timeout(raw, "idle_timeout_s", default.idle_timeout_s),
+        max_connections=_number(raw, "server", "max_connections", default.max_connections, integer=True, minimum=0),
+        max_concurrent_streams=_number(raw, "server", "max_concurrent_streams", default.max_concurrent_streams,
+                                       integer=True, minimum=1),
     )
+
+
+def _timeout(raw: dict, key: str, default: float) -> float:
+    value = _number(raw, "server", key, default)
+    if not value > 0:  # NaN too
+        raise ConfigError(f"server.{key}", "must be positive: a connection with no time limit is how descriptors run out")
+    return value
 
 
 def _limits(raw: dict) -> Limits:

@@ -10,11 +10,15 @@ can live in one process (tests do).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from gateway.batching.scheduler import BatchScheduler
+
+if TYPE_CHECKING:
+    from gateway.rest.connections import ConnectionStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The status counted (nginx's convention) for a request whose client went away before its answer.
@@ -31,6 +35,10 @@ class Metrics:
     def count_request(self, model: str, front_end: str, code: str) -> None:
         # The label keeps its published name, `protocol`: the protocol the client spoke.
         self._requests.labels(model, front_end, code).inc()
+
+    def watch_connections(self, stats: ConnectionStats) -> None:
+        """Export the HTTP front end's connection counts, read when /metrics is scraped."""
+        self.registry.register(_ConnectionCollector(stats))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -78,3 +86,25 @@ class _SchedulerCollector:
             yield histogram_family
         yield depth
         yield inflight
+
+
+class _ConnectionCollector:
+    def __init__(self, stats: ConnectionStats) -> None:
+        self.stats = stats
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats
+        yield GaugeMetricFamily("gateway_http_connections", "HTTP client connections open", value=stats.open)
+        refused = CounterMetricFamily("gateway_http_connections_refused", "HTTP connections refused at accept",
+                                      labels=["reason"])
+        refused.add_metric(["max_connections"], stats.refused_over_capacity)
+        refused.add_metric(["accept_failed"], stats.accept_failures)
+        yield refused
+        yield CounterMetricFamily("gateway_http_connections_timed_out",
+                                  "HTTP connections closed waiting for a request head (header or idle timeout)",
+                                  value=stats.timed_out_waiting)
+        yield CounterMetricFamily("gateway_http_bad_request_heads", "HTTP requests refused 414 or 431",
+                                  value=stats.bad_heads)

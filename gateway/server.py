@@ -1,16 +1,17 @@
 """The gateway process: one asyncio loop hosting the Tornado and grpc.aio front ends,
-the scheduler and the backend clients, with start and graceful stop."""
+the scheduler and the backend clients, with start and graceful stop; and the process's
+open-files limit, which bounds how many client connections each front end may hold."""
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
+import resource
 import signal
 import ssl
 from pathlib import Path
 
 import grpc
-import tornado.httpserver
 import tornado.netutil
 from grpc_health.v1 import health
 
@@ -19,9 +20,12 @@ from gateway.config import ConfigError, GatewayConfig, ServerConfig
 from gateway.config import load as load_config
 from gateway.grpc.server import build_server, set_serving
 from gateway.rest.app import make_app
+from gateway.rest.connections import ConnectionLimits, GuardedHTTPServer
 from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
+# Descriptors kept back from client connections: predictor connections, gRPC's own, files, logs.
+RESERVED_OPEN_FILES = 64
 
 
 class Gateway:
@@ -31,7 +35,7 @@ class Gateway:
         self.service: InferenceService | None = None
         self.http_port = 0
         self.grpc_port = 0
-        self._http_server: tornado.httpserver.HTTPServer | None = None
+        self._http_server: GuardedHTTPServer | None = None
         self._grpc_server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
 
@@ -41,14 +45,18 @@ class Gateway:
         self.service = InferenceService(self.config, self.scheduler)
         await self.service.start()
         app = make_app(self.service, self.config.limits, server.auth_token)
-        self._http_server = tornado.httpserver.HTTPServer(
+        max_connections = connection_cap(server.max_connections)
+        self._http_server = GuardedHTTPServer(
+            app, limits=ConnectionLimits(server.header_timeout_s, server.body_timeout_s, server.idle_timeout_s,
+                                         max_connections),
             # Handlers refuse over-limit bodies with a 413 of their own; this is the backstop.
-            app, max_body_size=self.config.limits.max_body_bytes + 1,
+            max_body_size=self.config.limits.max_body_bytes + 1,
             ssl_options=_server_ssl_context(server))
+        self.service.metrics.watch_connections(self._http_server.stats)
         sockets = tornado.netutil.bind_sockets(server.http_port, server.host)
         self._http_server.add_sockets(sockets)
         self.http_port = sockets[0].getsockname()[1]
-        grpc_server, self._health = build_server(self.service, self.config.limits, server.auth_token)
+        grpc_server, self._health = build_server(self.service, self.config.limits, server, max_connections)
         self._grpc_server = grpc_server
         address = f"[{server.host}]" if ":" in server.host else server.host
         if server.tls_cert_file:
@@ -101,6 +109,45 @@ class Gateway:
             self.scheduler.hurry()
 
 
+def raise_open_files_limit() -> None:
+    """Raise the soft open-files limit to the hard one (the common soft limit, 1,024, is
+    reached by about a thousand idle clients) and log both."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = _NR_OPEN if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as error:
+            log.warning("open files: soft limit %d, hard %s; cannot raise the soft limit: %s", soft, _limit(hard), error)
+            return
+        log.info("open files: soft limit raised from %d to the hard limit, %s", soft, _limit(hard))
+    else:
+        log.info("open files: soft limit %s, hard %s", _limit(soft), _limit(hard))
+
+
+_NR_OPEN = 1 << 20  # Linux's default ceiling (fs.nr_open) when the hard limit is unlimited
+
+
+def _limit(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else str(value)
+
+
+def connection_cap(configured: int) -> int:
+    """Client connections each front end may hold: `server.max_connections`, or (0) what the
+    open-files limit leaves after RESERVED_OPEN_FILES, shared by the two front ends. A
+    configured cap the limit cannot honour is lowered, with a warning."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    open_files = _NR_OPEN if soft == resource.RLIM_INFINITY else soft
+    available = max(1, (open_files - RESERVED_OPEN_FILES) // 2)
+    if configured == 0:
+        return available
+    if configured > available:
+        log.warning("server.max_connections %d is more than %d open files allow per front end; using %d",
+                    configured, open_files, available)
+        return available
+    return configured
+
+
 def _server_ssl_context(server: ServerConfig) -> ssl.SSLContext | None:
     if not server.tls_cert_file:
         return None
@@ -113,6 +160,7 @@ async def serve(config: GatewayConfig, config_path: str | None = None) -> None:
     """Run until SIGTERM or SIGINT, then stop gracefully; a second signal hurries the stop.
     SIGHUP reloads `config_path` (models added, removed, re-tuned); a bad file is logged
     and the running config kept."""
+    raise_open_files_limit()
     gateway = Gateway(config)
     await gateway.start()
     stopping = asyncio.Event()

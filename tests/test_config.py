@@ -41,6 +41,18 @@ def test_declared_signature():
     assert signature.inputs[0].shape == (-1, 3) and signature.outputs[0].shape == (-1, -1)
 
 
+def test_connection_limits_have_production_defaults_and_can_be_set():
+    defaults = config.parse({"models": [{"name": "m"}]}).server
+    assert (defaults.header_timeout_s, defaults.body_timeout_s, defaults.idle_timeout_s) == (10.0, 60.0, 75.0)
+    assert defaults.max_connections == 0  # from the open-files limit
+    assert defaults.max_concurrent_streams == 256
+    server = config.parse({"models": [{"name": "m"}], "server": {
+        "header_timeout_s": 2, "body_timeout_s": 30.5, "idle_timeout_s": 5, "max_connections": 100,
+        "max_concurrent_streams": 64}}).server
+    assert (server.header_timeout_s, server.body_timeout_s, server.idle_timeout_s) == (2, 30.5, 5)
+    assert (server.max_connections, server.max_concurrent_streams) == (100, 64)
+
+
 @pytest.mark.parametrize("document, key, problem", [
     ({}, "models", "at least one"),
     ({"models": [{"backend": "triton", "url": "http://x:1"}]}, "models[0].name", "required"),
@@ -58,6 +70,11 @@ def test_declared_signature():
     ({"models": [{"name": "m", "inputs": [{"name": "X", "datatype": "FLOAT"}]}]}, "models[0].inputs[0].datatype",
      "unknown"),
     ({"models": [{"name": "m"}], "server": {"http_port": 70000}}, "server.http_port", "<= 65535"),
+    ({"models": [{"name": "m"}], "server": {"header_timeout_s": 0}}, "server.header_timeout_s", "positive"),
+    ({"models": [{"name": "m"}], "server": {"idle_timeout_s": float("nan")}}, "server.idle_timeout_s", "positive"),
+    ({"models": [{"name": "m"}], "server": {"body_timeout_s": "1m"}}, "server.body_timeout_s", "a number"),
+    ({"models": [{"name": "m"}], "server": {"max_connections": -1}}, "server.max_connections", ">= 0"),
+    ({"models": [{"name": "m"}], "server": {"max_concurrent_streams": 0}}, "server.max_concurrent_streams", ">= 1"),
     ({"models": [{"name": "m"}], "extra": 1}, "extra", "unknown key"),
 ])
 def test_errors_name_the_key_and_the_problem(document, key, problem):

@@ -1,0 +1,271 @@
+"""The HTTP front end's connection layer: what a connection may cost before it is a request.
+
+Tornado's HTTPServer, with the guards a production proxy puts in front of an application:
+- a cap on open connections: beyond `max_connections` a new connection is answered 503
+  (`Retry-After`) and closed at once, so refusing costs one accept, never a spin;
+- an accept that fails for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)
+  stops accepting for a backoff that doubles up to a second, instead of being retried on
+  every pass of the loop;
+- timeouts per phase: a new connection must deliver its first request's headers within
+  `header_timeout_s`; a kept-alive connection must deliver its next request's headers within
+  `idle_timeout_s` of its last answer; a body must arrive within `body_timeout_s` (Tornado's);
+- a request head is judged before routing: a request target over 8 KiB gets 414, a header
+  block over 64 KiB gets 431, and an absolute-form target (`POST http://host/path`, which
+  RFC 9112 says servers must accept) is served as its path.
+
+It must not know handlers, models or the service: it hands each request to the Tornado
+application it wraps. Every refusal here is counted in `ConnectionStats` and logged through
+the ordinary loggers, whose repeats `gateway.logs` rate-limits.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import tornado.httpserver
+import tornado.httputil
+import tornado.ioloop
+import tornado.iostream
+import tornado.web
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_TARGET_BYTES = 8 * 1024   # 414 beyond (nginx's default buffer for a request line)
+MAX_HEADER_BYTES = 64 * 1024          # 431 beyond (Tornado's own default)
+# What Tornado reads while looking for the end of a head. Between MAX_HEADER_BYTES and this,
+# the client gets 431 or 414; beyond it the connection is closed unanswered (Go's default
+# bound on a request head).
+HEAD_READ_LIMIT = 1024 * 1024
+SWEEP_INTERVAL_S = 0.25               # how often timeouts are checked: their resolution
+ACCEPTS_PER_WAKEUP = 128              # as Tornado's accept loop: then let other work run
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 1.0
+# accept() failing for want of a resource, which retrying at once cannot fix.
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                  b"Connection: close\r\nContent-Length: %d\r\n\r\n%s")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    header_timeout_s: float
+    body_timeout_s: float
+    idle_timeout_s: float
+    max_connections: int
+
+
+@dataclass(slots=True)
+class ConnectionStats:
+    """What the connection layer refused or closed since start; read by /metrics."""
+    open: int = 0
+    refused_over_capacity: int = 0
+    accept_failures: int = 0
+    timed_out_waiting: int = 0     # closed by the header or idle timeout
+    bad_heads: int = 0             # answered 414 or 431
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A connection between requests: when to close it if its next head has not arrived."""
+    stream: tornado.iostream.IOStream
+    deadline: float | None
+
+
+class GuardedHTTPServer(tornado.httpserver.HTTPServer):
+    """Tornado's HTTPServer behind the guards listed in the module docstring."""
+
+    def initialize(  # type: ignore[override]  # Tornado's Configurable constructor hook
+        self, app: tornado.web.Application, *, limits: ConnectionLimits, max_body_size: int,
+        ssl_options: Any = None,
+    ) -> None:
+        super().initialize(
+            app, ssl_options=ssl_options, max_body_size=max_body_size, max_header_size=HEAD_READ_LIMIT,
+            body_timeout=limits.body_timeout_s,
+            # Tornado's own wait for a head is only the backstop of the sweep below.
+            idle_connection_timeout=max(limits.header_timeout_s, limits.idle_timeout_s) + 1.0,
+        )
+        self.limits = limits
+        self.stats = ConnectionStats()
+        self._waiting: dict[object, _Waiting] = {}   # by Tornado's server connection
+        self._listeners: dict[int, socket.socket] = {}
+        self._accepting = False
+        self._backoff_s = BACKOFF_FIRST_S
+        self._loop = tornado.ioloop.IOLoop.current()
+        self._sweeper = tornado.ioloop.PeriodicCallback(self._sweep, SWEEP_INTERVAL_S * 1000)
+        self._refusal = _OVER_CAPACITY % self._refusal_body()
+
+    def _refusal_body(self) -> tuple[int, bytes]:
+        body = orjson.dumps({"error": f"the gateway holds its maximum of {self.limits.max_connections} "
+                                      "connections (server.max_connections); retry shortly"})
+        return len(body), body
+
+    # -- accepting ---------------------------------------------------------------------
+
+    def add_sockets(self, sockets: Any) -> None:
+        for sock in sockets:
+            sock.setblocking(False)
+            self._listeners[sock.fileno()] = sock
+        self._start_accepting()
+        self._sweeper.start()
+
+    def stop(self) -> None:
+        self._stop_accepting()
+        self._sweeper.stop()
+        for sock in self._listeners.values():
+            sock.close()
+        self._listeners.clear()
+
+    def _start_accepting(self) -> None:
+        if not self._accepting and self._listeners:
+            for sock in self._listeners.values():
+                self._loop.add_handler(sock, self._on_acceptable, tornado.ioloop.IOLoop.READ)
+            self._accepting = True
+
+    def _stop_accepting(self) -> None:
+        if self._accepting:
+            for sock in self._listeners.values():
+                self._loop.remove_handler(sock)
+            self._accepting = False
+
+    def _on_acceptable(self, sock: socket.socket, events: int) -> None:
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            try:
+                connection, address = sock.accept()
+            except BlockingIOError:
+                break
+            except ConnectionAbortedError:
+                continue
+            except OSError as error:
+                if error.errno not in _RESOURCE_ERRNOS:
+                    raise
+                self._back_off(error)
+                return
+            if self.stats.open >= self.limits.max_connections:
+                self._refuse(connection)
+                continue
+            # Tornado's own path from an accepted socket to a stream (TLS wrapping included);
+            # it calls handle_stream, where the connection is counted.
+            self._handle_connection(connection, address)
+        self._backoff_s = BACKOFF_FIRST_S
+
+    def _back_off(self, error: OSError) -> None:
+        self.stats.accept_failures += 1
+        log.error("cannot accept connections: %s; pausing accepts for %.2f s (%d open)",
+                  error.strerror, self._backoff_s, self.stats.open)
+        self._stop_accepting()
+        self._loop.call_later(self._backoff_s, self._start_accepting)
+        self._backoff_s = min(self._backoff_s * 2, BACKOFF_MAX_S)
+
+    def _refuse(self, connection: socket.socket) -> None:
+        self.stats.refused_over_capacity += 1
+        log.warning("refusing connections: %d open is server.max_connections", self.limits.max_connections)
+        try:
+            if self.ssl_options is None:  # a TLS client could not read a plain answer: it is just closed
+                connection.send(self._refusal, socket.MSG_DONTWAIT)
+                connection.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the client is gone already, or its buffer is full: closing is the answer
+        finally:
+            connection.close()
+
+    # -- connections and their timeouts ---------------------------------------------------
+
+    def handle_stream(self, stream: tornado.iostream.IOStream, address: tuple) -> None:
+        self.stats.open += 1
+        super().handle_stream(stream, address)
+
+    def on_close(self, server_conn: object) -> None:
+        super().on_close(server_conn)
+        self.stats.open -= 1
+        self._waiting.pop(server_conn, None)
+
+    def start_request(self, server_conn: object,
+                      request_conn: tornado.httputil.HTTPConnection) -> tornado.httputil.HTTPMessageDelegate:
+        # Called when a connection starts waiting for its next request's head.
+        now = time.monotonic()
+        waiting = self._waiting.get(server_conn)
+        if waiting is None:
+            stream = server_conn.stream  # type: ignore[attr-defined]  # HTTP1ServerConnection's
+            waiting = self._waiting[server_conn] = _Waiting(stream, now + self.limits.header_timeout_s)
+        else:
+            waiting.deadline = now + self.limits.idle_timeout_s
+        return _GuardedRequest(super().start_request(server_conn, request_conn), request_conn, waiting, self.stats)
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        for waiting in list(self._waiting.values()):  # closing ends connections, which leave the dict
+            if waiting.deadline is not None and waiting.deadline <= now:
+                waiting.deadline = None
+                self.stats.timed_out_waiting += 1
+                waiting.stream.close()  # Tornado then ends the connection and calls on_close
+
+
+class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
+    """One request's delegate: its head is judged (and an absolute-form target made
+    origin-form) before the application sees it."""
+
+    def __init__(self, delegate: tornado.httputil.HTTPMessageDelegate, connection: tornado.httputil.HTTPConnection,
+                 waiting: _Waiting, stats: ConnectionStats) -> None:
+        self.delegate = delegate
+        self.connection = connection
+        self.waiting = waiting
+        self.stats = stats
+        self.refused = False
+
+    def headers_received(self, start_line: tornado.httputil.RequestStartLine | tornado.httputil.ResponseStartLine,
+                         headers: tornado.httputil.HTTPHeaders) -> Awaitable[None] | None:
+        assert isinstance(start_line, tornado.httputil.RequestStartLine)
+        self.waiting.deadline = None  # a request is in: the body timeout and the request's own deadline apply
+        target = start_line.path
+        if len(target) > MAX_REQUEST_TARGET_BYTES:
+            self._refuse(414, "URI Too Long",
+                         f"the request target is {len(target)} bytes; the limit is {MAX_REQUEST_TARGET_BYTES}")
+            return None
+        header_bytes = sum(len(name) + len(value) + 4 for name, value in headers.get_all())
+        if header_bytes > MAX_HEADER_BYTES:
+            self._refuse(431, "Request Header Fields Too Large",
+                         f"the request's headers are {header_bytes} bytes; the limit is {MAX_HEADER_BYTES}")
+            return None
+        if target[:1] != "/" and "://" in target[:8]:
+            start_line = _origin_form(start_line, headers)
+        return self.delegate.headers_received(start_line, headers)
+
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
+        return None if self.refused else self.delegate.data_received(chunk)
+
+    def finish(self) -> None:
+        if not self.refused:
+            self.delegate.finish()
+
+    def on_connection_close(self) -> None:
+        if not self.refused:
+            self.delegate.on_connection_close()
+
+    def _refuse(self, code: int, reason: str, message: str) -> None:
+        self.refused = True
+        self.stats.bad_heads += 1
+        log.info("refused a request head: %s", reason)
+        body = orjson.dumps({"error": message})
+        headers = tornado.httputil.HTTPHeaders({
+            "Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close"})
+        self.connection.write_headers(tornado.httputil.ResponseStartLine("HTTP/1.1", code, reason), headers, body)
+        # Finished before the body is read: Tornado closes the connection once this is sent.
+        self.connection.finish()
+
+
+def _origin_form(start_line: tornado.httputil.RequestStartLine,
+                 headers: tornado.httputil.HTTPHeaders) -> tornado.httputil.RequestStartLine:
+    """`POST http://host:port/v1/models/m:predict?x` as `POST /v1/models/m:predict?x`, with
+    the target's authority as the Host (RFC 9112 section 3.2.2)."""
+    parts = urlsplit(start_line.path)
+    if parts.netloc:
+        headers["Host"] = parts.netloc
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return start_line._replace(path=path)

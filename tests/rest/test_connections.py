@@ -1,0 +1,209 @@
+"""The HTTP front end's connection layer (gateway/rest/connections.py): timeouts per phase,
+the connection cap, request heads refused with 414 and 431, absolute-form targets, and an
+accept that fails for want of descriptors backing off instead of spinning."""
+from __future__ import annotations
+
+import contextlib
+import errno
+import socket
+import time
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from tests.harness import RunningGateway, config_for, http_json, running_gateway
+
+SHORT_S = 0.5          # the timeouts under test
+CLOSED_WITHIN_S = 5.0  # generous: what matters is that it happens, not when
+PREDICT = b'{"instances": [[1, 2]]}'
+
+
+@pytest.fixture(scope="module")
+def gw() -> Iterator[RunningGateway]:
+    config = config_for({"name": "demo", "backend": "simulated"},
+                        server={"header_timeout_s": SHORT_S, "idle_timeout_s": SHORT_S, "body_timeout_s": SHORT_S,
+                                "max_connections": 8})
+    with running_gateway(config) as running:
+        yield running
+
+
+def address(gw: RunningGateway) -> tuple[str, int]:
+    host, port = gw.http_url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+@contextlib.contextmanager
+def connection(gw: RunningGateway) -> Iterator[socket.socket]:
+    with socket.create_connection(address(gw), timeout=CLOSED_WITHIN_S) as sock:
+        yield sock
+
+
+def predict_request(target: str = "/v1/models/demo:predict", extra_headers: bytes = b"") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n%s\r\n%s"
+            % (target.encode(), len(PREDICT), extra_headers, PREDICT))
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a response: {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, value in (line.split(":", 1) for line in lines[1:])}
+    while len(body) < int(headers.get("content-length", 0)):
+        chunk = sock.recv(65536)
+        assert chunk
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """True when the server closes the connection (EOF or reset) within CLOSED_WITHIN_S."""
+    sock.settimeout(CLOSED_WITHIN_S)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+# -- timeouts -------------------------------------------------------------------------------
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(gw):
+    with connection(gw) as sock:
+        assert closed_by_server(sock)
+
+
+def test_a_head_sent_too_slowly_is_cut_off_after_the_header_timeout(gw):
+    with connection(gw) as sock:
+        sock.sendall(b"POST /v1/models/demo:predict HTTP/1.1\r\n")
+        for _ in range(4):  # slowloris: a header line now and then, never the end of the head
+            time.sleep(SHORT_S / 2)
+            with contextlib.suppress(OSError):
+                sock.sendall(b"X-Slow: 1\r\n")
+        assert closed_by_server(sock)
+
+
+def test_a_kept_alive_connection_serves_requests_then_closes_when_idle(gw):
+    with connection(gw) as sock:
+        for _ in range(3):
+            sock.sendall(predict_request())
+            status, _, body = read_response(sock)
+            assert status == 200 and orjson.loads(body)["predictions"] == [[2, 4]]
+        assert closed_by_server(sock)
+
+
+def test_a_body_that_stops_arriving_is_cut_off_after_the_body_timeout(gw):
+    with connection(gw) as sock:
+        sock.sendall(b"POST /v1/models/demo:predict HTTP/1.1\r\nHost: gw\r\nContent-Length: 100\r\n\r\n[1")
+        assert closed_by_server(sock)
+    assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", orjson.loads(PREDICT))[0] == 200
+
+
+def test_timeouts_are_counted_in_metrics(gw):
+    with connection(gw) as sock:
+        assert closed_by_server(sock)
+    status, _, exposition = _get(gw, "/metrics")
+    timed_out = next(line for line in exposition.decode().splitlines()
+                     if line.startswith("gateway_http_connections_timed_out_total "))
+    assert float(timed_out.split()[1]) >= 1
+
+
+# -- the connection cap ------------------------------------------------------------------------
+
+def open_connections(gw: RunningGateway) -> int:
+    return gw.gateway._http_server.stats.open
+
+
+def wait_for_open_connections(gw: RunningGateway, count: int) -> None:
+    deadline = time.monotonic() + CLOSED_WITHIN_S
+    while open_connections(gw) != count:
+        assert time.monotonic() < deadline, f"{open_connections(gw)} connections open, expected {count}"
+        time.sleep(0.02)
+
+
+def test_beyond_max_connections_a_new_connection_gets_503_and_is_closed(gw):
+    wait_for_open_connections(gw, 0)  # earlier tests' connections are gone
+    held = [socket.create_connection(address(gw)) for _ in range(8)]
+    try:
+        wait_for_open_connections(gw, 8)
+        with connection(gw) as extra:
+            status, headers, body = read_response(extra)
+            assert status == 503
+            assert headers["retry-after"] == "1" and headers["connection"] == "close"
+            assert "server.max_connections" in orjson.loads(body)["error"]
+            assert closed_by_server(extra)
+    finally:
+        for sock in held:
+            sock.close()
+    wait_for_open_connections(gw, 0)
+    assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", orjson.loads(PREDICT))[0] == 200
+
+
+# -- request heads ------------------------------------------------------------------------------
+
+def test_a_request_target_over_8_kib_gets_414(gw):
+    with connection(gw) as sock:
+        sock.sendall(predict_request("/v1/models/demo:predict?pad=" + "x" * 100_000))
+        status, headers, body = read_response(sock)
+        assert status == 414 and headers["connection"] == "close"
+        assert "request target" in orjson.loads(body)["error"]
+
+
+def test_a_header_block_over_64_kib_gets_431(gw):
+    headers_70k = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"y" * 1000) for i in range(70))
+    with connection(gw) as sock:
+        sock.sendall(predict_request(extra_headers=headers_70k))
+        status, _, body = read_response(sock)
+        assert status == 431
+        assert "headers" in orjson.loads(body)["error"]
+    assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", orjson.loads(PREDICT))[0] == 200
+
+
+def test_an_absolute_form_target_is_served_as_its_path(gw):
+    with connection(gw) as sock:
+        sock.sendall(predict_request("http://gateway.example:8080/v1/models/demo:predict"))
+        status, _, body = read_response(sock)
+        assert status == 200 and orjson.loads(body)["predictions"] == [[2, 4]]
+
+
+def test_an_absolute_form_target_keeps_its_query(gw):
+    with connection(gw) as sock:
+        sock.sendall(b"GET http://gw/v2/models/demo/ready?verbose=1 HTTP/1.1\r\nHost: other\r\n\r\n")
+        status, _, _ = read_response(sock)
+        assert status == 200
+
+
+# -- accept failures -------------------------------------------------------------------------------
+
+class _ExhaustedListener:
+    """A listening socket whose accept fails as it does at the open-files limit."""
+
+    def accept(self):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+
+def test_an_accept_that_fails_for_want_of_descriptors_backs_off_then_resumes(gw):
+    server = gw.gateway._http_server
+    before = server.stats.accept_failures
+
+    async def exhaust() -> None:
+        server._on_acceptable(_ExhaustedListener(), 0)
+
+    gw.call(exhaust())
+    assert server.stats.accept_failures == before + 1
+    # Accepting resumes by itself once the backoff has passed.
+    assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", orjson.loads(PREDICT))[0] == 200
+
+
+def _get(gw: RunningGateway, path: str) -> tuple[int, dict[str, str], bytes]:
+    with connection(gw) as sock:
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: gw\r\n\r\n" % path.encode())
+        return read_response(sock)
