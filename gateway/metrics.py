@@ -104,7 +104,6 @@ class _ConnectionCollector:
         refused.add_metric(["accept_failed"], stats.accept_failures)
         yield refused
         yield CounterMetricFamily("gateway_http_connections_timed_out",
-                                  "HTTP connections closed waiting for a request head (header or idle timeout)",
-                                  value=stats.timed_out_waiting)
+                                  "HTTP connections closed by the header, idle or body timeout", value=stats.timed_out)
         yield CounterMetricFamily("gateway_http_bad_request_heads", "HTTP requests refused 414 or 431",
                                   value=stats.bad_heads)

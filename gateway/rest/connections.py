@@ -8,7 +8,9 @@ Tornado's HTTPServer, with the guards a production proxy puts in front of an app
   every pass of the loop;
 - timeouts per phase: a new connection must deliver its first request's headers within
   `header_timeout_s`; a kept-alive connection must deliver its next request's headers within
-  `idle_timeout_s` of its last answer; a body must arrive within `body_timeout_s` (Tornado's);
+  `idle_timeout_s` of its last answer; a body must arrive within `body_timeout_s` of its
+  headers. One sweep over the connections enforces all three, so a request pays for no
+  timer of its own (Tornado's body timeout costs one per request);
 - a request head is judged before routing: a request target over 8 KiB gets 414, a header
   block over 64 KiB gets 431, and an absolute-form target (`POST http://host/path`, which
   RFC 9112 says servers must accept) is served as its path.
@@ -67,15 +69,16 @@ class ConnectionStats:
     open: int = 0
     refused_over_capacity: int = 0
     accept_failures: int = 0
-    timed_out_waiting: int = 0     # closed by the header or idle timeout
+    timed_out: int = 0             # closed by the header, idle or body timeout
     bad_heads: int = 0             # answered 414 or 431
 
 
 @dataclass(slots=True)
-class _Waiting:
-    """A connection between requests: when to close it if its next head has not arrived."""
+class _Deadline:
+    """When to close a connection: while it waits for a head or receives a body (None while
+    its request is handled: the request's own deadline applies then)."""
     stream: tornado.iostream.IOStream
-    deadline: float | None
+    at: float | None
 
 
 class GuardedHTTPServer(tornado.httpserver.HTTPServer):
@@ -87,13 +90,12 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
     ) -> None:
         super().initialize(
             app, ssl_options=ssl_options, max_body_size=max_body_size, max_header_size=HEAD_READ_LIMIT,
-            body_timeout=limits.body_timeout_s,
             # Tornado's own wait for a head is only the backstop of the sweep below.
             idle_connection_timeout=max(limits.header_timeout_s, limits.idle_timeout_s) + 1.0,
         )
         self.limits = limits
         self.stats = ConnectionStats()
-        self._waiting: dict[object, _Waiting] = {}   # by Tornado's server connection
+        self._deadlines: dict[object, _Deadline] = {}   # by Tornado's server connection
         self._listeners: dict[int, socket.socket] = {}
         self._accepting = False
         self._backoff_s = BACKOFF_FIRST_S
@@ -184,27 +186,28 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
     def on_close(self, server_conn: object) -> None:
         super().on_close(server_conn)
         self.stats.open -= 1
-        self._waiting.pop(server_conn, None)
+        self._deadlines.pop(server_conn, None)
 
     def start_request(self, server_conn: object,
                       request_conn: tornado.httputil.HTTPConnection) -> tornado.httputil.HTTPMessageDelegate:
         # Called when a connection starts waiting for its next request's head.
         now = time.monotonic()
-        waiting = self._waiting.get(server_conn)
-        if waiting is None:
+        deadline = self._deadlines.get(server_conn)
+        if deadline is None:
             stream = server_conn.stream  # type: ignore[attr-defined]  # HTTP1ServerConnection's
-            waiting = self._waiting[server_conn] = _Waiting(stream, now + self.limits.header_timeout_s)
+            deadline = self._deadlines[server_conn] = _Deadline(stream, now + self.limits.header_timeout_s)
         else:
-            waiting.deadline = now + self.limits.idle_timeout_s
-        return _GuardedRequest(super().start_request(server_conn, request_conn), request_conn, waiting, self.stats)
+            deadline.at = now + self.limits.idle_timeout_s
+        return _GuardedRequest(super().start_request(server_conn, request_conn), request_conn, deadline,
+                               self.limits.body_timeout_s, self.stats)
 
     def _sweep(self) -> None:
         now = time.monotonic()
-        for waiting in list(self._waiting.values()):  # closing ends connections, which leave the dict
-            if waiting.deadline is not None and waiting.deadline <= now:
-                waiting.deadline = None
-                self.stats.timed_out_waiting += 1
-                waiting.stream.close()  # Tornado then ends the connection and calls on_close
+        for deadline in list(self._deadlines.values()):  # closing ends connections, which leave the dict
+            if deadline.at is not None and deadline.at <= now:
+                deadline.at = None
+                self.stats.timed_out += 1
+                deadline.stream.close()  # Tornado then ends the connection and calls on_close
 
 
 class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
@@ -212,17 +215,18 @@ class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
     origin-form) before the application sees it."""
 
     def __init__(self, delegate: tornado.httputil.HTTPMessageDelegate, connection: tornado.httputil.HTTPConnection,
-                 waiting: _Waiting, stats: ConnectionStats) -> None:
+                 deadline: _Deadline, body_timeout_s: float, stats: ConnectionStats) -> None:
         self.delegate = delegate
         self.connection = connection
-        self.waiting = waiting
+        self.deadline = deadline
+        self.body_timeout_s = body_timeout_s
         self.stats = stats
         self.refused = False
 
     def headers_received(self, start_line: tornado.httputil.RequestStartLine | tornado.httputil.ResponseStartLine,
                          headers: tornado.httputil.HTTPHeaders) -> Awaitable[None] | None:
         assert isinstance(start_line, tornado.httputil.RequestStartLine)
-        self.waiting.deadline = None  # a request is in: the body timeout and the request's own deadline apply
+        self.deadline.at = time.monotonic() + self.body_timeout_s
         target = start_line.path
         if len(target) > MAX_REQUEST_TARGET_BYTES:
             self._refuse(414, "URI Too Long",
@@ -241,6 +245,7 @@ class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
         return None if self.refused else self.delegate.data_received(chunk)
 
     def finish(self) -> None:
+        self.deadline.at = None  # the whole request is in
         if not self.refused:
             self.delegate.finish()
 
