@@ -9,17 +9,17 @@ from typing import Any
 from wire.tensors import ModelSignature, TensorSpec
 
 
-def signature_from_json(document: dict[str, Any]) -> tuple[ModelSignature, list[str]] | None:
+def signature_from_json(document: dict[str, Any]) -> tuple[ModelSignature, list[str]]:
     inputs = tuple(TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"]))
                    for t in document.get("inputs") or [])
     outputs = tuple(TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"]))
                     for t in document.get("outputs") or [])
-    if not inputs:
-        return None  # the predictor does not describe its model: config must
+    # Empty lists are an answer too: the model describes no tensors (a custom kserve.Model,
+    # KServe's sklearn and xgboost runtimes), which is not the same as no answer.
     return ModelSignature(inputs, outputs), [str(v) for v in document.get("versions") or []]
 
 
-def signature_from_proto(message: Any) -> tuple[ModelSignature, list[str]] | None:
+def signature_from_proto(message: Any) -> tuple[ModelSignature, list[str]]:
     return signature_from_json({
         "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in message.inputs],
         "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in message.outputs],

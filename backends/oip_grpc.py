@@ -63,13 +63,13 @@ class OipGrpcBackend(Backend):
         response = await self.grpc.probe("ModelMetadata", pb.ModelMetadataRequest(name=self.model))
         if response is None:
             return None
-        described = signature_from_proto(response)
-        if described is not None and self._signature is None:
-            self._signature = described[0]
-        if described is None and self.restore_outputs and self._signature is not None:
+        signature, versions = signature_from_proto(response)
+        if signature.inputs and self._signature is None:
+            self._signature = signature
+        if not signature.inputs and self.restore_outputs and self._signature is not None:
             # TorchServe describes no tensors: the configured signature stands, with its versions.
-            return self._signature, [str(v) for v in response.versions]
-        return described
+            return self._signature, versions
+        return signature, versions
 
     async def close(self) -> None:
         await self.grpc.close()

@@ -83,17 +83,46 @@ def outputs_to_predictions(outputs: list[Tensor]) -> list[Any]:
 
 
 def predictions_to_outputs(rows: list[Any], outputs: tuple[TensorSpec, ...]) -> list[Tensor]:
-    """A v1 predictor's predictions as output tensors, by the model's declared outputs."""
+    """A v1 predictor's predictions as output tensors, by the model's declared outputs, or
+    by KServe's convention when none are declared (`conventional_outputs`)."""
     if not outputs:
-        raise BadPredictorAnswer(
-            "the model's outputs are not declared, so v1 predictions cannot be returned as tensors"
-        )
+        return conventional_outputs(rows)
     try:
         if len(outputs) == 1:
             return [_column(outputs[0], rows)]
         return [_column(spec, [row[spec.name] for row in rows]) for spec in outputs]
     except (InvalidInput, KeyError, TypeError) as exc:
         raise BadPredictorAnswer(f"predictions do not match the model's declared outputs: {exc}") from None
+
+
+CONVENTIONAL_OUTPUT = "output-0"
+# The datatype KServe gives the numpy array of a model's predictions (kserve.utils `from_np_dtype`).
+_DATATYPE_OF_KIND = {"b": "BOOL", "i": "INT64", "u": "UINT64", "f": "FP64", "U": "BYTES"}
+
+
+def conventional_outputs(rows: list[Any]) -> list[Tensor]:
+    """Predictions nobody described, as KServe itself returns a v1-style model's result to an
+    OIP client: one output `output-0` whose datatype follows the values; or, when every
+    prediction is an object, one output per key (a pandas-style result: one column each)."""
+    if rows and all(isinstance(row, dict) for row in rows):
+        names = list(rows[0])
+        if any(list(row) != names for row in rows):
+            raise BadPredictorAnswer("the predictions are objects with different keys, so they are not tensors")
+        return [_inferred_column(name, [row[name] for row in rows]) for name in names]
+    return [_inferred_column(CONVENTIONAL_OUTPUT, rows)]
+
+
+def _inferred_column(name: str, rows: list[Any]) -> Tensor:
+    try:
+        kind = np.asarray(rows).dtype.kind
+    except ValueError:
+        kind = "O"  # ragged
+    datatype = _DATATYPE_OF_KIND.get(kind)
+    if datatype is None:
+        raise BadPredictorAnswer(
+            f"the predictions for '{name}' are not one tensor (ragged or mixed values); declare "
+            f"the model's outputs ([[models.outputs]]) if they are, or use a v1 client")
+    return Tensor(name, datatype, json_to_array(name, datatype, rows))
 
 
 def _rows(tensor: Tensor) -> list[Any]:

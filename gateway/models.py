@@ -10,8 +10,17 @@ back to the form its client speaks. That is what a served model owns, in one pla
   model's batch form, checked against the model's signature (names, datatypes, shapes);
 - `tensors_from_outputs` / `predictions_from_outputs`: the batch result as OIP output
   tensors or v1 predictions;
-- its signature (from config, else learned from the predictor's metadata), versions,
-  readiness and OIP metadata.
+- its signature (from config, else learned from the predictor's metadata and re-read
+  every `METADATA_REFRESH_S`, so a predictor restarted with another model is followed),
+  versions, readiness and OIP metadata.
+
+A model that describes no tensors (a custom `kserve.Model`, KServe's sklearn and xgboost
+runtimes, every v1 predictor) is served all the same: its readiness is its predictor's,
+OIP requests pass through with their own names and datatypes, and an OIP client of a v1
+predictor gets KServe's own convention for the predictions (`output-0`, the datatype taken
+from the values). Only a conversion that needs a name nobody gave (v1 instances for a
+tensor predictor that lists no inputs) is refused, at request time, with 400 naming the
+config key that would supply it.
 
 `TensorModel` and `InstanceModel` are the two forms; `served_model` picks one from the
 backend. This module knows no wire format (codecs decode before it and encode after it),
@@ -20,6 +29,7 @@ nothing of the scheduler, and no predictor protocol beyond the backend interface
 from __future__ import annotations
 
 import asyncio
+import logging
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -27,10 +37,12 @@ from backends.base import Backend, BatchForm
 from gateway.config import ModelConfig
 from gateway.instances import instances_to_tensors, outputs_to_predictions, predictions_to_outputs, tensors_to_instances
 from wire.codecs.v1 import rows_tensor
-from wire.errors import InvalidInput, ModelNotFound, Unavailable
-from wire.tensors import ModelSignature, Tensor, shape_fits
+from wire.errors import InvalidInput, ModelNotFound
+from wire.tensors import ModelSignature, Tensor, TensorSpec, shape_fits
 
-METADATA_RETRY_S = 1.0
+log = logging.getLogger(__name__)
+METADATA_RETRY_S = 1.0     # until the predictor first answers
+METADATA_REFRESH_S = 10.0  # after that: a predictor may restart with another model
 SERVER_NAME = "batching-gateway"
 
 
@@ -70,9 +82,9 @@ class ServedModel(ABC):
 
     def check_requested_outputs(self, requested: list[str]) -> None:
         """Refuse, before queueing, outputs the model is known not to have."""
-        if not requested or self.signature is None or not self.signature.outputs:
+        if not requested or not self.described_outputs:
             return
-        known = {spec.name for spec in self.signature.outputs}
+        known = {spec.name for spec in self.described_outputs}
         unknown = [name for name in requested if name not in known]
         if unknown:
             raise InvalidInput(f"model '{self.name}' has no output named {', '.join(unknown)}")
@@ -87,13 +99,14 @@ class ServedModel(ABC):
             raise InvalidInput(f"model '{self.name}' produced no output named {', '.join(missing)}")
         return [by_name[n] for n in requested]
 
-    def require_signature(self) -> ModelSignature:
-        if self.signature is None:
-            raise Unavailable(
-                f"model '{self.name}': its input signature is not known yet (the predictor has not "
-                f"described it; declare [[models.inputs]] in the config)"
-            )
-        return self.signature
+    @property
+    def described_inputs(self) -> tuple[TensorSpec, ...]:
+        """The inputs config or metadata name (empty: nobody described them)."""
+        return self.signature.inputs if self.signature is not None else ()
+
+    @property
+    def described_outputs(self) -> tuple[TensorSpec, ...]:
+        return self.signature.outputs if self.signature is not None else ()
 
     # -- identity, metadata, readiness -------------------------------------------------
 
@@ -117,17 +130,19 @@ class ServedModel(ABC):
         await self.backend.close()
 
     async def _learn_metadata(self) -> None:
-        """Read signature and versions from the predictor, retrying until it answers."""
+        """Read signature and versions from the predictor: until it first answers, then
+        again now and then (a declared signature always stands)."""
         while True:
             described = await self.backend.metadata()
             if described is not None:
                 signature, self.versions = described
-                if self.signature is None:
+                if self.config.signature is None and signature != self.signature:
+                    if self.signature is not None:
+                        log.info("model '%s': the predictor now describes %s", self.name, signature.describe())
                     self.signature = signature
-                return
             if not self.retries_metadata:
                 return
-            await asyncio.sleep(METADATA_RETRY_S)
+            await asyncio.sleep(METADATA_RETRY_S if described is None else METADATA_REFRESH_S)
 
     async def ready(self) -> bool:
         return await self.backend.ready()
@@ -137,9 +152,10 @@ class TensorModel(ServedModel):
     """A predictor that takes typed tensors (Open Inference Protocol)."""
 
     def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
-        """The tensors, checked against the signature and put in its input order."""
+        """The tensors, checked against the signature and put in its input order (as sent
+        when the model describes no inputs: they batch by their own names and types)."""
         signature = self.signature
-        if signature is None:
+        if signature is None or not signature.inputs:
             return inputs
         by_name = {t.name: t for t in inputs}
         expected = [spec.name for spec in signature.inputs]
@@ -163,14 +179,15 @@ class TensorModel(ServedModel):
         return ordered
 
     def batch_inputs_from_instances(self, instances: list[Any]) -> list[Tensor]:
-        return instances_to_tensors(instances, self.require_signature().inputs)
+        if not self.described_inputs:
+            raise InvalidInput(
+                f"model '{self.name}' describes no inputs (its predictor's metadata lists none), so v1 "
+                f"instances have no tensor name or datatype to travel as; declare them in the config "
+                f"([[models.inputs]] with name, datatype and shape), or send an OIP request")
+        return instances_to_tensors(instances, self.described_inputs)
 
     def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
         return outputs
-
-    async def ready(self) -> bool:
-        # Requests are checked against the signature: until it is known, not ready.
-        return await self.backend.ready() and self.signature is not None
 
 
 class InstanceModel(ServedModel):
@@ -185,7 +202,7 @@ class InstanceModel(ServedModel):
         return [rows_tensor(instances)]
 
     def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
-        return predictions_to_outputs(outputs[0].data.tolist(), self.require_signature().outputs)
+        return predictions_to_outputs(outputs[0].data.tolist(), self.described_outputs)
 
 
 def served_model(config: ModelConfig, backend: Backend) -> ServedModel:

@@ -7,7 +7,7 @@ import pytest
 
 from gateway import instances
 from tests.datatypes import JSON_DATATYPES, assert_exact, binary_sample, json_sample
-from wire.errors import InvalidInput
+from wire.errors import BadPredictorAnswer, InvalidInput
 from wire.tensors import Tensor, TensorSpec
 
 
@@ -32,3 +32,19 @@ def test_v1_refuses_bf16_both_ways():
         instances.instances_to_tensors([[1.0, 2.0]], (TensorSpec("IN", "BF16", (-1, 2)),))
     with pytest.raises(InvalidInput, match="BF16, which has no JSON form"):
         instances.tensors_to_instances([Tensor("IN", "BF16", binary_sample("BF16"))])
+
+
+def test_undescribed_predictions_follow_kserves_convention():
+    [ints] = instances.conventional_outputs([[1, 2], [3, 4]])
+    assert (ints.name, ints.datatype, ints.data.tolist()) == ("output-0", "INT64", [[1, 2], [3, 4]])
+    [floats] = instances.conventional_outputs([0.5, 1])
+    assert (floats.datatype, str(floats.data.dtype)) == ("FP64", "float64")
+    [labels] = instances.conventional_outputs(["cat", "dog"])
+    assert (labels.datatype, labels.data.tolist()) == ("BYTES", [b"cat", b"dog"])
+    by_key = instances.conventional_outputs([{"label": 1, "score": 0.5}, {"label": 0, "score": 0.25}])
+    assert [(t.name, t.datatype) for t in by_key] == [("label", "INT64"), ("score", "FP64")]
+
+
+def test_undescribed_predictions_that_are_not_a_tensor_say_what_would_fix_it():
+    with pytest.raises(BadPredictorAnswer, match=r"\[\[models.outputs\]\]"):
+        instances.conventional_outputs([[1, 2], [3]])

@@ -14,8 +14,14 @@ Model ``double`` answers both protocols KServe speaks:
 * Open Inference Protocol (v2 REST and gRPC ``ModelInfer``): input ``INPUT0`` FP32
   ``[rows, n]`` -> output ``OUTPUT0`` FP32 = 2 * INPUT0, same shape.
 
+Model ``plain`` is a model as users most often write one: a ``kserve.Model`` that does
+not override ``get_input_types``/``get_output_types``, so its metadata lists no tensors.
+It doubles whatever it gets and lets KServe shape the answer (``get_predict_response``,
+as KServe's sklearn and xgboost runtimes do): v1 ``predictions``; for an OIP request, one
+output ``output-0`` with the datatype numpy gives the doubled first input.
+
 Every accepted predict call appends ONE JSON line to ``--call-log``:
-``{"protocol": "v1"|"v2", "batch_size": <instances or rows>, "t": <time.time()>}``, so
+``{"protocol": "v1"|"v2", "batch_size": <instances or rows>, "t": <time.time()>, "model": <name>}``, so
 a test sees how many calls (batches) the predictor itself received. Rejected input
 raises ``kserve.errors.InvalidInput`` (HTTP 400 / gRPC INVALID_ARGUMENT) and is not
 logged, as nothing was executed.
@@ -94,17 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     from kserve import InferOutput, InferRequest, InferResponse, Model, ModelServer
     from kserve.errors import InvalidInput
-    from kserve.utils.utils import generate_uuid
+    from kserve.utils.utils import generate_uuid, get_predict_response
 
     _bind_to_loopback()
     call_log: pathlib.Path = args.call_log
     call_log.parent.mkdir(parents=True, exist_ok=True)
     call_log.touch()
 
-    def record_call(protocol: str, batch_size: int) -> None:
+    def record_call(protocol: str, batch_size: int, model: str = "double") -> None:
         # Open/append/close per call so a test can read the log while the server runs.
         with open(call_log, "a") as log:
-            log.write(json.dumps({"protocol": protocol, "batch_size": batch_size, "t": time.time()}) + "\n")
+            log.write(json.dumps({"protocol": protocol, "batch_size": batch_size, "t": time.time(),
+                                  "model": model}) + "\n")
 
     def double_json(value: Any) -> Any:
         """Double every number of a JSON value, keeping ints as ints and the nesting."""
@@ -180,13 +187,36 @@ def main(argv: list[str] | None = None) -> int:
             record_call("v2", int(result.shape[0]))
             return response
 
+    class PlainModel(Model):
+        """Describes nothing; doubles its input and lets KServe shape the answer."""
+
+        def load(self) -> bool:
+            self.ready = True
+            return self.ready
+
+        async def predict(
+            self,
+            payload: dict[str, Any] | InferRequest,
+            headers: dict[str, str] | None = None,
+            response_headers: dict[str, str] | None = None,
+        ) -> dict[str, Any] | InferResponse:
+            if isinstance(payload, InferRequest):
+                data = payload.inputs[0].as_numpy()
+                record_call("v2", len(data), self.name)
+            else:
+                data = np.asarray(payload["instances"])
+                record_call("v1", len(data), self.name)
+            return get_predict_response(payload, data * 2, self.name)
+
     model = DoubleModel("double")
     model.load()
+    plain = PlainModel("plain")
+    plain.load()
     if args.exit_on_stdin_eof:
         # KServe's ModelServer turns SIGTERM into a clean shutdown.
         on_stdin_eof(lambda: os.kill(os.getpid(), signal.SIGTERM))
     # grace_period: wait at most 5 s for in-flight requests on SIGTERM (default 30 s).
-    ModelServer(http_port=args.http_port, grpc_port=args.grpc_port, workers=1, grace_period=5).start([model])
+    ModelServer(http_port=args.http_port, grpc_port=args.grpc_port, workers=1, grace_period=5).start([model, plain])
     return 0
 
 

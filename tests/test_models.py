@@ -1,0 +1,86 @@
+"""Served models (gateway/models.py): a model that describes nothing is served all the same,
+and what the predictor describes is followed when it changes."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from backends.base import Backend
+from backends.settings import PredictorProtocol, PredictorSettings
+from gateway import models
+from gateway.config import ModelConfig
+from wire.errors import InvalidInput
+from wire.tensors import ModelSignature, Tensor, TensorSpec
+
+DESCRIBED = ModelSignature((TensorSpec("INPUT0", "FP32", (-1, 2)),), (TensorSpec("OUTPUT0", "FP32", (-1, 2)),))
+OTHER = ModelSignature((TensorSpec("ids", "INT64", (-1, -1)),), (TensorSpec("logits", "FP32", (-1, 3)),))
+
+
+class FakePredictor(Backend):
+    """A predictor whose metadata answer the test changes."""
+
+    def __init__(self, described: tuple[ModelSignature, list[str]] | None) -> None:
+        self.described = described
+
+    async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
+        return inputs
+
+    async def ready(self) -> bool:
+        return True
+
+    async def metadata(self) -> tuple[ModelSignature, list[str]] | None:
+        return self.described
+
+
+def tensor_model(backend: FakePredictor, declared: ModelSignature | None = None) -> models.ServedModel:
+    settings = PredictorSettings(PredictorProtocol.OIP_HTTP, server="kserve", model="m", signature=declared)
+    return models.served_model(ModelConfig("m", settings), backend)
+
+
+async def settled(model: models.ServedModel) -> None:
+    model.start()
+    await asyncio.sleep(0.05)
+
+
+def test_a_model_that_describes_nothing_is_ready_and_passes_oip_tensors_through(monkeypatch):
+    async def scenario() -> None:
+        model = tensor_model(FakePredictor((ModelSignature(), ["1"])))
+        await settled(model)
+        assert await model.ready()
+        sent = [Tensor("anything", "INT8", np.zeros((2, 5), np.int8))]
+        assert model.batch_inputs_from_tensors(sent) == sent
+        with pytest.raises(InvalidInput, match=r"describes no inputs.*\[\[models.inputs\]\]"):
+            model.batch_inputs_from_instances([[1, 2]])
+        await model.close()
+
+    asyncio.run(scenario())
+
+
+def test_what_the_predictor_describes_is_read_again_and_followed(monkeypatch):
+    monkeypatch.setattr(models, "METADATA_REFRESH_S", 0.01)
+
+    async def scenario() -> None:
+        predictor = FakePredictor((DESCRIBED, ["1"]))
+        model = tensor_model(predictor)
+        await settled(model)
+        assert model.signature == DESCRIBED
+        predictor.described = (OTHER, ["2"])  # restarted with another model
+        await asyncio.sleep(0.05)
+        assert model.signature == OTHER and model.versions == ["2"]
+        await model.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_declared_signature_stands_whatever_the_predictor_says(monkeypatch):
+    monkeypatch.setattr(models, "METADATA_REFRESH_S", 0.01)
+
+    async def scenario() -> None:
+        model = tensor_model(FakePredictor((OTHER, ["3"])), declared=DESCRIBED)
+        await settled(model)
+        assert model.signature == DESCRIBED and model.versions == ["3"]
+        await model.close()
+
+    asyncio.run(scenario())
