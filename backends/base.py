@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
+from typing import Any
 
 from wire.tensors import ModelSignature, Tensor
 
@@ -40,6 +41,11 @@ class Backend(ABC):
 
     async def metadata(self) -> tuple[ModelSignature, list[str]] | None:
         """The model's signature and versions as the predictor reports them, if it can."""
+        return None
+
+    async def model_config(self) -> dict[str, Any] | None:
+        """The predictor's own model configuration in Triton's JSON form, if it has one
+        (Triton's model configuration extension)."""
         return None
 
     async def close(self) -> None:  # noqa: B027 (optional: a client may have nothing to close)

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 
 from backends import errors
 from backends.base import Backend
@@ -70,6 +71,12 @@ class OipGrpcBackend(Backend):
             # TorchServe describes no tensors: the configured signature stands, with its versions.
             return self._signature, versions
         return signature, versions
+
+    async def model_config(self) -> dict[str, Any] | None:
+        response = await self.grpc.probe("ModelConfig", pb.ModelConfigRequest(name=self.model))
+        if response is None:
+            return None
+        return json_format.MessageToDict(response.config, preserving_proto_field_name=True)
 
     async def close(self) -> None:
         await self.grpc.close()

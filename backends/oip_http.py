@@ -6,6 +6,8 @@ gateway.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from backends import errors
@@ -46,6 +48,16 @@ class OipHttpBackend(Backend):
             return signature_from_json(orjson.loads(payload))
         except (orjson.JSONDecodeError, ValueError, KeyError, TypeError):
             return None
+
+    async def model_config(self) -> dict[str, Any] | None:
+        status, payload = await self.http.probe(self._metadata_path + "/config")  # Triton's; KServe has none
+        if status != 200:
+            return None
+        try:
+            config = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        return config if isinstance(config, dict) else None
 
     async def close(self) -> None:
         await self.http.close()

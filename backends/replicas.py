@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from backends.base import Backend
 from wire.errors import Unavailable
@@ -83,6 +84,13 @@ class ReplicaSet(Backend):
             described = await replica.metadata()
             if described is not None:
                 return described
+        return None
+
+    async def model_config(self) -> dict[str, Any] | None:
+        for replica in self.replicas:
+            config = await replica.model_config()
+            if config is not None:
+                return config
         return None
 
     async def close(self) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.registry import create_backend
-from gateway import __version__
+from gateway import __version__, triton
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import GatewayConfig, ModelConfig
 from gateway.metrics import Metrics
@@ -31,7 +31,7 @@ from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
 log = logging.getLogger(__name__)
-EXTENSIONS = ("binary_tensor_data", "model_batching")
+EXTENSIONS = ("binary_tensor_data", "model_batching", *triton.EXTENSIONS)
 
 
 @dataclass(slots=True)
@@ -126,6 +126,15 @@ class InferenceService:
     async def ready(self) -> bool:
         checks = await asyncio.gather(*(m.ready() for m in self.models.values()))
         return all(checks)
+
+    async def model_config(self, served: ServedModel) -> dict[str, Any]:
+        """The model's configuration in Triton's JSON form (see gateway.triton)."""
+        return triton.model_config(served, await served.backend.model_config())
+
+    def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """Triton's statistics document for one model, or (no name) every model."""
+        served = [self.model(name, version)] if name else list(self.models.values())
+        return {"model_stats": [triton.model_statistics(m, self.scheduler.stats(m.name)) for m in served]}
 
     # -- requests --------------------------------------------------------------------
 

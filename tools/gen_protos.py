@@ -50,12 +50,13 @@ def generate(output_root: Path) -> list[Path]:
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
     written = []
-    packages = {p.parent for p in output_root.rglob("*_pb2*.py*")}
-    for package in packages:
+    # Only the stubs: not what Python compiled from them (__pycache__/*.pyc).
+    stubs = sorted(path for path in output_root.rglob("*_pb2*.py*") if path.suffix in (".py", ".pyi"))
+    for package in {path.parent for path in stubs}:
         init = package / "__init__.py"
         init.write_text(HEADER)
         written.append(init)
-    for path in sorted(output_root.rglob("*_pb2*.py*")):
+    for path in stubs:
         text = path.read_text()
         # `from inference import grpc_service_pb2` -> `from . import grpc_service_pb2`
         text = re.sub(r"^from (\w+) import (\w+_pb2)", r"from . import \2", text, flags=re.M)

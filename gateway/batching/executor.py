@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 
 from gateway.batching.merge import concatenate
 from gateway.batching.request import Part
-from gateway.batching.stats import ModelStats
+from gateway.batching.stats import Durations, ModelStats
 from wire.errors import BadPredictorAnswer, DeadlineExceeded, GatewayError, PredictorRejected
 from wire.tensors import Tensor
 from wire.tracing import BatchContext, current_batch
@@ -66,12 +66,17 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
         # timeout_at, not wait_for: no extra task, so the call starts in this loop turn.
         async with asyncio.timeout_at(max(part.request.deadline for part in parts)):
             outputs = await executor(inputs)
-        stats.predictor_s.observe(loop.time() - started)
+        elapsed = loop.time() - started
+        stats.predictor_s.observe(elapsed)
         for tensor in outputs:
             if len(tensor.data) != rows:
                 raise BadPredictorAnswer(
                     f"predictor returned {len(tensor.data)} rows of '{tensor.name}' for a batch of {rows}"
                 )
+        by_size = stats.by_batch_size.get(rows)
+        if by_size is None:
+            by_size = stats.by_batch_size[rows] = Durations()
+        by_size.add(elapsed)
         return outputs
     except GatewayError as exc:
         return exc

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -104,7 +105,7 @@ class ModelQueue:
         now = loop.time()
         timeout = config.timeout_s if timeout_s is None else min(timeout_s, config.timeout_s)
         pieces = split_request(inputs, config.max_batch_size)
-        request = Request(signature_key(inputs), size, now + timeout, loop.create_future(), len(pieces), client)
+        request = Request(signature_key(inputs), size, now + timeout, loop.create_future(), len(pieces), client, now)
         for index, piece in enumerate(pieces):
             self.pending.append(Part(request, index, piece, len(piece[0].data), now))
         self.queued_rows += size
@@ -125,6 +126,9 @@ class ModelQueue:
         """Runs once per request however it ends: result, error, expiry or cancellation."""
         if request.timer is not None:
             request.timer.cancel()
+        future = request.future
+        succeeded = not future.cancelled() and future.exception() is None
+        (self.stats.succeeded if succeeded else self.stats.failed).add(self._loop.time() - request.arrived)
         if request.queued_rows:
             self.queued_rows -= request.queued_rows  # its queued parts are skipped lazily
             request.queued_rows = 0
@@ -175,6 +179,7 @@ class ModelQueue:
         self.stats.instances += rows
         self.stats.recent_batch_sizes.append(rows)
         self.stats.batch_size.observe(rows)
+        self.stats.last_batch_unix_s = time.time()
         now = self._loop.time()
         for part in parts:
             self.stats.queue_wait_s.observe(now - part.enqueued_at)

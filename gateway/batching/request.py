@@ -30,11 +30,12 @@ class BatchResult:
 
 class Request:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
-                 "answers", "batch_ids", "sent", "client")
+                 "answers", "batch_ids", "sent", "client", "arrived")
 
     def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
-                 parts: int, client: ClientContext = NO_CONTEXT) -> None:
+                 parts: int, client: ClientContext = NO_CONTEXT, arrived: float = 0.0) -> None:
         self.client = client
+        self.arrived = arrived  # loop time
         self.signature = signature
         self.size = size
         self.deadline = deadline

@@ -40,6 +40,17 @@ SECONDS_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 
 
 @dataclass(slots=True)
+class Durations:
+    """How many of something, and how long they took in all."""
+    count: int = 0
+    seconds: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.seconds += seconds
+
+
+@dataclass(slots=True)
 class ModelStats:
     """Counters a test or the metrics endpoint can read."""
     batches: int = 0
@@ -53,3 +64,8 @@ class ModelStats:
     batch_size: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BOUNDS))
     queue_wait_s: Histogram = field(default_factory=lambda: Histogram(SECONDS_BOUNDS))
     predictor_s: Histogram = field(default_factory=lambda: Histogram(SECONDS_BOUNDS))
+    # What Triton's statistics extension reports (gateway.statistics).
+    succeeded: Durations = field(default_factory=Durations)   # requests, from arrival to answer
+    failed: Durations = field(default_factory=Durations)      # errors, expiries, cancellations
+    by_batch_size: dict[int, Durations] = field(default_factory=dict)  # predictor calls that succeeded
+    last_batch_unix_s: float = 0.0

@@ -49,6 +49,21 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         json_format.ParseDict(self.service.model(request.name, request.version).describe(), response)
         return response
 
+    @rpc()
+    async def ModelConfig(self, request: pb.ModelConfigRequest,
+                          context: grpc.aio.ServicerContext) -> pb.ModelConfigResponse:
+        config = await self.service.model_config(self.service.model(request.name, request.version))
+        response = pb.ModelConfigResponse()
+        json_format.ParseDict({"config": config}, response, ignore_unknown_fields=True)
+        return response
+
+    @rpc()
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest,
+                              context: grpc.aio.ServicerContext) -> pb.ModelStatisticsResponse:
+        response = pb.ModelStatisticsResponse()
+        json_format.ParseDict(self.service.model_statistics(request.name, request.version), response)
+        return response
+
     @rpc(front_end="oip_grpc")
     async def ModelInfer(self, request: pb.ModelInferRequest,
                          context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:

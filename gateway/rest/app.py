@@ -23,6 +23,9 @@ def make_app(service: InferenceService, limits: Limits, auth_token: str = "") ->
         (r"/v2/?", h.ServerMetadataHandler),
         (rf"/v2/models/{MODEL}{VERSION}/infer", h.InferHandler),
         (rf"/v2/models/{MODEL}{VERSION}/ready", h.ModelReadyHandler),
+        (rf"/v2/models/{MODEL}{VERSION}/config", h.ModelConfigHandler),
+        (r"/v2/models/stats", h.ModelStatisticsHandler),
+        (rf"/v2/models/{MODEL}{VERSION}/stats", h.ModelStatisticsHandler),
         (rf"/v2/models/{MODEL}{VERSION}", h.ModelMetadataHandler),
         (rf"/predictions/{MODEL}(?:/([^/]+))?", ts.PredictionsHandler),  # TorchServe style
         (r"/ping", ts.PingHandler),

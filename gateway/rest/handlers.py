@@ -198,6 +198,20 @@ class ModelMetadataHandler(BaseHandler):
         self.write_json(self.service.model(model, version or "").describe())
 
 
+class ModelConfigHandler(BaseHandler):
+    """Triton's model configuration extension (what perf_analyzer reads first)."""
+
+    async def get(self, model: str, version: str | None = None) -> None:
+        self.write_json(await self.service.model_config(self.service.model(model, version or "")))
+
+
+class ModelStatisticsHandler(BaseHandler):
+    """Triton's statistics extension: one model, or every model."""
+
+    async def get(self, model: str | None = None, version: str | None = None) -> None:
+        self.write_json(self.service.model_statistics(model or "", version or ""))
+
+
 class ModelReadyHandler(BaseHandler):
     async def get(self, model: str, version: str | None = None) -> None:
         ready = await self.service.model(model, version or "").ready()

@@ -62,3 +62,20 @@ def test_a_request_larger_than_max_batch_size_is_split_and_reassembled(triton_se
         assert body["predictions"] == [[2 * a, 2 * b] for a, b in rows]
         assert triton_server.execution_count("double") - executions == 3  # 8 + 8 + 4
         assert len(body["batchId"].split(",")) == 3
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_configuration_of_a_triton_model_is_tritons_own_with_the_gateways_batching(triton_server, protocol):
+    url = triton_server.http_url if protocol == "http" else triton_server.grpc_address
+    model = {"name": "double", "backend": "triton", "protocol": protocol, "url": url,
+             "batching": {"max_batch_size": 8}}
+    with running_gateway(config_for(model)) as gw:
+        own = http_json("GET", f"{triton_server.http_url}/v2/models/double/config")[1]
+        status, config = http_json("GET", f"{gw.http_url}/v2/models/double/config")
+    assert status == 200
+    assert own["max_batch_size"] == 64 and "dynamic_batching" not in own
+    assert config["max_batch_size"] == 8 and "dynamic_batching" in config
+    assert config["model_transaction_policy"] == {"decoupled": False}
+    assert [(i["name"], i["data_type"], [int(d) for d in i["dims"]]) for i in config["input"]] == \
+        [(i["name"], i["data_type"], [int(d) for d in i["dims"]]) for i in own["input"]]
+    assert config["backend"] == own["backend"]  # Triton's own fields pass through
