@@ -29,6 +29,13 @@ class PayloadTooLarge(InvalidInput):
     http_status = 413
 
 
+class UnsupportedEncoding(InvalidInput):
+    """A body in a content coding the gateway does not speak (HTTP's Content-Encoding). gRPC
+    answers a message compression it does not speak with UNIMPLEMENTED, so the pair is that."""
+    http_status = 415
+    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+
+
 class Unauthenticated(GatewayError):
     http_status = 401
     grpc_code = grpc.StatusCode.UNAUTHENTICATED

@@ -17,7 +17,7 @@ import tornado.web
 from gateway import metrics
 from gateway.auth import check_bearer
 from gateway.service import InferenceService
-from wire.codecs import oip_json, v1
+from wire.codecs import content_encoding, oip_json, v1
 from wire.codecs.limits import Limits
 from wire.errors import GatewayError, InvalidInput, NotFound, PayloadTooLarge
 from wire.tracing import ClientContext
@@ -30,7 +30,8 @@ class BaseHandler(tornado.web.RequestHandler):
     """One lifecycle for every endpoint: `prepare` checks the token, the verb method raises a
     GatewayError for anything wrong, `write_error` renders it (and Tornado's own errors) as
     `{"error": message}` with the status the error carries, and `on_finish` counts inference
-    requests, once, through the service."""
+    requests, once, through the service. `finish` compresses a successful answer as the
+    client's Accept-Encoding allows (`wire.codecs.content_encoding`)."""
 
     service: InferenceService
     limits: Limits
@@ -57,6 +58,26 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(orjson.dumps(document))
+
+    def finish(self, chunk: str | bytes | dict | None = None) -> asyncio.Future[None]:
+        # A successful answer is compressed if the client accepts it; an error never is
+        # (tritonclient reads error bodies without decompressing them).
+        if chunk is not None and self.get_status() == 200:
+            accept = self.request.headers.get("Accept-Encoding")
+            if accept is not None:
+                chunk = self._encoded(chunk, accept)
+        return super().finish(chunk)
+
+    def _encoded(self, chunk: str | bytes | dict, accept: str) -> str | bytes | dict:
+        self.set_header("Vary", "Accept-Encoding")
+        coding = content_encoding.negotiate(accept)
+        if coding is None or isinstance(chunk, dict):
+            return chunk
+        encoded = content_encoding.encode(coding, chunk.encode() if isinstance(chunk, str) else chunk)
+        if encoded is None:
+            return chunk  # too small to gain anything
+        self.set_header("Content-Encoding", coding)
+        return encoded
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         if self._client_gone:
@@ -127,16 +148,19 @@ class BaseHandler(tornado.web.RequestHandler):
 
 @tornado.web.stream_request_body
 class BodyHandler(BaseHandler):
-    """A POST endpoint whose body is refused with 413 before it is read if it is too large."""
+    """A POST endpoint whose body is refused with 413 before it is read if it is too large,
+    and with 415 if its Content-Encoding is not one `wire.codecs.content_encoding` decodes."""
 
     def prepare(self) -> None:
         self._chunks: list[bytes] = []
         self._received = 0
+        self._coding: str | None = None
         super().prepare()
         declared = self.request.headers.get("Content-Length")
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
             raise PayloadTooLarge(
                 f"request body of {declared} bytes exceeds the limit of {self.limits.max_body_bytes} bytes")
+        self._coding = content_encoding.request_coding(self.request.headers.get("Content-Encoding"))
 
     def on_connection_close(self) -> None:
         super().on_connection_close()
@@ -152,6 +176,9 @@ class BodyHandler(BaseHandler):
     def body(self) -> bytes:
         if self._received > self.limits.max_body_bytes:
             raise PayloadTooLarge(f"request body exceeds the limit of {self.limits.max_body_bytes} bytes")
+        if self._coding is not None:  # decoded once, within the same limit (a zip bomb stops at it)
+            self._chunks = [content_encoding.decode(self._coding, self._chunks, self.limits.max_body_bytes)]
+            self._coding = None
         return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
 
 
