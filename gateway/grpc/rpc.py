@@ -43,6 +43,8 @@ class Servicer:
 
 
 def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Response]]:
+    """A unary method's one error path: a GatewayError aborts with its code and message,
+    anything else with INTERNAL (logged); an inference method (`front_end`) is counted once."""
     def decorate(method: Method[Response]) -> Method[Response]:
         @functools.wraps(method)
         async def call(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Response:
@@ -51,22 +53,46 @@ def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Res
                 if isinstance(request, Malformed):
                     raise request.error
                 return await method(self, request, context)
-            except GatewayError as error:
-                status = error.http_status
-                await context.abort(error.grpc_code, error.message)
             except asyncio.CancelledError:
                 status = CLIENT_CLOSED_REQUEST
                 raise
-            except Exception:
-                status = 500
-                log.exception("unexpected error in %s", method.__name__)
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+            except Exception as error:
+                status, code, message = _classify(error, method.__name__)
+                await context.abort(code, message)
             finally:
                 if front_end is not None:
                     self.service.count_request(request.model_name, front_end, status)
             raise AssertionError("unreachable: context.abort raises")
         return call
     return decorate
+
+
+async def in_band(servicer: Servicer, front_end: str, request: Any, answer: Callable[[Any], Awaitable[Response]],
+                  error_answer: Callable[[Any, str], Response]) -> Response:
+    """One message of a stream, the streaming twin of `rpc`: `answer(request)`, or, for any
+    error, `error_answer(request, message)` sent in band so the stream stays open; counted once."""
+    status = 200
+    try:
+        if isinstance(request, Malformed):
+            raise request.error
+        return await answer(request)
+    except asyncio.CancelledError:
+        status = CLIENT_CLOSED_REQUEST
+        raise
+    except Exception as error:
+        status, _, message = _classify(error, answer.__name__)
+        return error_answer(request, message)
+    finally:
+        servicer.service.count_request(request.model_name, front_end, status)
+
+
+def _classify(error: Exception, where: str) -> tuple[int, grpc.StatusCode, str]:
+    """(HTTP status counted, gRPC code, message) of an error; an unexpected one is logged
+    and never described to the client. Call it from the `except` block."""
+    if isinstance(error, GatewayError):
+        return error.http_status, error.grpc_code, error.message
+    log.exception("unexpected error in %s", where)
+    return 500, grpc.StatusCode.INTERNAL, "internal error"
 
 
 class Malformed:

@@ -6,10 +6,13 @@ cancelled call is dropped from the scheduler's queue.
 """
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import grpc
 from google.protobuf import json_format
 
-from gateway.grpc.rpc import Servicer, add_servicer, client_context, rpc
+from gateway.grpc.rpc import Servicer, add_servicer, client_context, in_band, rpc
 from gateway.service import InferenceService
 from wire.codecs import oip_grpc
 from wire.codecs.limits import Limits
@@ -67,12 +70,51 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
     @rpc(front_end="oip_grpc")
     async def ModelInfer(self, request: pb.ModelInferRequest,
                          context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+        return await self._infer(request, context)
+
+    async def ModelStreamInfer(self, requests: AsyncIterator[pb.ModelInferRequest],
+                               context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Triton's bidirectional stream. Each request is submitted as it arrives, so it
+        batches with every other client; answers go back in the order the requests came,
+        each with its request's id; an error goes back in band and the stream stays open.
+        When the client closes or cancels the stream, what it still has queued is dropped."""
+        answers: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None] = asyncio.Queue()
+
+        async def answer(request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+            return pb.ModelStreamInferResponse(infer_response=await self._infer(request, context))
+
+        async def read() -> None:
+            try:
+                async for request in requests:
+                    answers.put_nowait(asyncio.create_task(
+                        in_band(self, "oip_grpc_stream", request, answer, _stream_error)))
+            finally:
+                answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (task := await answers.get()) is not None:
+                yield await task
+            await reader  # the client's half-close, or its read error
+        finally:
+            reader.cancel()
+            while not answers.empty():
+                if (task := answers.get_nowait()) is not None:
+                    task.cancel()
+
+    async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         decoded = oip_grpc.decode_request(request, self.limits)
         outcome = await self.service.infer_tensors(
             self.service.model(request.model_name, request.model_version), decoded.inputs,
             [o.name for o in decoded.outputs], context.time_remaining(), client_context(context, request.id))
         return oip_grpc.encode_response(
             request.model_name, request.model_version, request.id, outcome.outputs, {"batch_id": outcome.batch_id})
+
+
+def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    # The failed request's id and model ride along, so a client can tell which one failed.
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=pb.ModelInferResponse(
+        model_name=getattr(request, "model_name", ""), id=getattr(request, "id", "")))
 
 
 def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> None:

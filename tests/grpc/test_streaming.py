@@ -1,0 +1,112 @@
+"""Triton's bidirectional ModelStreamInfer on the gateway, driven by the real tritonclient's
+streaming API (start_stream / async_stream_infer / stop_stream)."""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as triton_grpc
+
+from tests.harness import config_for, http_json, running_gateway
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+
+
+@pytest.fixture(scope="module")
+def gw():
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 20}})
+    with running_gateway(config) as running:
+        yield running
+
+
+def stream_inputs(value: float, datatype: str = "FP32") -> list[triton_grpc.InferInput]:
+    tensor = triton_grpc.InferInput("INPUT0", [1, 2], datatype)
+    tensor.set_data_from_numpy(np.array([[value, value + 1]], np.float32 if datatype == "FP32" else np.int32))
+    return [tensor]
+
+
+def run_stream(gw, sends: list[tuple[str, float, str]]) -> list[tuple[str | None, object]]:
+    """Send (id, value, datatype) requests on one stream; return (id or None, result or error)
+    in the order the stream answered."""
+    answers: queue.Queue = queue.Queue()
+    with triton_grpc.InferenceServerClient(gw.grpc_address) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for request_id, value, datatype in sends:
+            client.async_stream_infer("demo", stream_inputs(value, datatype), request_id=request_id)
+        got = [answers.get(timeout=30) for _ in sends]
+        client.stop_stream()
+    return [(result.get_response().id if result is not None else None, result if error is None else error)
+            for result, error in got]
+
+
+def test_answers_come_back_in_order_each_with_its_id(gw):
+    sends = [(f"r{i}", float(i), "FP32") for i in range(20)]
+    answers = run_stream(gw, sends)
+    assert [request_id for request_id, _ in answers] == [request_id for request_id, _, _ in sends]
+    for (_, value, _), (_, result) in zip(sends, answers, strict=True):
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [[2 * value, 2 * value + 2]])
+
+
+def test_an_error_comes_in_band_and_the_stream_stays_open(gw):
+    sends = [("ok-1", 1.0, "FP32"), ("bad", 2.0, "INT32"), ("ok-2", 3.0, "FP32")]
+    answers = run_stream(gw, sends)
+    assert answers[0][0] == "ok-1" and answers[2][0] == "ok-2"
+    error = answers[1][1]
+    assert isinstance(error, triton_grpc.InferenceServerException)
+    assert "INPUT0" in error.message() and "FP32" in error.message()
+
+
+def test_streamed_requests_share_batches_with_http_clients(gw):
+    with triton_grpc.InferenceServerClient(gw.grpc_address) as client:
+        answers: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        http_ids = []
+
+        def http_client(i: int) -> None:
+            status, body = http_json("POST", f"{gw.http_url}/v2/models/demo/infer", {"inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [i, i]}]})
+            assert status == 200
+            http_ids.append(body["parameters"]["batch_id"])
+
+        threads = [threading.Thread(target=http_client, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for i in range(8):
+            client.async_stream_infer("demo", stream_inputs(float(i)), request_id=str(i))
+        streamed = [answers.get(timeout=30) for _ in range(8)]
+        for thread in threads:
+            thread.join()
+        client.stop_stream()
+    stream_ids = {result.get_response().parameters["batch_id"].string_param for result, _ in streamed}
+    assert stream_ids & set(http_ids), "no batch held both a streamed and an HTTP request"
+
+
+def test_a_cancelled_stream_drops_its_queued_requests(tmp_path):
+    # One slow batch at a time: most of the 30 requests are still queued when the client goes.
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 300},
+                         "batching": {"max_batch_size": 1}})
+    with running_gateway(config) as gw, grpc.insecure_channel(gw.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        cancelled = threading.Event()
+
+        def requests():
+            for i in range(30):
+                request = pb.ModelInferRequest(model_name="demo", id=str(i))
+                request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(i)
+                yield request
+            cancelled.wait(30)  # keep the stream open until it is cancelled
+
+        call = stub.ModelStreamInfer(requests())
+        first = next(call)
+        assert first.infer_response.id == "0"
+        call.cancel()
+        cancelled.set()
+        deadline = time.monotonic() + 10
+        while gw.gateway.scheduler.queue_depth("demo") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gw.gateway.scheduler.queue_depth("demo") == 0
+        assert gw.stats("demo").batches < 30  # the dropped ones never reached the predictor
