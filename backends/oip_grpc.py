@@ -27,6 +27,7 @@ from wire.codecs import oip_grpc
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.tensors import NUMPY_DTYPES, RAW_ONLY, ModelSignature, Tensor, TensorSpec, shape_fits
+from wire.tracing import current_batch
 
 OIP_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 # TorchServe 0.12 serves the Open Inference Protocol under its own package name.
@@ -48,7 +49,9 @@ class OipGrpcBackend(Backend):
         self.grpc.open()
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
-        request = oip_grpc.encode_request(inputs, self.model, typed=self.typed_contents)
+        batch = current_batch.get()
+        request = oip_grpc.encode_request(inputs, self.model, typed=self.typed_contents,
+                                          parameters=batch.parameters if batch is not None else None)
         response = await self.grpc.call("ModelInfer", request)
         with errors.reading_answer(self.model):
             outputs = oip_grpc.decode_response(response)

@@ -16,6 +16,7 @@ from backends.http import HttpPredictor
 from backends.metadata import signature_from_json
 from wire.codecs import oip_json
 from wire.tensors import ModelSignature, Tensor
+from wire.tracing import current_batch
 
 
 class OipHttpBackend(Backend):
@@ -29,7 +30,9 @@ class OipHttpBackend(Backend):
         self.binary = binary
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
-        body, json_length = oip_json.encode_request(inputs, binary=self.binary)
+        batch = current_batch.get()
+        body, json_length = oip_json.encode_request(inputs, binary=self.binary,
+                                                    parameters=batch.parameters if batch is not None else None)
         response_headers, payload = await self.http.post(self._infer_path, body, oip_json.body_headers(json_length))
         with errors.reading_answer(self.model):
             length = oip_json.json_length(response_headers.get(oip_json.HEADER_LENGTH))

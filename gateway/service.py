@@ -27,6 +27,7 @@ from gateway.config import GatewayConfig, ModelConfig
 from gateway.metrics import Metrics
 from gateway.models import SERVER_NAME, ServedModel, served_model
 from wire.errors import ModelNotFound
+from wire.request import OipRequest
 from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
@@ -153,15 +154,20 @@ class InferenceService:
         finally:
             self.active_requests -= 1
 
-    async def infer_tensors(self, served: ServedModel, inputs: list[Tensor], requested: list[str] | None = None,
-                            timeout_s: float | None = None,
+    async def infer_tensors(self, served: ServedModel, request: OipRequest, timeout_s: float | None = None,
                             client: ClientContext = NO_CONTEXT) -> InferenceOutcome:
-        """An OIP request (REST or gRPC): tensors in, tensors out."""
+        """An OIP request (REST or gRPC): tensors in, tensors out. Its `timeout` parameter
+        tightens the deadline (`timeout_s`: the front end's own, a header or the gRPC
+        deadline); its other parameters, but the gateway's own, travel with its batch."""
         with self._in_flight():
-            batch_inputs = served.batch_inputs_from_tensors(inputs)
-            served.check_requested_outputs(requested or [])
-            result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client)
-            outputs = served.select_outputs(served.tensors_from_outputs(result.outputs), requested or [])
+            requested = [output.name for output in request.outputs]
+            batch_inputs = served.batch_inputs_from_tensors(request.inputs)
+            served.check_requested_outputs(requested)
+            request.priority  # noqa: B018 (validated now; the deadline-aware scheduler will use it)
+            deadlines = [s for s in (timeout_s, request.timeout_s) if s is not None]
+            result = await self.scheduler.submit(served.name, batch_inputs, min(deadlines, default=None), client,
+                                                 request.forwarded_parameters())
+            outputs = served.select_outputs(served.tensors_from_outputs(result.outputs), requested)
             return InferenceOutcome(outputs, ",".join(result.batch_ids))
 
     async def infer_instances(self, served: ServedModel, instances: list[Any], timeout_s: float | None = None,

@@ -11,6 +11,10 @@ from typing import Any
 from wire.errors import InvalidInput
 from wire.tensors import Tensor
 
+# Request parameters the gateway acts on itself, never forwarded: the deadline, the
+# priority, and how the client wants its own answer encoded.
+GATEWAY_PARAMETERS = frozenset({"timeout", "priority", "binary_data_output"})
+
 
 @dataclass(slots=True)
 class RequestedOutput:
@@ -38,3 +42,34 @@ class OipRequest:
     @property
     def binary_output_default(self) -> bool:
         return self.parameters.get("binary_data_output") is True
+
+    @property
+    def timeout_s(self) -> float | None:
+        """Triton's `timeout` parameter (microseconds) as a deadline in seconds."""
+        value = self.parameters.get("timeout")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidInput(f"parameter 'timeout' must be a positive integer of microseconds, got {value!r}")
+        return value / 1_000_000
+
+    @property
+    def priority(self) -> int:
+        """Triton's `priority` parameter: 1 is the highest, 0 the model's default."""
+        value = self.parameters.get("priority", 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInput(f"parameter 'priority' must be a non-negative integer, got {value!r}")
+        return value
+
+    def forwarded_parameters(self) -> dict[str, Any]:
+        """The parameters that travel with the batch to the predictor: all but the ones the
+        gateway itself acts on, and never `triton_*` (Triton's HTTP answers 400 to them, and
+        tritonclient's C++ gRPC client adds one to every request)."""
+        forwarded = {}
+        for name, value in self.parameters.items():
+            if name in GATEWAY_PARAMETERS or name.startswith("triton_"):
+                continue
+            if isinstance(value, (dict, list)):
+                raise InvalidInput(f"parameter '{name}' must be a string, number or boolean")
+            forwarded[name] = value
+        return forwarded

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 MAX_IDS = 32
@@ -34,8 +36,11 @@ NO_CONTEXT = ClientContext()
 
 @dataclass(frozen=True, slots=True)
 class BatchContext:
+    """What a backend knows of the batch it sends: its id, its members' ids and traces, and
+    the request parameters its members share (requests with different ones never merge)."""
     batch_id: str
     members: tuple[ClientContext, ...]
+    parameters: Mapping[str, Any] = field(default_factory=dict)
 
 
 current_batch: ContextVar[BatchContext | None] = ContextVar("current_batch", default=None)

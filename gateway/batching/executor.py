@@ -59,7 +59,8 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
     loop = asyncio.get_running_loop()
     rows = sum(part.size for part in parts)
     # The backend reads the batch's ids and trace from here (see wire.tracing).
-    token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts)))
+    token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts),
+                                           parts[0].request.parameters))  # the same for every part
     try:
         inputs = concatenate([part.inputs for part in parts])
         started = loop.time()

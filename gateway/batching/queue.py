@@ -30,13 +30,14 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, execute
 from gateway.batching.merge import slice_result, split_request, take_oldest_group
 from gateway.batching.policies import make_policy
-from gateway.batching.request import BatchResult, Part, Request
+from gateway.batching.request import NO_PARAMETERS, BatchResult, Part, Request
 from gateway.batching.stats import ModelStats
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.tensors import Tensor, signature_key
@@ -78,8 +79,8 @@ class ModelQueue:
 
     # -- arrival -----------------------------------------------------------------------
 
-    def add(self, inputs: list[Tensor], timeout_s: float | None,
-            client: ClientContext = NO_CONTEXT) -> asyncio.Future[BatchResult]:
+    def add(self, inputs: list[Tensor], timeout_s: float | None, client: ClientContext = NO_CONTEXT,
+            parameters: Mapping[str, Any] = NO_PARAMETERS) -> asyncio.Future[BatchResult]:
         """Queue a request; its future is answered exactly once. Raises at once if the
         request is malformed or the queue is full."""
         if not inputs:
@@ -105,7 +106,9 @@ class ModelQueue:
         now = loop.time()
         timeout = config.timeout_s if timeout_s is None else min(timeout_s, config.timeout_s)
         pieces = split_request(inputs, config.max_batch_size)
-        request = Request(signature_key(inputs), size, now + timeout, loop.create_future(), len(pieces), client, now)
+        # Parameters are part of what must agree for requests to share a batch.
+        signature = (signature_key(inputs), tuple(sorted(parameters.items()))) if parameters else signature_key(inputs)
+        request = Request(signature, size, now + timeout, loop.create_future(), len(pieces), client, now, parameters)
         for index, piece in enumerate(pieces):
             self.pending.append(Part(request, index, piece, len(piece[0].data), now))
         self.queued_rows += size

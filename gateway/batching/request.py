@@ -13,13 +13,17 @@ This module must not know queues, policies or executors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
 from gateway.batching.merge import Reassembly
 from wire.errors import GatewayError
 from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
+
+NO_PARAMETERS: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -30,11 +34,13 @@ class BatchResult:
 
 class Request:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
-                 "answers", "batch_ids", "sent", "client", "arrived")
+                 "answers", "batch_ids", "sent", "client", "arrived", "parameters")
 
     def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
-                 parts: int, client: ClientContext = NO_CONTEXT, arrived: float = 0.0) -> None:
+                 parts: int, client: ClientContext = NO_CONTEXT, arrived: float = 0.0,
+                 parameters: Mapping[str, Any] = NO_PARAMETERS) -> None:
         self.client = client
+        self.parameters = parameters  # forwarded with its batch (part of its signature)
         self.arrived = arrived  # loop time
         self.signature = signature
         self.size = size

@@ -25,12 +25,14 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor
 from gateway.batching.policies import POLICIES
 from gateway.batching.queue import ModelQueue
-from gateway.batching.request import BatchResult
+from gateway.batching.request import NO_PARAMETERS, BatchResult
 from gateway.batching.stats import ModelStats
 from wire.errors import ModelNotFound, Unavailable
 from wire.tensors import Tensor
@@ -92,25 +94,28 @@ class BatchScheduler:
     # -- submitting --------------------------------------------------------------------
 
     async def submit(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                     client: ClientContext = NO_CONTEXT) -> BatchResult:
-        """Queue a request and wait for its rows of the batch result. Safe from any loop."""
+                     client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS) -> BatchResult:
+        """Queue a request and wait for its rows of the batch result. Safe from any loop.
+        Requests merge only with requests of the same signature and `parameters`."""
         if asyncio.get_running_loop() is self._loop:
-            return await self._submit(model, inputs, timeout_s, client)
-        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client))
+            return await self._submit(model, inputs, timeout_s, client, parameters)
+        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client, parameters))
 
     def submit_threadsafe(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                          client: ClientContext = NO_CONTEXT) -> concurrent.futures.Future:
+                          client: ClientContext = NO_CONTEXT,
+                          parameters: Mapping[str, Any] = NO_PARAMETERS) -> concurrent.futures.Future:
         """Queue a request from any thread; returns a concurrent future of its BatchResult."""
-        return asyncio.run_coroutine_threadsafe(self._submit(model, inputs, timeout_s, client), self._loop)
+        return asyncio.run_coroutine_threadsafe(self._submit(model, inputs, timeout_s, client, parameters),
+                                                self._loop)
 
     async def _submit(self, model: str, inputs: list[Tensor], timeout_s: float | None,
-                      client: ClientContext = NO_CONTEXT) -> BatchResult:
+                      client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS) -> BatchResult:
         queue = self._queues.get(model)
         if queue is None:
             raise ModelNotFound(f"model '{model}' is not served by this gateway")
         if self._closed:
             raise Unavailable("the gateway is shutting down")
-        return await queue.add(inputs, timeout_s, client)
+        return await queue.add(inputs, timeout_s, client, parameters)
 
     # -- shutdown ------------------------------------------------------------------------
 

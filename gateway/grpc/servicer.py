@@ -105,8 +105,8 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
     async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         decoded = oip_grpc.decode_request(request, self.limits)
         outcome = await self.service.infer_tensors(
-            self.service.model(request.model_name, request.model_version), decoded.inputs,
-            [o.name for o in decoded.outputs], context.time_remaining(), client_context(context, request.id))
+            self.service.model(request.model_name, request.model_version), decoded, context.time_remaining(),
+            client_context(context, request.id))
         return oip_grpc.encode_response(
             request.model_name, request.model_version, request.id, outcome.outputs, {"batch_id": outcome.batch_id})
 

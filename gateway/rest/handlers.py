@@ -252,9 +252,7 @@ class InferHandler(BodyHandler):
         served = self.service.model(model, version or "")  # 404 whatever the body
         length = oip_json.json_length(self.request.headers.get(oip_json.HEADER_LENGTH))
         request = oip_json.decode_request(self.body, length, self.limits)
-        outcome = await self.service.infer_tensors(
-            served, request.inputs, [o.name for o in request.outputs], self.timeout_s(),
-            self.client_context(request.id))
+        outcome = await self.service.infer_tensors(served, request, self.timeout_s(), self.client_context(request.id))
         body, length = oip_json.encode_response(
             model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
         for header, value in oip_json.body_headers(length).items():

@@ -90,3 +90,47 @@ def test_an_oip_client_of_an_undescribed_v1_model_gets_kserves_output_0(kserve_s
             {"name": "x", "datatype": "INT64", "shape": [2, 2], "data": [1, 2, 3, 4]}]})
         assert status == 200
         assert body["outputs"] == [{"name": "output-0", "datatype": "INT64", "shape": [2, 2], "data": [2, 4, 6, 8]}]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_request_parameters_travel_with_the_batch_and_split_batches(kserve_server, protocol):
+    """Parameters reach the predictor (all but the gateway's own and triton_*), and requests
+    whose parameters differ never share a batch."""
+    with running_gateway(config_for(plain(kserve_server, protocol, "v2"))) as gw:
+        before = len(kserve_server.calls())
+
+        def one(i: int) -> str:
+            parameters = {"mode": "a" if i % 2 else "b", "scale": 2, "timeout": 30_000_000, "priority": 1,
+                          "triton_enable_empty_final_response": True}
+            status, body = http_json("POST", f"{gw.http_url}/v2/models/plain/infer", {
+                "id": f"req-{i}", "parameters": parameters,
+                "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [i]}]})
+            assert status == 200 and body["id"] == f"req-{i}"
+            return body["parameters"]["batch_id"]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(one, range(N)))
+        calls = [c for c in kserve_server.calls()[before:] if c["model"] == "plain"]
+        assert sum(c["batch_size"] for c in calls) == N
+        assert {c["parameters"].get("mode") for c in calls} == {"a", "b"}
+        for call in calls:  # one mode per batch, and only what the predictor should see
+            assert set(call["parameters"]) == {"mode", "scale"}, call
+            assert call["parameters"]["scale"] == 2
+
+
+def test_bad_timeout_and_priority_parameters_are_400(kserve_server):
+    with running_gateway(config_for(plain(kserve_server, "http", "v2"))) as gw:
+        for parameters, problem in [({"timeout": -5}, "timeout"), ({"timeout": "soon"}, "timeout"),
+                                    ({"priority": -1}, "priority"), ({"nested": {"a": 1}}, "nested")]:
+            status, body = http_json("POST", f"{gw.http_url}/v2/models/plain/infer", {
+                "parameters": parameters, "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1]}]})
+            assert status == 400 and problem in body["error"], body
+
+
+def test_the_timeout_parameter_becomes_the_deadline(kserve_server):
+    config = config_for({**plain(kserve_server, "http", "v2"), "batching": {"policy": "window", "max_latency_ms": 2000}})
+    with running_gateway(config) as gw:
+        status, body = http_json("POST", f"{gw.http_url}/v2/models/plain/infer", {
+            "parameters": {"timeout": 50_000},  # 50 ms, Triton's microseconds; the window holds 2 s
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1]}]})
+        assert status == 504 and "deadline" in body["error"]

@@ -79,3 +79,15 @@ def test_the_configuration_of_a_triton_model_is_tritons_own_with_the_gateways_ba
     assert [(i["name"], i["data_type"], [int(d) for d in i["dims"]]) for i in config["input"]] == \
         [(i["name"], i["data_type"], [int(d) for d in i["dims"]]) for i in own["input"]]
     assert config["backend"] == own["backend"]  # Triton's own fields pass through
+
+
+def test_triton_parameters_from_clients_never_reach_triton(triton_server):
+    """Triton's HTTP endpoint refuses `triton_*` request parameters with 400; tritonclient's
+    C++ gRPC client sends one on every request. The gateway keeps them to itself."""
+    model = {"name": "double", "backend": "triton", "protocol": "http", "url": triton_server.http_url}
+    with running_gateway(config_for(model)) as gw:
+        status, body = http_json("POST", f"{gw.http_url}/v2/models/double/infer", {
+            "id": "with-params", "parameters": {"triton_enable_empty_final_response": True, "timeout": 5_000_000},
+            "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
+    assert status == 200, body
+    assert body["id"] == "with-params" and body["outputs"][0]["data"] == [2, 4]

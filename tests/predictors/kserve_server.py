@@ -21,7 +21,8 @@ as KServe's sklearn and xgboost runtimes do): v1 ``predictions``; for an OIP req
 output ``output-0`` with the datatype numpy gives the doubled first input.
 
 Every accepted predict call appends ONE JSON line to ``--call-log``:
-``{"protocol": "v1"|"v2", "batch_size": <instances or rows>, "t": <time.time()>, "model": <name>}``, so
+``{"protocol": "v1"|"v2", "batch_size": <instances or rows>, "t": <time.time()>, "model": <name>,
+"parameters": <the request's parameters>}``, so
 a test sees how many calls (batches) the predictor itself received. Rejected input
 raises ``kserve.errors.InvalidInput`` (HTTP 400 / gRPC INVALID_ARGUMENT) and is not
 logged, as nothing was executed.
@@ -107,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     call_log.parent.mkdir(parents=True, exist_ok=True)
     call_log.touch()
 
-    def record_call(protocol: str, batch_size: int, model: str = "double") -> None:
+    def record_call(protocol: str, batch_size: int, model: str = "double", parameters: Any = None) -> None:
         # Open/append/close per call so a test can read the log while the server runs.
         with open(call_log, "a") as log:
             log.write(json.dumps({"protocol": protocol, "batch_size": batch_size, "t": time.time(),
-                                  "model": model}) + "\n")
+                                  "model": model, "parameters": parameters or {}}, default=str) + "\n")
 
     def double_json(value: Any) -> Any:
         """Double every number of a JSON value, keeping ints as ints and the nesting."""
@@ -202,11 +203,18 @@ def main(argv: list[str] | None = None) -> int:
         ) -> dict[str, Any] | InferResponse:
             if isinstance(payload, InferRequest):
                 data = payload.inputs[0].as_numpy()
-                record_call("v2", len(data), self.name)
+                parameters = {key: _plain_value(value) for key, value in (payload.parameters or {}).items()}
+                record_call("v2", len(data), self.name, parameters)
             else:
                 data = np.asarray(payload["instances"])
                 record_call("v1", len(data), self.name)
             return get_predict_response(payload, data * 2, self.name)
+
+    def _plain_value(value: Any) -> Any:
+        # KServe keeps gRPC parameters as InferParameter messages: their one set field.
+        if hasattr(value, "WhichOneof"):
+            return getattr(value, value.WhichOneof("parameter_choice"))
+        return value
 
     model = DoubleModel("double")
     model.load()

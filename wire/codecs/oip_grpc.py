@@ -7,6 +7,7 @@ typed `contents` fields.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -44,10 +45,12 @@ def decode_response(message: pb.ModelInferResponse, limits: Limits = DEFAULT_LIM
 
 
 def encode_request(inputs: list[Tensor], model_name: str, model_version: str = "", request_id: str = "",
-                   typed: bool = False) -> pb.ModelInferRequest:
+                   typed: bool = False, parameters: Mapping[str, Any] | None = None) -> pb.ModelInferRequest:
     """Raw contents by default; `typed` puts the values in the typed `contents` fields
     instead, for predictors that ignore raw_input_contents (TorchServe 0.12)."""
     message = pb.ModelInferRequest(model_name=model_name, model_version=model_version, id=request_id)
+    for key, value in (parameters or {}).items():
+        set_parameter(message.parameters[key], value)
     for tensor in inputs:
         item = message.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         if typed:

@@ -10,6 +10,7 @@ infinities, and BYTES that are not UTF-8 are sent binary even when JSON was aske
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -75,7 +76,8 @@ def decode_response(body: bytes, json_length: int | None, limits: Limits = DEFAU
     return _decode_tensors(document["outputs"], binary, limits, "outputs"), document.get("parameters") or {}
 
 
-def encode_request(inputs: list[Tensor], request_id: str = "", binary: bool = False) -> tuple[bytes, int | None]:
+def encode_request(inputs: list[Tensor], request_id: str = "", binary: bool = False,
+                   parameters: Mapping[str, Any] | None = None) -> tuple[bytes, int | None]:
     """Encode a request for an OIP predictor; with `binary`, tensors travel as raw bytes."""
     document: dict[str, Any] = {"inputs": [], "outputs": []}
     if request_id:
@@ -83,8 +85,10 @@ def encode_request(inputs: list[Tensor], request_id: str = "", binary: bool = Fa
     chunks: list[bytes] = []
     for tensor in inputs:
         document["inputs"].append(_encode_tensor(tensor, binary, chunks))
+    if parameters:
+        document["parameters"] = dict(parameters)
     if chunks:  # binary asked, or a tensor with no JSON form went binary: ask binary back too
-        document["parameters"] = {"binary_data_output": True}
+        document.setdefault("parameters", {})["binary_data_output"] = True
     del document["outputs"]  # all outputs, in the predictor's own order
     return _join(document, chunks)
 
