@@ -11,8 +11,8 @@ into queue and compute time. Both documents are built here, once, in Triton's JS
   predictor's own configuration and overlays only those.
 - The statistics come from the scheduler's counters (`gateway.batching.stats`):
   `inference_count` is rows, `execution_count` batches, `queue` the time requests waited
-  in the gateway's queue, `compute_infer` the predictor's time, `batch_stats` per batch
-  size; every key Triton returns is present.
+  in the gateway's queue, `compute_infer` the predictor's time (per request, as Triton
+  counts it), `batch_stats` per batch size; every key Triton returns is present.
 
 It knows served models and scheduler stats, never a front end or a wire format.
 """
@@ -79,7 +79,10 @@ def model_statistics(served: ServedModel, stats: ModelStats) -> dict[str, Any]:
     """One entry of Triton's `model_stats`, from the scheduler's counters."""
     zero = _duration(Durations())
     queue = stats.queue_wait_s
-    predictor = stats.predictor_s
+    # Triton counts compute per request (perf_analyzer requires the three counts to agree);
+    # the gateway's compute is the predictor call, which includes the predictor's own I/O.
+    computed = stats.computed
+    no_time = _duration(Durations(computed.count, 0.0))
     return {
         "name": served.name,
         "version": served.versions[0] if served.versions and served.versions[0].isdigit() else "1",
@@ -90,9 +93,9 @@ def model_statistics(served: ServedModel, stats: ModelStats) -> dict[str, Any]:
             "success": _duration(stats.succeeded),
             "fail": _duration(stats.failed),
             "queue": _duration(Durations(queue.count, queue.sum)),
-            "compute_input": zero,
-            "compute_infer": _duration(Durations(predictor.count, predictor.sum)),
-            "compute_output": zero,
+            "compute_input": no_time,
+            "compute_infer": _duration(computed),
+            "compute_output": no_time,
             "cache_hit": zero,
             "cache_miss": zero,
         },

@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 
 from tests.processes import ROOT, python_module
+from tools.client_tools import perf_analyzer
 
 
 def quick_start_commands() -> list[str]:
@@ -25,7 +26,7 @@ def quick_start_commands() -> list[str]:
 
 def test_quick_start_commands_work_as_written(tmp_path):
     commands = quick_start_commands()
-    assert {c.split()[0] for c in commands} >= {"curl", "grpcurl", "hey"}
+    assert {c.split()[0] for c in commands} >= {"curl", "grpcurl", "hey", "perf_analyzer"}
     gateway = python_module("gateway", "serve", "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     try:
@@ -37,7 +38,12 @@ def test_quick_start_commands_work_as_written(tmp_path):
                 continue
             runnable = (command.replace("localhost:8080", f"127.0.0.1:{http_port}")
                         .replace("localhost:8081", f"127.0.0.1:{grpc_port}").replace("-z 10s", "-z 1s"))
-            result = subprocess.run(shlex.split(runnable), capture_output=True, text=True, timeout=60, env=env)
+            argv = shlex.split(runnable)
+            run_env = env
+            if tool == "perf_analyzer":  # installed by the project (tools/client_tools.py)
+                installed = perf_analyzer()
+                argv, run_env = installed.argv(*argv[1:]), {**env, **installed.env()}
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=run_env)
             assert result.returncode == 0, (command, result.stderr)
             if tool == "curl":
                 body = orjson.loads(result.stdout)
@@ -46,6 +52,8 @@ def test_quick_start_commands_work_as_written(tmp_path):
                 assert "inference.GRPCInferenceService" in result.stdout
             elif tool == "grpcurl":
                 assert orjson.loads(result.stdout)["parameters"]["batch_id"]["string_param"]
+            elif tool == "perf_analyzer":
+                assert "Concurrency: 16" in result.stdout, result.stdout
             elif tool == "hey":
                 assert "[200]" in result.stdout and "Error distribution" not in result.stdout
     finally:

@@ -68,4 +68,5 @@ class ModelStats:
     succeeded: Durations = field(default_factory=Durations)   # requests, from arrival to answer
     failed: Durations = field(default_factory=Durations)      # errors, expiries, cancellations
     by_batch_size: dict[int, Durations] = field(default_factory=dict)  # predictor calls that succeeded
+    computed: Durations = field(default_factory=Durations)  # per request: its batch's predictor time
     last_batch_unix_s: float = 0.0
