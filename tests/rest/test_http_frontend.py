@@ -166,3 +166,22 @@ def gw_small_queue():
                          "batching": {"max_queue": 8, "max_batch_size": 4}})
     with running_gateway(config) as running:
         yield running
+
+
+def test_a_split_request_is_answered_with_its_own_id_over_rest_and_grpc():
+    import grpc
+
+    from wire.generated.inference import grpc_service_pb2 as pb
+    from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+
+    config = config_for({"name": "demo", "backend": "simulated", "batching": {"max_batch_size": 4}})
+    with running_gateway(config) as running:
+        status, body = http_json("POST", f"{running.http_url}/v2/models/demo/infer", {"id": "split-rest", "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [10, 1], "data": list(range(10))}]})
+        assert status == 200 and body["id"] == "split-rest"
+        assert "," in body["parameters"]["batch_id"]  # it travelled in several batches
+        with grpc.insecure_channel(running.grpc_address) as channel:
+            request = pb.ModelInferRequest(model_name="demo", id="split-grpc")
+            request.inputs.add(name="INPUT0", datatype="FP32", shape=[10, 1]).contents.fp32_contents.extend(range(10))
+            response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
+        assert response.id == "split-grpc"
