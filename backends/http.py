@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
+import orjson
 
 from backends import errors
 from wire.errors import Unavailable
@@ -72,6 +74,17 @@ class HttpPredictor:
             return status, payload
         except Unavailable:
             return 0, b""
+
+    async def probe_json(self, path: str) -> Any:
+        """A probe whose 200 answer is JSON: the document, or None (unreachable, another
+        status, or not JSON)."""
+        status, payload = await self.probe(path)
+        if status != 200:
+            return None
+        try:
+            return orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
 
     async def close(self) -> None:
         if self._session is not None:

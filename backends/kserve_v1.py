@@ -34,12 +34,8 @@ class KServeV1Backend(Backend):
         return [v1.rows_tensor(predictions)]
 
     async def ready(self) -> bool:
-        status, payload = await self.http.probe(self._ready_path)
-        if status != 200:
-            return False
-        try:
-            document = orjson.loads(payload)
-        except orjson.JSONDecodeError:
+        document = await self.http.probe_json(self._ready_path)  # None: not 200, or not JSON
+        if document is None:
             return False
         return not isinstance(document, dict) or document.get("ready", True) is not False
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from backends import errors
 from backends.base import Backend
 from backends.http import HttpPredictor
@@ -44,22 +42,16 @@ class OipHttpBackend(Backend):
         return status == 200
 
     async def metadata(self) -> tuple[ModelSignature, list[str]] | None:
-        status, payload = await self.http.probe(self._metadata_path)
-        if status != 200:
+        document = await self.http.probe_json(self._metadata_path)
+        if not isinstance(document, dict):
             return None
         try:
-            return signature_from_json(orjson.loads(payload))
-        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError):
+            return signature_from_json(document)
+        except (ValueError, KeyError, TypeError):
             return None
 
     async def model_config(self) -> dict[str, Any] | None:
-        status, payload = await self.http.probe(self._metadata_path + "/config")  # Triton's; KServe has none
-        if status != 200:
-            return None
-        try:
-            config = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return None
+        config = await self.http.probe_json(self._metadata_path + "/config")  # Triton's; KServe has none
         return config if isinstance(config, dict) else None
 
     async def close(self) -> None:
