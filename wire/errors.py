@@ -29,6 +29,12 @@ class PayloadTooLarge(InvalidInput):
     http_status = 413
 
 
+class MessageTooLarge(PayloadTooLarge):
+    """A gRPC message larger than the limit once decompressed: RESOURCE_EXHAUSTED, as grpc's
+    own size limit answers (HTTP's 413 otherwise)."""
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class UnsupportedEncoding(InvalidInput):
     """A body in a content coding the gateway does not speak (HTTP's Content-Encoding). gRPC
     answers a message compression it does not speak with UNIMPLEMENTED, so the pair is that."""

@@ -26,7 +26,8 @@ from google.protobuf.message import DecodeError
 
 from gateway.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
-from wire.errors import GatewayError, InvalidInput
+from wire.codecs import content_encoding
+from wire.errors import GatewayError, InvalidInput, MessageTooLarge, PayloadTooLarge
 from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
@@ -99,21 +100,32 @@ class Malformed:
     """What a method receives instead of its request when the bytes are not its message.
 
     grpc.aio answers a deserializer's exception with a bare status and a message naming a
-    Python class; handing the method this stand-in lets `@rpc` answer INVALID_ARGUMENT
-    (and count it) like any other bad input."""
+    Python class; handing the method this stand-in lets `@rpc` answer INVALID_ARGUMENT (or
+    RESOURCE_EXHAUSTED for a message that inflates past the limit) and count it like any
+    other bad input."""
 
     model_name = ""  # counted as "unknown"
 
-    def __init__(self, message_type: str, problem: str) -> None:
-        self.error = InvalidInput(f"the request is not a valid {message_type} message: {problem}")
+    def __init__(self, error: GatewayError) -> None:
+        self.error = error
 
 
-def _tolerant(message_class: Any) -> Callable[[bytes], Any]:
+def _tolerant(message_class: Any, max_bytes: int) -> Callable[[bytes], Any]:
     def deserialize(data: bytes) -> Any:
         try:
+            coding = content_encoding.sniff(data)
+            if coding is not None:
+                # Compressed by the client: inflated here, never past the limit (grpc itself
+                # would inflate it whole before checking its size: a zip bomb).
+                data = content_encoding.decode(coding, [data], max_bytes)
             return message_class.FromString(data)
         except DecodeError as error:
-            return Malformed(message_class.DESCRIPTOR.name, str(error))
+            return Malformed(InvalidInput(f"the request is not a valid {message_class.DESCRIPTOR.name} message: "
+                                          f"{error}"))
+        except PayloadTooLarge as error:
+            return Malformed(MessageTooLarge(f"the message is larger than max_body_bytes: {error.message}"))
+        except GatewayError as error:
+            return Malformed(error)
     return deserialize
 
 
@@ -125,15 +137,16 @@ _HANDLER_KINDS = {
 }
 
 
-def add_servicer(server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor) -> None:
+def add_servicer(server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor, max_bytes: int) -> None:
     """Register `servicer`'s methods for `service`, as the generated `add_*_to_server` does,
-    but with deserializers that hand a malformed message to the method (see Malformed)."""
+    but with deserializers that decompress within `max_bytes` and hand a malformed message
+    to the method (see Malformed)."""
     handlers = {}
     for method in service.methods:
         request_class = message_factory.GetMessageClass(method.input_type)
         response_class = message_factory.GetMessageClass(method.output_type)
         make = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)]
-        handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_tolerant(request_class),
+        handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_tolerant(request_class, max_bytes),
                                      response_serializer=response_class.SerializeToString)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     server.add_registered_method_handlers(service.full_name, handlers)

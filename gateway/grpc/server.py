@@ -23,6 +23,10 @@ def build_server(service: InferenceService, limits: Limits, settings: ServerConf
         ("grpc.max_receive_message_length", limits.max_body_bytes),
         ("grpc.max_send_message_length", 2**31 - 1),
         ("grpc.so_reuseport", 0),
+        # A compressed message reaches the servicers' deserializers still compressed; they
+        # inflate it within max_body_bytes (gateway.grpc.rpc). grpc itself inflates a whole
+        # message before it checks the size limit, so one small message could take gigabytes.
+        ("grpc.per_message_decompression", 0),
         *connection_options(settings, max_connections),
     ])
     servicer.add_to_server(service, limits, server)

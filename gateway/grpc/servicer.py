@@ -119,4 +119,5 @@ def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStream
 
 def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> None:
     """Register the OIP servicer (malformed messages answered INVALID_ARGUMENT, see rpc)."""
-    add_servicer(server, InferenceServicer(service, limits), pb.DESCRIPTOR.services_by_name["GRPCInferenceService"])
+    add_servicer(server, InferenceServicer(service, limits), pb.DESCRIPTOR.services_by_name["GRPCInferenceService"],
+                 limits.max_body_bytes)

@@ -52,5 +52,6 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
 
 def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> str:
     """Register the servicer; return the service's full name (for reflection)."""
-    add_servicer(server, TorchServeServicer(service, limits), ts_pb.DESCRIPTOR.services_by_name["InferenceAPIsService"])
+    add_servicer(server, TorchServeServicer(service, limits), ts_pb.DESCRIPTOR.services_by_name["InferenceAPIsService"],
+                 limits.max_body_bytes)
     return TORCHSERVE_SERVICE

@@ -3,7 +3,8 @@
 What it holds: which `Content-Encoding` a request body may carry (`request_coding`: gzip,
 its alias x-gzip, deflate, identity), decoding such a body within a size limit
 (`decode`), which coding an `Accept-Encoding` header lets an answer use (`negotiate`),
-and encoding an answer with it (`encode`).
+and encoding an answer with it (`encode`); and which coding a compressed gRPC message
+carries (`sniff`), so that gRPC messages are decoded within the same limit.
 
 The limit applies to the DECOMPRESSED body: `decode` inflates incrementally, chunk by
 chunk, and stops at the first byte past the limit, so a small compressed body that would
@@ -99,6 +100,19 @@ def _deflate_wbits(chunks: Sequence[bytes]) -> int:
 
 
 @functools.lru_cache(maxsize=64)  # clients send the same few header values, over and over
+def sniff(message: bytes) -> str | None:
+    """The coding of a gRPC message that reached the gateway still compressed (its gRPC
+    server leaves decompression to it, see gateway/grpc/server.py), told by its magic bytes:
+    gzip's 1f 8b, or a zlib header (0x78, header checksum a multiple of 31). Neither can
+    start one of the gateway's request messages: 0x1f is no valid protobuf tag, and 0x78
+    would be field 15, which none of them has."""
+    if message[:2] == b"\x1f\x8b":
+        return GZIP
+    if len(message) >= 2 and message[0] == 0x78 and (message[0] << 8 | message[1]) % 31 == 0:
+        return DEFLATE
+    return None
+
+
 def negotiate(accept_encoding: str) -> str | None:
     """The coding an answer may use by the client's `Accept-Encoding`: GZIP or DEFLATE, the
     one with the higher q-value (gzip on a tie, `*` counting for both), or None."""
