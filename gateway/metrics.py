@@ -69,6 +69,12 @@ class _SchedulerCollector:
                             for name, (text, attribute) in counters.items()]
         histogram_families = [(HistogramMetricFamily(name, text, labels=["model"]), attribute)
                               for name, (text, attribute) in histograms.items()]
+        intercept = GaugeMetricFamily("gateway_predictor_profile_intercept_seconds",
+                                      "Learned predictor time of a batch, fixed part: l(b) = intercept + per_row * b",
+                                      labels=["model"])
+        per_row = GaugeMetricFamily("gateway_predictor_profile_per_row_seconds",
+                                    "Learned predictor time of a batch, per row: l(b) = intercept + per_row * b",
+                                    labels=["model"])
         depth = GaugeMetricFamily("gateway_queue_depth", "Rows queued", labels=["model"])
         inflight = GaugeMetricFamily("gateway_batches_in_flight", "Batches at the predictor", labels=["model"])
         for model in self.scheduler.model_names():
@@ -78,6 +84,10 @@ class _SchedulerCollector:
             for histogram_family, attribute in histogram_families:
                 histogram = getattr(stats, attribute)
                 histogram_family.add_metric([model], histogram.cumulative(), histogram.sum)
+            coefficients = stats.profile.coefficients
+            if coefficients is not None:
+                intercept.add_metric([model], coefficients[0])
+                per_row.add_metric([model], coefficients[1])
             depth.add_metric([model], self.scheduler.queue_depth(model))
             inflight.add_metric([model], self.scheduler.inflight(model))
         for counter, _ in counter_families:
@@ -86,6 +96,8 @@ class _SchedulerCollector:
             yield histogram_family
         yield depth
         yield inflight
+        yield intercept
+        yield per_row
 
 
 class _ConnectionCollector:

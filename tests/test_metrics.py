@@ -100,3 +100,18 @@ def test_every_front_end_counts_its_requests_with_one_status_vocabulary():
         assert value("gateway_requests_total", model="unknown", protocol="torchserve_grpc", code="404") == 1
         codes = {labels for (name, labels) in samples if name == "gateway_requests_total"}
         assert all(dict(labels)["code"].isdigit() for labels in codes)
+
+
+def test_the_learned_latency_profile_is_exported():
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 5, "per_instance_ms": 1}})
+    with running_gateway(config) as gw:
+        for rows in (1, 4, 8, 1, 4, 8):
+            instances = [[float(i)] for i in range(rows)]
+            assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": instances})[0] == 200
+        text = http("GET", f"{gw.http_url}/metrics")[2].decode()
+    samples = {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.labels.get("model") == "demo"}
+    # The simulated predictor costs 5 ms + 1 ms per row: the fit sees about that (loose
+    # bounds: a busy machine adds its own delays).
+    assert 0.001 < samples["gateway_predictor_profile_intercept_seconds"] < 0.05
+    assert 0.0003 < samples["gateway_predictor_profile_per_row_seconds"] < 0.005

@@ -78,6 +78,7 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
         if by_size is None:
             by_size = stats.by_batch_size[rows] = Durations()
         by_size.add(elapsed)
+        stats.profile.observe(rows, elapsed)
         for _ in {id(part.request) for part in parts}:
             stats.computed.add(elapsed)
         return outputs

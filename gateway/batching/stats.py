@@ -10,6 +10,8 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
+from gateway.batching.profile import LatencyProfile
+
 
 class Histogram:
     """Cumulative-on-read histogram with fixed upper bounds (Prometheus `le` semantics)."""
@@ -69,4 +71,5 @@ class ModelStats:
     failed: Durations = field(default_factory=Durations)      # errors, expiries, cancellations
     by_batch_size: dict[int, Durations] = field(default_factory=dict)  # predictor calls that succeeded
     computed: Durations = field(default_factory=Durations)  # per request: its batch's predictor time
+    profile: LatencyProfile = field(default_factory=LatencyProfile)  # ℓ(b), learned from successful calls
     last_batch_unix_s: float = 0.0
