@@ -189,6 +189,12 @@ class TensorModel(ServedModel):
     def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
         return outputs
 
+    async def ready(self) -> bool:
+        # Ready once the predictor is, and has answered its metadata once (describing
+        # nothing is an answer too), so that no request is judged against a signature that
+        # is merely not read yet.
+        return await self.backend.ready() and self.signature is not None
+
 
 class InstanceModel(ServedModel):
     """A predictor that takes KServe v1 instances (KServe v1, TorchServe)."""

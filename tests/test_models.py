@@ -84,3 +84,17 @@ def test_a_declared_signature_stands_whatever_the_predictor_says(monkeypatch):
         await model.close()
 
     asyncio.run(scenario())
+
+
+def test_a_tensor_model_is_ready_once_its_predictor_has_answered_metadata_even_with_nothing():
+    async def scenario() -> None:
+        predictor = FakePredictor(None)  # up, but has not answered its metadata yet
+        model = tensor_model(predictor)
+        await settled(model)
+        assert not await model.ready()
+        predictor.described = (ModelSignature(), [])
+        await asyncio.sleep(models.METADATA_RETRY_S + 0.1)
+        assert await model.ready() and model.described_inputs == ()
+        await model.close()
+
+    asyncio.run(scenario())
