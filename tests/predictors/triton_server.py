@@ -203,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         triton.run()  # returns once the server and the models are ready
         _load_identity_bf16(args.http_port)
-        # On a line of its own: Triton writes its log to the same file, and its last line
-        # may still lack its newline at this moment.
-        print("\nREADY", flush=True)
+        # On a line of its own, in ONE write: Triton writes its log to the same file, in
+        # pieces, and may be mid-line right now ("model_lifecycl" READY "e.cc:839] ..." was
+        # seen); newlines on both sides keep READY alone on its line wherever it lands.
+        sys.stdout.write("\nREADY\n")
+        sys.stdout.flush()
         # Wake up now and then to notice a Triton that died under us.
         while not stop_requested.wait(timeout=1.0):
             if not triton.is_alive():
