@@ -158,10 +158,20 @@ def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> Pr
 
 def _batching(raw: dict, key: str) -> BatchingConfig:
     _only(raw, key, {"policy", "max_batch_size", "max_latency_ms", "timeout_s", "max_inflight", "max_queue",
-                     "max_hold_ms"})
+                     "max_hold_ms", "slo_ms"})
     default = BatchingConfig()
+    slo_s = None
+    if "slo_ms" in raw:
+        slo_s = _number(raw, key, "slo_ms", 0, minimum=0) / 1000
+        if not slo_s > 0:
+            raise ConfigError(f"{key}.slo_ms", "must be positive")
+    # Setting slo_ms is what turns deadline-aware batching on; policy "deadline" needs it.
+    policy = _choice(raw, key, "policy", POLICIES, "deadline" if slo_s is not None else default.policy)
+    if (policy == "deadline") != (slo_s is not None):
+        raise ConfigError(f"{key}.slo_ms" if slo_s is not None else f"{key}.policy",
+                          "policy \"deadline\" and slo_ms go together: set slo_ms (the latency objective) to use it")
     return BatchingConfig(
-        policy=_choice(raw, key, "policy", POLICIES, default.policy),
+        policy=policy, slo_s=slo_s,
         max_batch_size=_number(raw, key, "max_batch_size", default.max_batch_size, integer=True, minimum=1),
         max_latency_s=_number(raw, key, "max_latency_ms", default.max_latency_s * 1000, minimum=0) / 1000,
         timeout_s=_number(raw, key, "timeout_s", default.timeout_s, minimum=0.001),

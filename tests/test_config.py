@@ -71,6 +71,10 @@ def test_connection_limits_have_production_defaults_and_can_be_set():
      "unknown"),
     ({"models": [{"name": "m"}], "server": {"http_port": 70000}}, "server.http_port", "<= 65535"),
     ({"models": [{"name": "m"}], "server": {"header_timeout_s": 0}}, "server.header_timeout_s", "positive"),
+    ({"models": [{"name": "m", "batching": {"policy": "deadline"}}]}, "models[0].batching.policy", "slo_ms"),
+    ({"models": [{"name": "m", "batching": {"policy": "window", "slo_ms": 100}}]}, "models[0].batching.slo_ms",
+     "go together"),
+    ({"models": [{"name": "m", "batching": {"slo_ms": 0}}]}, "models[0].batching.slo_ms", "positive"),
     ({"models": [{"name": "m"}], "server": {"idle_timeout_s": float("nan")}}, "server.idle_timeout_s", "positive"),
     ({"models": [{"name": "m"}], "server": {"body_timeout_s": "1m"}}, "server.body_timeout_s", "a number"),
     ({"models": [{"name": "m"}], "server": {"max_connections": -1}}, "server.max_connections", ">= 0"),
@@ -110,3 +114,9 @@ def test_torchserve_config_errors_name_the_key(fields, key, message):
 def test_the_kserve_v1_rule_still_holds_for_kserve():
     with pytest.raises(config.ConfigError, match="HTTP only"):
         config.parse({"models": [{"name": "m", "backend": "kserve", "protocol": "grpc", "url": "x:1", "api": "v1"}]})
+
+
+def test_slo_ms_turns_deadline_aware_batching_on():
+    batching = config.parse({"models": [{"name": "m", "batching": {"slo_ms": 250}}]}).models[0].batching
+    assert batching.policy == "deadline" and batching.slo_s == 0.25
+    assert config.parse({"models": [{"name": "m"}]}).models[0].batching.slo_s is None

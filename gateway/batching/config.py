@@ -19,3 +19,4 @@ class BatchingConfig:
     max_queue: int = 4096        # rows queued for this model beyond which requests are refused
     timeout_s: float = 60.0      # a request's deadline, from its arrival (a client may ask for less)
     max_hold_s: float = 0.01     # adaptive: the most a learned hold may delay a batch; 0 = never hold
+    slo_s: float | None = None   # deadline: the answer's latency objective, and every request's deadline

@@ -104,7 +104,11 @@ class ModelQueue:
             )
         loop = self._loop
         now = loop.time()
-        timeout = config.timeout_s if timeout_s is None else min(timeout_s, config.timeout_s)
+        timeout = min(s for s in (timeout_s, config.timeout_s, config.slo_s) if s is not None)
+        refusal = self.policy.admit(self, size, now + timeout, now)
+        if refusal is not None:
+            self.stats.refused_late += 1
+            raise refusal
         pieces = split_request(inputs, config.max_batch_size)
         # Parameters are part of what must agree for requests to share a batch.
         signature = (signature_key(inputs), tuple(sorted(parameters.items()))) if parameters else signature_key(inputs)
@@ -113,6 +117,9 @@ class ModelQueue:
             self.pending.append(Part(request, index, piece, len(piece[0].data), now))
         self.queued_rows += size
         request.timer = loop.call_at(request.deadline, self._expire, request, timeout)
+        latest_start = self.policy.latest_start(self, size, request.deadline)
+        if latest_start is not None:
+            request.start_timer = loop.call_at(max(latest_start, now), self._drop_if_unsent, request)
         request.future.add_done_callback(lambda _f: self._finished(request))
         self.policy.on_arrival(now)
         self.pump()
@@ -129,6 +136,8 @@ class ModelQueue:
         """Runs once per request however it ends: result, error, expiry or cancellation."""
         if request.timer is not None:
             request.timer.cancel()
+        if request.start_timer is not None:
+            request.start_timer.cancel()
         future = request.future
         succeeded = not future.cancelled() and future.exception() is None
         (self.stats.succeeded if succeeded else self.stats.failed).add(self._loop.time() - request.arrived)
@@ -142,15 +151,18 @@ class ModelQueue:
         """Ship every batch the policy allows into the free executor slots."""
         while self.inflight < self.config.max_inflight:
             pending = self.pending
+            now = self._loop.time()
+            if self.policy.drops_doomed:
+                self._drop_doomed(now)
             while pending and not pending[0].live:
                 pending.popleft()
             if not pending:
                 return
-            until = self.policy.wait_until(self, self._loop.time())
+            until = self.policy.wait_until(self, now)
             if until is not None:
                 self._wake_at(until)
                 return
-            parts = self._take_batch()
+            parts = self._take_batch(now)
             self.inflight += 1
             task = self._loop.create_task(self._run_batch(parts))
             self.tasks.add(task)
@@ -167,13 +179,34 @@ class ModelQueue:
         self.wake = None
         self.pump()
 
-    def _take_batch(self) -> list[Part]:
-        parts = take_oldest_group(self.pending, self.config.max_batch_size)
+    def _take_batch(self, now: float) -> list[Part]:
+        # Never below the oldest part's size: the oldest always leaves (a part that could
+        # not make its deadline even alone was dropped before this).
+        limit = max(self.policy.batch_limit(self, now), self.pending[0].size)
+        parts = take_oldest_group(self.pending, limit)
         for part in parts:
             part.request.queued_rows -= part.size
             part.request.sent = True
             self.queued_rows -= part.size
         return parts
+
+    def _drop_if_unsent(self, request: Request) -> None:
+        if request.done or request.sent:
+            return
+        self._drop(request, request.deadline - self._loop.time())
+
+    def _drop(self, request: Request, left_s: float) -> None:
+        self.stats.dropped += 1
+        request.fail(DeadlineExceeded(
+            f"model '{self.name}': the request could no longer be answered within its deadline "
+            f"({max(left_s, 0) * 1000:.0f} ms were left); it was dropped before reaching the predictor"))
+
+    def _drop_doomed(self, now: float) -> None:
+        """Answer now, and never send, the queued requests the policy says cannot be
+        answered in time: predictor time is not spent on answers nobody can use."""
+        for part in self.pending:
+            if part.live and not part.request.sent and self.policy.doomed(self, part, now):
+                self._drop(part.request, part.deadline - now)
 
     async def _run_batch(self, parts: list[Part]) -> None:
         batch_id = self._next_batch_id()

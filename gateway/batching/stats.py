@@ -59,6 +59,8 @@ class ModelStats:
     instances: int = 0
     requests: int = 0
     refused: int = 0
+    refused_late: int = 0  # refused at admission: predicted to miss its deadline
+    dropped: int = 0       # dropped from the queue: could no longer meet its deadline
     expired: int = 0
     isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
     holds: int = 0       # times a free slot waited for answered clients to return

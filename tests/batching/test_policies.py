@@ -7,14 +7,16 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.policies import POLICIES, REGISTRY, make_policy
 from gateway.batching.policies.adaptive import AdaptivePolicy
 from gateway.batching.policies.base import Policy
+from gateway.batching.policies.deadline import DeadlinePolicy
 from gateway.batching.policies.window import WindowPolicy
 
 
 def test_the_config_names_map_to_their_policies():
-    assert POLICIES == ("adaptive", "window")  # the order the config's error message lists them in
+    assert POLICIES == ("adaptive", "window", "deadline")  # the order the config's error message lists them in
     assert BatchingConfig().policy == "adaptive"
     assert isinstance(make_policy(BatchingConfig()), AdaptivePolicy)
     assert isinstance(make_policy(BatchingConfig(policy="window")), WindowPolicy)
+    assert isinstance(make_policy(BatchingConfig(policy="deadline", slo_s=0.1)), DeadlinePolicy)
     assert all(issubclass(implementation, Policy) for implementation in REGISTRY.values())
 
 

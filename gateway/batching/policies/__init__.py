@@ -6,6 +6,8 @@ Modules
   policy may read of the queue (`QueueState`, `QueuedPart`).
 * `adaptive`: ship when a slot is free, with a learned hold for returning clients (default).
 * `window`: KServe's batcher: ship when full or when the oldest has waited max_latency.
+* `deadline`: the most answers within their deadlines (`slo_ms`): refuse at admission what
+  cannot make it, drop what no longer can, size batches for the oldest deadline.
 
 A new policy is a new module implementing `Policy`, named in `REGISTRY` below; the queue
 needs no change. Policies must not know the event loop, futures or executors.
@@ -15,12 +17,14 @@ from __future__ import annotations
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy
 from gateway.batching.policies.base import Policy
+from gateway.batching.policies.deadline import DeadlinePolicy
 from gateway.batching.policies.window import WindowPolicy
 
 # The value of `policy` in a model's [batching] table -> its implementation.
 REGISTRY: dict[str, type[Policy]] = {
     "adaptive": AdaptivePolicy,
     "window": WindowPolicy,
+    "deadline": DeadlinePolicy,
 }
 POLICIES: tuple[str, ...] = tuple(REGISTRY)
 

@@ -15,6 +15,7 @@ from typing import Protocol
 from gateway.batching.config import BatchingConfig
 from gateway.batching.merge import Mergeable
 from gateway.batching.stats import ModelStats
+from wire.errors import GatewayError
 
 
 class QueuedPart(Mergeable, Protocol):
@@ -31,6 +32,14 @@ class QueuedPart(Mergeable, Protocol):
 
 class QueueState(Protocol):
     """What a policy may read of a model's queue."""
+
+    @property
+    def name(self) -> str:
+        """The model's name, for the messages of refusals."""
+
+    @property
+    def inflight(self) -> int:
+        """Batches at the executor now."""
 
     @property
     def pending(self) -> Sequence[QueuedPart]:
@@ -58,6 +67,28 @@ class Policy(ABC):
 
         None: ship a batch now. A time: ship nothing before it; the queue asks again then,
         or sooner (when a request arrives or a batch returns)."""
+
+    # Deadline-aware policies also decide who is admitted, how large a batch is and what is
+    # dropped; the defaults admit everything, fill batches to max_batch_size, drop nothing.
+    drops_doomed = False  # the queue asks `doomed` of its parts only when this is set
+
+    def admit(self, queue: QueueState, rows: int, deadline: float, now: float) -> GatewayError | None:
+        """None to queue a request of `rows` rows due at `deadline`; else the error that
+        refuses it at once."""
+        return None
+
+    def batch_limit(self, queue: QueueState, now: float) -> int:
+        """The most rows the next batch may hold."""
+        return self.config.max_batch_size
+
+    def doomed(self, queue: QueueState, part: QueuedPart, now: float) -> bool:
+        """True for a queued part that can no longer be answered in time: it is dropped."""
+        return False
+
+    def latest_start(self, queue: QueueState, rows: int, deadline: float) -> float | None:
+        """When a request of `rows` rows due at `deadline` must have reached the predictor
+        to be answered in time; if it has not by then, it is dropped. None: never dropped."""
+        return None
 
     def on_arrival(self, now: float) -> None:  # noqa: B027 - a hook most policies ignore
         """A request was queued at `now`."""

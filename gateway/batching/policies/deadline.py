@@ -1,0 +1,85 @@
+"""Policy `deadline`: the most answers within their deadlines, at any load (`slo_ms`).
+
+Semantics
+---------
+Every request has a deadline: `slo_ms` after its arrival, or sooner if its client asks
+(a gRPC deadline, `X-Request-Timeout-Ms`, the OIP `timeout` parameter). The policy reads
+the model's learned latency profile ℓ(b) (`batching.profile`: the predictor time of a
+batch of b rows) and, once it has one:
+
+* **Admission.** A request is refused at once (503, saying the predicted time and the
+  deadline) when it cannot finish in time: the batches queued ahead of it, at ℓ(B) each
+  over `max_inflight` slots (B = `max_batch_size`), plus half a batch for the call in
+  progress when every slot is busy, plus its own batch, end past its deadline. A fast
+  refusal lets a client retry elsewhere; a late answer is worth nothing.
+* **Drop.** A queued request that can no longer finish, even shipped alone now (now +
+  ℓ(its rows) past its deadline), is answered 504 at once and never sent: predictor time
+  goes to answers that can still arrive in time. "At once" is at its latest start,
+  deadline − ℓ(its rows), by a timer set at admission; and again whenever a batch is
+  formed, in case the profile has changed since.
+* **Batch size.** The next batch holds at most the rows that still let its oldest member
+  finish: the largest b ≤ B with now + ℓ(b) ≤ that deadline.
+* **Hold.** The adaptive policy's learned hold for returning closed-loop clients stays,
+  but never past the moment the oldest request must leave to make its deadline with a
+  full batch.
+
+Before the first predictor call there is no profile: everything is admitted, nothing is
+dropped, batches fill to B. Like every policy, this one knows only the time and the
+queue's state (see `base`).
+"""
+from __future__ import annotations
+
+import math
+
+from gateway.batching.policies.adaptive import AdaptivePolicy
+from gateway.batching.policies.base import QueuedPart, QueueState
+from wire.errors import GatewayError, Unavailable
+
+
+class DeadlinePolicy(AdaptivePolicy):
+    drops_doomed = True
+
+    def admit(self, queue: QueueState, rows: int, deadline: float, now: float) -> GatewayError | None:
+        profile = queue.stats.profile
+        full = profile.predict(self.config.max_batch_size)
+        own = profile.predict(min(rows, self.config.max_batch_size))
+        if full is None or own is None:
+            return None
+        slots = self.config.max_inflight
+        in_progress = full / 2 if queue.inflight >= slots else 0.0
+        ahead = math.ceil(queue.queued_rows / self.config.max_batch_size) * full / slots
+        predicted = in_progress + ahead + own
+        if now + predicted <= deadline:
+            return None
+        return Unavailable(
+            f"model '{queue.name}': predicted to finish in {predicted * 1000:.0f} ms ({queue.queued_rows} rows "
+            f"queued ahead), past its deadline of {(deadline - now) * 1000:.0f} ms; refused at once so that it "
+            f"can be retried elsewhere")
+
+    def batch_limit(self, queue: QueueState, now: float) -> int:
+        coefficients = queue.stats.profile.coefficients
+        oldest = next((part for part in queue.pending if part.live), None)
+        if coefficients is None or oldest is None:
+            return self.config.max_batch_size
+        intercept, per_row = coefficients
+        if per_row <= 0:
+            return self.config.max_batch_size
+        fitting = math.floor((oldest.deadline - now - intercept) / per_row + 1e-9)  # 4.9999999 rows is 5
+        return max(1, min(self.config.max_batch_size, fitting))
+
+    def doomed(self, queue: QueueState, part: QueuedPart, now: float) -> bool:
+        needed = queue.stats.profile.predict(part.size)
+        return needed is not None and now + needed > part.deadline
+
+    def latest_start(self, queue: QueueState, rows: int, deadline: float) -> float | None:
+        needed = queue.stats.profile.predict(min(rows, self.config.max_batch_size))
+        return None if needed is None else deadline - needed
+
+    def wait_until(self, queue: QueueState, now: float) -> float | None:
+        until = super().wait_until(queue, now)
+        full = queue.stats.profile.predict(self.config.max_batch_size)
+        oldest = next((part for part in queue.pending if part.live), None)
+        if until is None or full is None or oldest is None:
+            return until
+        latest_start = oldest.deadline - full
+        return min(until, latest_start) if latest_start > now else None

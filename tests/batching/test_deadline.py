@@ -1,0 +1,123 @@
+"""Policy `deadline` (gateway/batching/policies/deadline.py): with a learned latency profile,
+refuse at admission what cannot finish in time, drop from the queue what no longer can,
+and size each batch for its oldest member's deadline. First as pure decisions over plain
+objects, then through the scheduler with a recording executor."""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.batching.config import BatchingConfig
+from gateway.batching.policies.deadline import DeadlinePolicy
+from gateway.batching.stats import ModelStats
+from tests.batching.support import RecordingExecutor, rows, scheduler_with
+from wire.errors import DeadlineExceeded, Unavailable
+
+CONFIG = BatchingConfig(policy="deadline", slo_s=0.1, max_batch_size=8, max_hold_s=0)
+
+
+@dataclass
+class Part:
+    size: int
+    deadline: float
+    enqueued_at: float = 0.0
+    live: bool = True
+
+
+@dataclass
+class Queue:
+    pending: deque = field(default_factory=deque)
+    queued_rows: int = 0
+    inflight: int = 0
+    name: str = "m"
+    stats: ModelStats = field(default_factory=ModelStats)
+
+
+def profiled(intercept: float = 0.010, per_row: float = 0.001) -> Queue:
+    queue = Queue()
+    for size in (1, 2, 4, 8) * 5:
+        queue.stats.profile.observe(size, intercept + per_row * size)
+    return queue
+
+
+def test_without_a_profile_everything_is_admitted_and_nothing_dropped():
+    policy, queue = DeadlinePolicy(CONFIG), Queue(queued_rows=10_000)
+    assert policy.admit(queue, 1, deadline=0.001, now=0.0) is None
+    assert not policy.doomed(queue, Part(1, deadline=0.0), now=1.0)
+    assert policy.batch_limit(queue, now=0.0) == 8
+
+
+def test_a_request_that_fits_is_admitted():
+    policy, queue = DeadlinePolicy(CONFIG), profiled()
+    queue.queued_rows = 16  # two full batches ahead: 2 x 18 ms, then its own 11 ms
+    assert policy.admit(queue, 1, deadline=0.1, now=0.0) is None
+
+
+def test_a_request_predicted_to_finish_late_is_refused_at_once_saying_why():
+    policy, queue = DeadlinePolicy(CONFIG), profiled()
+    queue.queued_rows, queue.inflight = 48, 1  # 9 ms in progress + 6 x 18 ms ahead + 11 ms
+    refusal = policy.admit(queue, 1, deadline=0.1, now=0.0)
+    assert isinstance(refusal, Unavailable) and refusal.http_status == 503
+    assert "predicted to finish in 128 ms" in refusal.message and "deadline of 100 ms" in refusal.message
+
+
+def test_more_slots_drain_the_queue_faster():
+    queue = profiled()
+    queue.queued_rows = 48
+    two_slots = DeadlinePolicy(BatchingConfig(policy="deadline", slo_s=0.1, max_batch_size=8, max_inflight=2))
+    assert DeadlinePolicy(CONFIG).admit(queue, 1, deadline=0.1, now=0.0) is not None
+    assert two_slots.admit(queue, 1, deadline=0.1, now=0.0) is None  # 3 x 18 + 11 = 65 ms
+
+
+def test_a_part_that_cannot_finish_even_alone_is_doomed():
+    policy, queue = DeadlinePolicy(CONFIG), profiled()
+    assert policy.doomed(queue, Part(4, deadline=0.013), now=0.0)      # needs 14 ms
+    assert not policy.doomed(queue, Part(4, deadline=0.015), now=0.0)
+
+
+def test_the_batch_holds_what_still_lets_its_oldest_member_finish():
+    policy, queue = DeadlinePolicy(CONFIG), profiled()
+    queue.pending.extend([Part(1, deadline=0.015), Part(1, deadline=0.5)])
+    assert policy.batch_limit(queue, now=0.0) == 5     # 10 + 5 ms fits 15 ms
+    queue.pending.popleft()
+    assert policy.batch_limit(queue, now=0.0) == 8     # plenty of time: full
+    queue.pending[0].live = False
+    assert policy.batch_limit(queue, now=0.0) == 8     # nothing live: the default
+
+
+# -- through the scheduler ----------------------------------------------------------------
+
+async def test_under_overload_late_requests_are_refused_at_once_and_the_rest_answered():
+    executor = RecordingExecutor(delay_s=0.02)
+    scheduler = scheduler_with(executor, policy="deadline", slo_s=0.1, max_batch_size=4, max_hold_s=0)
+    await asyncio.gather(*(scheduler.submit("m", rows(i, 1)) for i in range(8)))  # learn the profile
+    outcomes = await asyncio.gather(*(scheduler.submit("m", rows(i, 1)) for i in range(200)),
+                                    return_exceptions=True)
+    refused = [o for o in outcomes if isinstance(o, Unavailable)]
+    answered = [o for o in outcomes if not isinstance(o, BaseException)]
+    assert refused and answered
+    assert all(isinstance(o, (Unavailable, DeadlineExceeded)) or not isinstance(o, BaseException) for o in outcomes)
+    stats = scheduler.stats("m")
+    assert stats.refused_late == len(refused)
+    # Refused requests never reached the predictor: it saw the answered ones and the dropped ones at most.
+    assert sum(len(batch) for batch in executor.batches) == 8 + len(answered)
+
+
+async def test_a_queued_request_that_can_no_longer_make_it_is_dropped_and_never_sent():
+    executor = RecordingExecutor(delay_s=0.03)
+    scheduler = scheduler_with(executor, policy="deadline", slo_s=1.0, max_batch_size=1, max_hold_s=0)
+    await scheduler.submit("m", rows(0, 1))  # learn: ~30 ms per call
+    executor.release = asyncio.Event()
+    first = asyncio.ensure_future(scheduler.submit("m", rows(1, 1)))
+    await asyncio.sleep(0.01)  # the first is at the predictor, held there
+    short = asyncio.ensure_future(scheduler.submit("m", rows(2, 1), timeout_s=0.05))
+    await asyncio.sleep(0.03)  # now it cannot make it: 20 ms left, a call takes 30
+    executor.release.set()
+    with pytest.raises(DeadlineExceeded, match="dropped before reaching the predictor"):
+        await short
+    await first
+    assert scheduler.stats("m").dropped == 1
+    assert [batch[0, 0] for batch in executor.batches] == [0, 2]  # row 2 (the short one) was never sent
