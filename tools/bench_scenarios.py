@@ -681,6 +681,90 @@ def loadgen_ceiling(ctx: Context) -> dict[str, Any]:
     }
 
 
+async def _open_loop(url: str, body: bytes, rate: float, duration: float, seed: int = 1) -> list[tuple[int, float]]:
+    """Poisson arrivals at `rate` per second for `duration` seconds, each request on its own
+    (no client waits for another): (status, latency s) per request, 0 for no answer."""
+    import random
+
+    import aiohttp
+
+    rng = random.Random(seed)
+    outcomes: list[tuple[int, float]] = []
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
+        async def one() -> None:
+            started = time.perf_counter()
+            try:
+                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+                    await response.read()
+                    outcomes.append((response.status, time.perf_counter() - started))
+            except (aiohttp.ClientError, TimeoutError):
+                outcomes.append((0, time.perf_counter() - started))
+
+        tasks = []
+        loop = asyncio.get_running_loop()
+        start = next_at = loop.time()
+        while next_at < start + duration:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            tasks.append(asyncio.ensure_future(one()))
+            next_at += rng.expovariate(rate)
+        await asyncio.gather(*tasks)
+    return outcomes
+
+
+def goodput(ctx: Context) -> dict[str, Any]:
+    """Answers within their SLO per second, adaptive (FIFO) vs deadline, at 1x, 2x and 4x the
+    predictor's batched capacity."""
+    slo_s, call_ms, per_row_ms, batch = 0.2, 50.0, 1.0, 8
+    capacity = batch / ((call_ms + per_row_ms * batch) / 1000)  # rows per second
+    runs: list[dict[str, Any]] = []
+    for policy in ("adaptive", "deadline"):
+        batching: dict[str, Any] = {"max_batch_size": batch, "timeout_s": 30}
+        if policy == "deadline":
+            batching["slo_ms"] = slo_s * 1000
+        model = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": call_ms, "per_instance_ms": per_row_ms},
+                 "batching": batching}
+        with Gateway(ctx.log_dir, f"gateway-goodput-{policy}", [model]).start() as gateway:
+            url = f"{gateway.http_url}/v1/models/demo:predict"
+            for load in (1.0, 2.0, 4.0):
+                ctx.say(f"  goodput: {policy} at {load:g}x capacity")
+                asyncio.run(_open_loop(url, V1_BODY, capacity, 1.0))  # warm up and teach the profile
+                outcomes = asyncio.run(_open_loop(url, V1_BODY, load * capacity, ctx.duration))
+                good = [latency for status, latency in outcomes if status == 200 and latency <= slo_s]
+                answered = sorted(latency for status, latency in outcomes if status == 200)
+                refused = [latency for status, latency in outcomes if status in (429, 503)]
+                runs.append({
+                    "name": policy, "load": load, "offered": len(outcomes) / ctx.duration,
+                    "goodput": len(good) / ctx.duration,
+                    "answered": len(answered) / ctx.duration,
+                    "late_pct": 100 * (len(answered) - len(good)) / max(1, len(answered)),
+                    "refused_pct": 100 * len(refused) / max(1, len(outcomes)),
+                    "refusal_ms": 1000 * statistics.median(refused) if refused else None,
+                    "p50_ms": 1000 * answered[len(answered) // 2] if answered else None,
+                    "p99_ms": 1000 * answered[int(len(answered) * 0.99)] if answered else None,
+                })
+    by_load: dict[tuple[str, float], float] = {(str(run["name"]), float(run["load"])): float(run["goodput"])
+                                               for run in runs}
+    checks = [check(f"goodput at {load:g}x capacity", "deadline >= 3x adaptive under overload" if load > 1 else "",
+                    f"{by_load[('deadline', load)] / max(by_load[('adaptive', load)], 1e-9):.2f}x",
+                    (by_load[("deadline", load)] >= 3 * by_load[("adaptive", load)]) if load > 1 else None)
+              for load in (1.0, 2.0, 4.0)]
+    return {
+        "title": "Goodput: answers within their SLO per second, FIFO (adaptive) vs deadline",
+        "setup": f"The gateway's embedded simulated model at {call_ms:g} ms + {per_row_ms:g} ms per row, batches of "
+                 f"{batch}: a capacity of {capacity:.0f} rows/s. Open-loop Poisson arrivals of single-row v1 requests "
+                 f"at 1x, 2x and 4x that for {ctx.duration:g} s each (after 1 s at 1x), every request due within "
+                 f"{slo_s * 1000:.0f} ms. Goodput counts 200s answered within that; `deadline` sets slo_ms = "
+                 f"{slo_s * 1000:.0f}.",
+        "tables": [{"title": "", "rows": runs, "columns": [
+            ["name", "policy", "s"], ["load", "load x capacity", "g"], ["offered", "offered req/s", ".0f"],
+            ["goodput", "goodput/s", ".1f"], ["answered", "200/s", ".1f"], ["late_pct", "late 200s %", ".0f"],
+            ["refused_pct", "refused %", ".0f"], ["refusal_ms", "refusal p50 ms", ".1f"],
+            ["p50_ms", "200 p50 ms", ".0f"], ["p99_ms", "200 p99 ms", ".0f"]]}],
+        "checks": checks, "runs": runs, "plots": {},
+    }
+
+
 def perf_analyzer_scenario(ctx: Context) -> dict[str, Any]:
     """Triton's perf_analyzer, unmodified, as the load: HTTP, gRPC and gRPC streaming at 1 and
     16 concurrent requests, against the gateway on its embedded 5 ms model."""
@@ -725,5 +809,6 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "latency-curve": (latency_curve, "p50/p99 vs req/s for direct, window and adaptive (plot)"),
     "memory": (memory, "RSS with 10,000 requests queued, and across 200,000 requests"),
     "loadgen-ceiling": (loadgen_ceiling, "the load generator's own cost per request against trivial servers"),
+    "goodput": (goodput, "answers within a 200 ms SLO per second, adaptive vs deadline, at 1x/2x/4x capacity"),
     "perf-analyzer": (perf_analyzer_scenario, "Triton's perf_analyzer as the load: HTTP, gRPC, streaming at 1 and 16"),
 }

@@ -76,3 +76,18 @@ def test_markdown_table_formats_cells():
     table = bench.markdown_table(columns, [{"name": "a", "rps": 12.345, "ratio": 0.5}, {"name": "b"}])
     assert table.splitlines() == ["| run | req/s | ratio |", "|---|---:|---:|", "| a | 12.3 | 50% |",
                                   "| b | – | – |"]
+
+
+def test_goodput_smoke_run_reports_both_policies_at_each_load(tmp_path):
+    out = tmp_path / "bench"
+    completed = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "--scenario", "goodput", "--duration", "1", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = json.loads((out / "results.json").read_text())["scenarios"]["goodput"]["tables"][0]["rows"]
+    assert [(r["name"], r["load"]) for r in rows] == [
+        (policy, load) for policy in ("adaptive", "deadline") for load in (1.0, 2.0, 4.0)]
+    assert all(r["answered"] > 0 for r in rows)
+    # Only the deadline policy refuses (fast, explicit 503s); FIFO answers everything, late.
+    assert all(r["refused_pct"] == 0 for r in rows if r["name"] == "adaptive")
