@@ -158,7 +158,11 @@ def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> Pr
 
 def _batching(raw: dict, key: str) -> BatchingConfig:
     _only(raw, key, {"policy", "max_batch_size", "max_latency_ms", "timeout_s", "max_inflight", "max_queue",
-                     "max_hold_ms", "slo_ms"})
+                     "max_hold_ms", "slo_ms", "priority_levels", "default_priority_level"})
+    levels = _number(raw, key, "priority_levels", 0, integer=True, minimum=0)
+    # Triton's rule: the default level is one of the levels; here the lowest unless set.
+    default_level = _number(raw, key, "default_priority_level", levels, integer=True, minimum=1 if levels else 0,
+                            maximum=levels)
     default = BatchingConfig()
     slo_s = None
     if "slo_ms" in raw:
@@ -171,7 +175,7 @@ def _batching(raw: dict, key: str) -> BatchingConfig:
         raise ConfigError(f"{key}.slo_ms" if slo_s is not None else f"{key}.policy",
                           "policy \"deadline\" and slo_ms go together: set slo_ms (the latency objective) to use it")
     return BatchingConfig(
-        policy=policy, slo_s=slo_s,
+        policy=policy, slo_s=slo_s, priority_levels=levels, default_priority_level=default_level,
         max_batch_size=_number(raw, key, "max_batch_size", default.max_batch_size, integer=True, minimum=1),
         max_latency_s=_number(raw, key, "max_latency_ms", default.max_latency_s * 1000, minimum=0) / 1000,
         timeout_s=_number(raw, key, "timeout_s", default.timeout_s, minimum=0.001),

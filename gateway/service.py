@@ -163,17 +163,17 @@ class InferenceService:
             requested = [output.name for output in request.outputs]
             batch_inputs = served.batch_inputs_from_tensors(request.inputs)
             served.check_requested_outputs(requested)
-            request.priority  # noqa: B018 (validated now; the deadline-aware scheduler will use it)
             deadlines = [s for s in (timeout_s, request.timeout_s) if s is not None]
             result = await self.scheduler.submit(served.name, batch_inputs, min(deadlines, default=None), client,
-                                                 request.forwarded_parameters())
+                                                 request.forwarded_parameters(), request.priority)
             outputs = served.select_outputs(served.tensors_from_outputs(result.outputs), requested)
             return InferenceOutcome(outputs, ",".join(result.batch_ids))
 
     async def infer_instances(self, served: ServedModel, instances: list[Any], timeout_s: float | None = None,
-                              client: ClientContext = NO_CONTEXT) -> tuple[list[Any], str]:
-        """A KServe v1 or TorchServe request: instances in, predictions out."""
+                              client: ClientContext = NO_CONTEXT, priority: int = 0) -> tuple[list[Any], str]:
+        """A KServe v1 or TorchServe request: instances in, predictions out (`priority` from
+        the front end's header, as the OIP `priority` parameter)."""
         with self._in_flight():
             batch_inputs = served.batch_inputs_from_instances(instances)
-            result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client)
+            result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client, priority=priority)
             return served.predictions_from_outputs(result.outputs), ",".join(result.batch_ids)

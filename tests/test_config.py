@@ -75,6 +75,10 @@ def test_connection_limits_have_production_defaults_and_can_be_set():
     ({"models": [{"name": "m", "batching": {"policy": "window", "slo_ms": 100}}]}, "models[0].batching.slo_ms",
      "go together"),
     ({"models": [{"name": "m", "batching": {"slo_ms": 0}}]}, "models[0].batching.slo_ms", "positive"),
+    ({"models": [{"name": "m", "batching": {"priority_levels": 2, "default_priority_level": 3}}]},
+     "models[0].batching.default_priority_level", "<= 2"),
+    ({"models": [{"name": "m", "batching": {"default_priority_level": 1}}]},
+     "models[0].batching.default_priority_level", "<= 0"),
     ({"models": [{"name": "m"}], "server": {"idle_timeout_s": float("nan")}}, "server.idle_timeout_s", "positive"),
     ({"models": [{"name": "m"}], "server": {"body_timeout_s": "1m"}}, "server.body_timeout_s", "a number"),
     ({"models": [{"name": "m"}], "server": {"max_connections": -1}}, "server.max_connections", ">= 0"),
@@ -120,3 +124,8 @@ def test_slo_ms_turns_deadline_aware_batching_on():
     batching = config.parse({"models": [{"name": "m", "batching": {"slo_ms": 250}}]}).models[0].batching
     assert batching.policy == "deadline" and batching.slo_s == 0.25
     assert config.parse({"models": [{"name": "m"}]}).models[0].batching.slo_s is None
+
+
+def test_priority_levels_default_to_the_lowest_level():
+    batching = config.parse({"models": [{"name": "m", "batching": {"priority_levels": 3}}]}).models[0].batching
+    assert (batching.priority_levels, batching.default_priority_level) == (3, 3)

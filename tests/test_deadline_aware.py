@@ -53,3 +53,29 @@ def test_overload_gets_fast_refusals_instead_of_late_answers():
                 codes = set(pool.map(oip, range(60)))
         assert grpc.StatusCode.UNAVAILABLE in codes
         assert codes <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+def test_priorities_reach_the_scheduler_from_every_kind_of_client():
+    from wire.generated.torchserve import inference_pb2 as ts_pb
+    from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
+
+    model = {"name": "demo", "backend": "simulated", "batching": {"priority_levels": 2}}
+    with running_gateway(config_for(model)) as gw:
+        url = f"{gw.http_url}/v1/models/demo:predict"
+        assert http_json("POST", url, {"instances": [[1]]}, headers={"X-Request-Priority": "1"})[0] == 200
+        status, body = http_json("POST", url, {"instances": [[1]]}, headers={"X-Request-Priority": "high"})
+        assert status == 400 and "X-Request-Priority" in body["error"]
+        status, body = http_json("POST", f"{gw.http_url}/predictions/demo", b"[1]", headers={"X-Request-Priority": "3"})
+        assert status == 400 and "batching.priority_levels" in body["message"]
+        status, body = http_json("POST", f"{gw.http_url}/v2/models/demo/infer", {"parameters": {"priority": 5}, "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1]}]})
+        assert status == 400 and "batching.priority_levels" in body["error"]
+        with grpc.insecure_channel(gw.grpc_address) as channel:
+            stub = ts_grpc.InferenceAPIsServiceStub(channel)
+            request = ts_pb.PredictionsRequest(model_name="demo", input={"data": b"[1]"})
+            assert stub.Predictions(request, metadata=(("x-request-priority", "2"),), timeout=10).prediction
+            try:
+                stub.Predictions(request, metadata=(("x-request-priority", "9"),), timeout=10)
+                raise AssertionError("priority 9 of 2 levels was accepted")
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -11,6 +11,20 @@ from typing import Any
 from wire.errors import InvalidInput
 from wire.tensors import Tensor
 
+# How a client without OIP parameters (KServe v1, TorchServe; HTTP header or gRPC metadata)
+# gives Triton's `priority`: 1 is the highest level, 0 the model's default.
+PRIORITY_HEADER = "X-Request-Priority"
+
+
+def priority_from_header(value: str | None) -> int:
+    """The priority a client's header (or gRPC metadata) asks for; 0 if none."""
+    if value is None:
+        return 0
+    if not value.strip().isdigit():
+        raise InvalidInput(f"{PRIORITY_HEADER} must be a non-negative integer (1 is the highest), got '{value}'")
+    return int(value)
+
+
 # Request parameters the gateway acts on itself, never forwarded: the deadline, the
 # priority, and how the client wants its own answer encoded.
 GATEWAY_PARAMETERS = frozenset({"timeout", "priority", "binary_data_output"})

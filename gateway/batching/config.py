@@ -20,3 +20,5 @@ class BatchingConfig:
     timeout_s: float = 60.0      # a request's deadline, from its arrival (a client may ask for less)
     max_hold_s: float = 0.01     # adaptive: the most a learned hold may delay a batch; 0 = never hold
     slo_s: float | None = None   # deadline: the answer's latency objective, and every request's deadline
+    priority_levels: int = 0     # 0: one level for all; n: levels 1 (highest) .. n, FIFO within a level
+    default_priority_level: int = 0  # the level of a request that names none (priority 0)

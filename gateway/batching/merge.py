@@ -102,9 +102,9 @@ class Reassembly:
         return concatenate([part for part in self._outputs if part is not None])
 
 
-def take_oldest_group(pending: deque[PartT], limit: int) -> list[PartT]:
+def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = None) -> list[PartT]:
     """Remove and return the next batch from `pending`: the parts sharing the signature of
-    the oldest live part, oldest first, while they fit in `limit` rows.
+    the oldest live part (or of `leader`), oldest first, while they fit in `limit` rows.
 
     A part of another signature, or one that would overflow the cap, keeps its place in
     the queue (so a later, smaller part of the group may still join); parts that are no
@@ -113,7 +113,7 @@ def take_oldest_group(pending: deque[PartT], limit: int) -> list[PartT]:
         pending.popleft()
     if not pending:
         return []
-    signature = pending[0].signature
+    signature = (leader or pending[0]).signature
     taken: list[PartT] = []
     skipped: list[PartT] = []
     rows = 0

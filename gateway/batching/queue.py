@@ -55,6 +55,7 @@ class ModelQueue:
         self.policy = make_policy(config)
         self.pending: deque[Part] = deque()
         self.queued_rows = 0  # rows of live requests not yet taken into a batch
+        self.rows_by_level: dict[int, int] = {}  # the same, by priority level (0: no levels)
         self.inflight = 0     # batches at the executor
         self.wake: asyncio.TimerHandle | None = None  # when the policy asked to be asked again
         self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
@@ -80,15 +81,17 @@ class ModelQueue:
     # -- arrival -----------------------------------------------------------------------
 
     def add(self, inputs: list[Tensor], timeout_s: float | None, client: ClientContext = NO_CONTEXT,
-            parameters: Mapping[str, Any] = NO_PARAMETERS) -> asyncio.Future[BatchResult]:
+            parameters: Mapping[str, Any] = NO_PARAMETERS, priority: int = 0) -> asyncio.Future[BatchResult]:
         """Queue a request; its future is answered exactly once. Raises at once if the
-        request is malformed or the queue is full."""
+        request is malformed or the queue is full. `priority` is Triton's: 1 is the highest
+        level, 0 the model's default level."""
         if not inputs:
             raise InvalidInput("the request has no inputs")
         size = len(inputs[0].data)
         if size == 0 or any(len(t.data) != size for t in inputs):
             raise InvalidInput("every input must have the same, non-zero, batch dimension")
         config = self.config
+        level = self._level(priority)
         self.stats.requests += 1
         if size > config.max_queue:
             # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
@@ -105,14 +108,18 @@ class ModelQueue:
         loop = self._loop
         now = loop.time()
         timeout = min(s for s in (timeout_s, config.timeout_s, config.slo_s) if s is not None)
-        refusal = self.policy.admit(self, size, now + timeout, now)
+        refusal = self.policy.admit(self, size, now + timeout, now, level)
         if refusal is not None:
             self.stats.refused_late += 1
             raise refusal
         pieces = split_request(inputs, config.max_batch_size)
         # Parameters are part of what must agree for requests to share a batch.
         signature = (signature_key(inputs), tuple(sorted(parameters.items()))) if parameters else signature_key(inputs)
+        if level:
+            signature = (signature, level)  # a batch holds one priority level
         request = Request(signature, size, now + timeout, loop.create_future(), len(pieces), client, now, parameters)
+        request.level = level
+        self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
         for index, piece in enumerate(pieces):
             self.pending.append(Part(request, index, piece, len(piece[0].data), now))
         self.queued_rows += size
@@ -143,6 +150,7 @@ class ModelQueue:
         (self.stats.succeeded if succeeded else self.stats.failed).add(self._loop.time() - request.arrived)
         if request.queued_rows:
             self.queued_rows -= request.queued_rows  # its queued parts are skipped lazily
+            self.rows_by_level[request.level] -= request.queued_rows
             request.queued_rows = 0
 
     # -- shipping ----------------------------------------------------------------------
@@ -182,13 +190,38 @@ class ModelQueue:
     def _take_batch(self, now: float) -> list[Part]:
         # Never below the oldest part's size: the oldest always leaves (a part that could
         # not make its deadline even alone was dropped before this).
-        limit = max(self.policy.batch_limit(self, now), self.pending[0].size)
-        parts = take_oldest_group(self.pending, limit)
+        leader = self._leader()
+        limit = max(self.policy.batch_limit(self, now), leader.size)
+        parts = take_oldest_group(self.pending, limit, leader)
         for part in parts:
             part.request.queued_rows -= part.size
             part.request.sent = True
             self.queued_rows -= part.size
+            self.rows_by_level[part.request.level] -= part.size
         return parts
+
+    def _level(self, priority: int) -> int:
+        """The priority level of a request (0 when the model has no levels)."""
+        levels = self.config.priority_levels
+        if not levels:
+            return 0
+        if priority > levels:
+            raise InvalidInput(f"priority {priority} is beyond model '{self.name}'s {levels} levels "
+                               f"(batching.priority_levels); 1 is the highest, 0 the default")
+        return priority or self.config.default_priority_level
+
+    def _leader(self) -> Part:
+        """The part the next batch forms around: the oldest live part of the highest level
+        queued (the oldest live part, when the model has no levels)."""
+        if not self.config.priority_levels:
+            return self.pending[0]
+        return min((part for part in self.pending if part.live), key=lambda part: part.level)
+
+    def rows_ahead(self, level: int) -> int:
+        """Queued rows that a request of `level` waits behind: those of its level and higher."""
+        if not level:
+            return self.queued_rows
+        return sum(rows for queued_level, rows in self.rows_by_level.items() if queued_level <= level)
 
     def _drop_if_unsent(self, request: Request) -> None:
         if request.done or request.sent:

@@ -34,7 +34,7 @@ class BatchResult:
 
 class Request:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
-                 "answers", "batch_ids", "sent", "client", "arrived", "parameters", "start_timer")
+                 "answers", "batch_ids", "sent", "client", "arrived", "parameters", "start_timer", "level")
 
     def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
                  parts: int, client: ClientContext = NO_CONTEXT, arrived: float = 0.0,
@@ -48,6 +48,7 @@ class Request:
         self.future = future
         self.timer: asyncio.TimerHandle | None = None  # its deadline's expiry, cancelled once answered
         self.start_timer: asyncio.TimerHandle | None = None  # its latest start (policy deadline), likewise
+        self.level = 0  # its priority level: 1 is the highest; 0 when the model has no levels
         self.queued_rows = size  # rows not yet taken into a batch
         self.answers = Reassembly(parts)
         self.batch_ids: list[str] = []  # in the order its parts were answered
@@ -95,3 +96,7 @@ class Part:
     @property
     def deadline(self) -> float:
         return self.request.deadline
+
+    @property
+    def level(self) -> int:
+        return self.request.level

@@ -94,28 +94,31 @@ class BatchScheduler:
     # -- submitting --------------------------------------------------------------------
 
     async def submit(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                     client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS) -> BatchResult:
+                     client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
+                     priority: int = 0) -> BatchResult:
         """Queue a request and wait for its rows of the batch result. Safe from any loop.
-        Requests merge only with requests of the same signature and `parameters`."""
+        Requests merge only with requests of the same signature, `parameters` and priority
+        level (Triton's `priority`: 1 is the highest, 0 the model's default)."""
         if asyncio.get_running_loop() is self._loop:
-            return await self._submit(model, inputs, timeout_s, client, parameters)
-        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client, parameters))
+            return await self._submit(model, inputs, timeout_s, client, parameters, priority)
+        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client, parameters, priority))
 
     def submit_threadsafe(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                          client: ClientContext = NO_CONTEXT,
-                          parameters: Mapping[str, Any] = NO_PARAMETERS) -> concurrent.futures.Future:
+                          client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
+                          priority: int = 0) -> concurrent.futures.Future:
         """Queue a request from any thread; returns a concurrent future of its BatchResult."""
-        return asyncio.run_coroutine_threadsafe(self._submit(model, inputs, timeout_s, client, parameters),
-                                                self._loop)
+        return asyncio.run_coroutine_threadsafe(
+            self._submit(model, inputs, timeout_s, client, parameters, priority), self._loop)
 
     async def _submit(self, model: str, inputs: list[Tensor], timeout_s: float | None,
-                      client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS) -> BatchResult:
+                      client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
+                      priority: int = 0) -> BatchResult:
         queue = self._queues.get(model)
         if queue is None:
             raise ModelNotFound(f"model '{model}' is not served by this gateway")
         if self._closed:
             raise Unavailable("the gateway is shutting down")
-        return await queue.add(inputs, timeout_s, client, parameters)
+        return await queue.add(inputs, timeout_s, client, parameters, priority)
 
     # -- shutdown ------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from gateway.service import InferenceService
 from wire.codecs import content_encoding, oip_json, v1
 from wire.codecs.limits import Limits
 from wire.errors import GatewayError, InvalidInput, NotFound, PayloadTooLarge
+from wire.request import PRIORITY_HEADER, priority_from_header
 from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,11 @@ class BaseHandler(tornado.web.RequestHandler):
             raise InvalidInput(f"{TIMEOUT_HEADER} must be positive")
         return milliseconds / 1000
 
+    def priority(self) -> int:
+        """The priority a v1 or TorchServe client asks for in its header (OIP clients use
+        the `priority` parameter)."""
+        return priority_from_header(self.request.headers.get(PRIORITY_HEADER))
+
     def client_context(self, request_id: str = "") -> ClientContext:
         headers = self.request.headers
         return ClientContext(request_id or headers.get("X-Request-Id", ""), headers.get("traceparent", ""))
@@ -189,7 +195,7 @@ class V1PredictHandler(BodyHandler):
         served = self.service.model(model)  # an unknown model is a 404 whatever the body
         instances = v1.decode_request(self.body, self.limits)
         predictions, batch_id = await self.service.infer_instances(
-            served, instances, self.timeout_s(), self.client_context())
+            served, instances, self.timeout_s(), self.client_context(), self.priority())
         self.set_header("Content-Type", "application/json")
         self.finish(v1.encode_response(predictions, batch_id))
 

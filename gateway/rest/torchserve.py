@@ -25,7 +25,7 @@ class PredictionsHandler(BodyHandler):
         served = self.service.model(model, version or "")  # unknown model or version: 404 whatever the body
         instances, single = torchserve.decode_body(self.body, self.limits)
         predictions, batch_id = await self.service.infer_instances(
-            served, instances, self.timeout_s(), self.client_context())
+            served, instances, self.timeout_s(), self.client_context(), self.priority())
         self.set_header("Content-Type", "application/json")
         self.set_header(BATCH_ID_HEADER, batch_id)
         self.finish(torchserve.encode_answer(predictions, single))

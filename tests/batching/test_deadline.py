@@ -35,6 +35,9 @@ class Queue:
     name: str = "m"
     stats: ModelStats = field(default_factory=ModelStats)
 
+    def rows_ahead(self, level: int) -> int:
+        return self.queued_rows
+
 
 def profiled(intercept: float = 0.010, per_row: float = 0.001) -> Queue:
     queue = Queue()

@@ -41,6 +41,9 @@ class QueueState(Protocol):
     def inflight(self) -> int:
         """Batches at the executor now."""
 
+    def rows_ahead(self, level: int) -> int:
+        """Queued rows a request of priority `level` would wait behind (its level and higher)."""
+
     @property
     def pending(self) -> Sequence[QueuedPart]:
         """Queued parts, oldest first; parts no longer live may linger until skipped."""
@@ -72,9 +75,9 @@ class Policy(ABC):
     # dropped; the defaults admit everything, fill batches to max_batch_size, drop nothing.
     drops_doomed = False  # the queue asks `doomed` of its parts only when this is set
 
-    def admit(self, queue: QueueState, rows: int, deadline: float, now: float) -> GatewayError | None:
-        """None to queue a request of `rows` rows due at `deadline`; else the error that
-        refuses it at once."""
+    def admit(self, queue: QueueState, rows: int, deadline: float, now: float, level: int = 0) -> GatewayError | None:
+        """None to queue a request of `rows` rows at priority `level`, due at `deadline`;
+        else the error that refuses it at once."""
         return None
 
     def batch_limit(self, queue: QueueState, now: float) -> int:

@@ -8,7 +8,8 @@ the model's learned latency profile ℓ(b) (`batching.profile`: the predictor ti
 batch of b rows) and, once it has one:
 
 * **Admission.** A request is refused at once (503, saying the predicted time and the
-  deadline) when it cannot finish in time: the batches queued ahead of it, at ℓ(B) each
+  deadline) when it cannot finish in time: the batches queued ahead of it (at its priority
+  level and higher, when the model has levels), at ℓ(B) each
   over `max_inflight` slots (B = `max_batch_size`), plus half a batch for the call in
   progress when every slot is busy, plus its own batch, end past its deadline. A fast
   refusal lets a client retry elsewhere; a late answer is worth nothing.
@@ -39,7 +40,7 @@ from wire.errors import GatewayError, Unavailable
 class DeadlinePolicy(AdaptivePolicy):
     drops_doomed = True
 
-    def admit(self, queue: QueueState, rows: int, deadline: float, now: float) -> GatewayError | None:
+    def admit(self, queue: QueueState, rows: int, deadline: float, now: float, level: int = 0) -> GatewayError | None:
         profile = queue.stats.profile
         full = profile.predict(self.config.max_batch_size)
         own = profile.predict(min(rows, self.config.max_batch_size))
@@ -47,12 +48,13 @@ class DeadlinePolicy(AdaptivePolicy):
             return None
         slots = self.config.max_inflight
         in_progress = full / 2 if queue.inflight >= slots else 0.0
-        ahead = math.ceil(queue.queued_rows / self.config.max_batch_size) * full / slots
+        queued_ahead = queue.rows_ahead(level)  # lower priority levels do not delay it
+        ahead = math.ceil(queued_ahead / self.config.max_batch_size) * full / slots
         predicted = in_progress + ahead + own
         if now + predicted <= deadline:
             return None
         return Unavailable(
-            f"model '{queue.name}': predicted to finish in {predicted * 1000:.0f} ms ({queue.queued_rows} rows "
+            f"model '{queue.name}': predicted to finish in {predicted * 1000:.0f} ms ({queued_ahead} rows "
             f"queued ahead), past its deadline of {(deadline - now) * 1000:.0f} ms; refused at once so that it "
             f"can be retried elsewhere")
 

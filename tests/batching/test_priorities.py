@@ -1,0 +1,70 @@
+"""Priority levels (Triton's semantics: `priority_levels`, 1 the highest, 0 the model's
+`default_priority_level`): higher levels batch first, FIFO within a level, levels never
+share a batch; under a deadline, lower levels queued do not delay a higher one's admission."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.batching.support import RecordingExecutor, rows, scheduler_with
+from wire.errors import InvalidInput, Unavailable
+
+
+async def test_higher_levels_batch_first_and_fifo_within_a_level():
+    executor = RecordingExecutor(delay_s=0.005)
+    scheduler = scheduler_with(executor, max_batch_size=1, priority_levels=3, default_priority_level=3)
+    executor.release = asyncio.Event()
+    blocker = asyncio.ensure_future(scheduler.submit("m", rows(100, 1)))
+    await asyncio.sleep(0.01)  # at the predictor: everything else queues behind it
+    order = [(1, 3), (2, 0), (3, 1), (4, 2), (5, 1), (6, 3)]  # (row, priority)
+    waiting = [asyncio.ensure_future(scheduler.submit("m", rows(row, 1), priority=priority)) for row, priority in order]
+    await asyncio.sleep(0.01)
+    executor.release.set()
+    await asyncio.gather(blocker, *waiting)
+    served = [int(batch[0, 0]) // 2 for batch in executor.batches[1:]]  # rows(n) starts at 2n
+    assert served == [3, 5, 4, 1, 2, 6]  # level 1 (3, 5), level 2 (4), level 3 in arrival order (1, 2 by default, 6)
+
+
+async def test_levels_never_share_a_batch():
+    executor = RecordingExecutor(delay_s=0.01)
+    scheduler = scheduler_with(executor, max_batch_size=8, priority_levels=2)
+    executor.release = asyncio.Event()
+    blocker = asyncio.ensure_future(scheduler.submit("m", rows(100, 1)))
+    await asyncio.sleep(0.005)
+    waiting = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1), priority=1 + i % 2)) for i in range(6)]
+    await asyncio.sleep(0.005)
+    executor.release.set()
+    await asyncio.gather(blocker, *waiting)
+    assert [len(batch) for batch in executor.batches[1:]] == [3, 3]
+
+
+async def test_a_priority_beyond_the_levels_is_refused_naming_the_key():
+    scheduler = scheduler_with(RecordingExecutor(), priority_levels=2)
+    with pytest.raises(InvalidInput, match="batching.priority_levels"):
+        await scheduler.submit("m", rows(0, 1), priority=3)
+
+
+async def test_without_levels_a_priority_changes_nothing():
+    executor = RecordingExecutor()
+    scheduler = scheduler_with(executor)
+    result = await scheduler.submit("m", rows(0, 1), priority=7)
+    assert result.outputs[0].data.tolist() == [[0, 2]]
+
+
+async def test_under_a_deadline_lower_levels_queued_do_not_refuse_a_higher_one():
+    executor = RecordingExecutor(delay_s=0.02)
+    scheduler = scheduler_with(executor, policy="deadline", slo_s=0.1, max_batch_size=2, max_hold_s=0,
+                               priority_levels=2, default_priority_level=2)
+    await asyncio.gather(*(scheduler.submit("m", rows(i, 1)) for i in range(6)))  # learn the profile
+    executor.release = asyncio.Event()
+    # 12 low-level rows: about 6 batches of 20 ms ahead, past a 100 ms deadline (some are refused).
+    backlog = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1), priority=2)) for i in range(12)]
+    await asyncio.sleep(0)
+    with pytest.raises(Unavailable):  # the low level's own backlog is already too long for it
+        await scheduler.submit("m", rows(50, 1), priority=2)
+    urgent = asyncio.ensure_future(scheduler.submit("m", rows(60, 1), priority=1))
+    await asyncio.sleep(0)
+    executor.release.set()
+    assert (await urgent).outputs[0].data.tolist() == [[240, 242]]  # rows(60) is [120, 121], doubled
+    await asyncio.gather(*backlog, return_exceptions=True)
