@@ -99,7 +99,7 @@ class ModelQueue:
                 f"the request has {size} instances but model '{self.name}' queues at most {config.max_queue} "
                 f"(batching.max_queue): split it into smaller requests"
             )
-        if self.queued_rows + size > config.max_queue:
+        if self.queued_rows + size > config.max_queue and not self._evict_below(level, size):
             self.stats.refused += 1
             raise Overloaded(
                 f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}); "
@@ -209,6 +209,32 @@ class ModelQueue:
             raise InvalidInput(f"priority {priority} is beyond model '{self.name}'s {levels} levels "
                                f"(batching.priority_levels); 1 is the highest, 0 the default")
         return priority or self.config.default_priority_level
+
+    def _evict_below(self, level: int, size: int) -> bool:
+        """Make room for `size` rows of priority `level` in a full queue by refusing queued,
+        unsent requests of lower levels, the lowest and newest first. False (and nothing
+        refused) when they cannot free enough."""
+        if not level:
+            return False
+        needed = self.queued_rows + size - self.config.max_queue
+        lower = {id(part.request): part.request for part in self.pending
+                 if part.live and not part.request.sent and part.request.level > level}
+        victims, freed = [], 0
+        for request in sorted(lower.values(), key=lambda r: (-r.level, -r.arrived)):
+            if freed >= needed:
+                break
+            victims.append(request)
+            freed += request.queued_rows
+        if freed < needed:
+            return False
+        for request in victims:
+            self.stats.refused += 1
+            self.queued_rows -= request.queued_rows  # accounted now: the room is needed now
+            self.rows_by_level[request.level] -= request.queued_rows
+            request.queued_rows = 0
+            request.fail(Overloaded(f"model '{self.name}': its queue is full and this request gave its place to "
+                                    f"one of a higher priority level; try again later"))
+        return True
 
     def _leader(self) -> Part:
         """The part the next batch forms around: the oldest live part of the highest level

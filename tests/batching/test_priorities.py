@@ -68,3 +68,27 @@ async def test_under_a_deadline_lower_levels_queued_do_not_refuse_a_higher_one()
     executor.release.set()
     assert (await urgent).outputs[0].data.tolist() == [[240, 242]]  # rows(60) is [120, 121], doubled
     await asyncio.gather(*backlog, return_exceptions=True)
+
+
+async def test_a_full_queue_makes_room_for_a_higher_level_by_refusing_the_lowest_newest_first():
+    from wire.errors import Overloaded
+
+    executor = RecordingExecutor(delay_s=0.001)
+    scheduler = scheduler_with(executor, max_batch_size=1, max_queue=4, priority_levels=3, default_priority_level=3)
+    executor.release = asyncio.Event()
+    blocker = asyncio.ensure_future(scheduler.submit("m", rows(100, 1)))
+    await asyncio.sleep(0.005)
+    queued = {name: asyncio.ensure_future(scheduler.submit("m", rows(row, 1), priority=priority))
+              for name, row, priority in [("a2", 1, 2), ("b3", 2, 3), ("c3", 3, 3), ("d2", 4, 2)]}
+    await asyncio.sleep(0)
+    with pytest.raises(Overloaded):  # full, and nothing below level 3
+        await scheduler.submit("m", rows(5, 1), priority=3)
+    urgent = asyncio.ensure_future(scheduler.submit("m", rows(6, 1), priority=1))
+    await asyncio.sleep(0)
+    executor.release.set()
+    await asyncio.gather(blocker, urgent)
+    with pytest.raises(Overloaded, match="higher priority"):
+        await queued["c3"]  # the lowest level, the newest of it
+    for name in ("a2", "b3", "d2"):
+        await queued[name]
+    assert scheduler.stats("m").refused == 2
