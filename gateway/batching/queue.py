@@ -99,12 +99,6 @@ class ModelQueue:
                 f"the request has {size} instances but model '{self.name}' queues at most {config.max_queue} "
                 f"(batching.max_queue): split it into smaller requests"
             )
-        if self.queued_rows + size > config.max_queue and not self._evict_below(level, size):
-            self.stats.refused += 1
-            raise Overloaded(
-                f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}); "
-                "try again later"
-            )
         loop = self._loop
         now = loop.time()
         timeout = min(s for s in (timeout_s, config.timeout_s, config.slo_s) if s is not None)
@@ -112,6 +106,13 @@ class ModelQueue:
         if refusal is not None:
             self.stats.refused_late += 1
             raise refusal
+        # Only an admitted request may make room: lower levels never give way for nothing.
+        if self.queued_rows + size > config.max_queue and not self._evict_below(level, size):
+            self.stats.refused += 1
+            raise Overloaded(
+                f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}); "
+                "try again later"
+            )
         pieces = split_request(inputs, config.max_batch_size)
         # Parameters are part of what must agree for requests to share a batch.
         signature = (signature_key(inputs), tuple(sorted(parameters.items()))) if parameters else signature_key(inputs)
