@@ -55,7 +55,7 @@ class ModelQueue:
         self.policy = make_policy(config)
         self.pending: deque[Part] = deque()
         self.queued_rows = 0  # rows of live requests not yet taken into a batch
-        self.rows_by_level: dict[int, int] = {}  # the same, by priority level (0: no levels)
+        self.rows_by_level: dict[int, int] = {}  # the same, by priority level (kept only when there are levels)
         self.inflight = 0     # batches at the executor
         self.wake: asyncio.TimerHandle | None = None  # when the policy asked to be asked again
         self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
@@ -118,9 +118,10 @@ class ModelQueue:
         signature = (signature_key(inputs), tuple(sorted(parameters.items()))) if parameters else signature_key(inputs)
         if level:
             signature = (signature, level)  # a batch holds one priority level
-        request = Request(signature, size, now + timeout, loop.create_future(), len(pieces), client, now, parameters)
-        request.level = level
-        self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
+        request = Request(signature, size, now + timeout, loop.create_future(), len(pieces), client, now, parameters,
+                          level)
+        if level:
+            self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
         for index, piece in enumerate(pieces):
             self.pending.append(Part(request, index, piece, len(piece[0].data), now))
         self.queued_rows += size
@@ -150,9 +151,7 @@ class ModelQueue:
         succeeded = not future.cancelled() and future.exception() is None
         (self.stats.succeeded if succeeded else self.stats.failed).add(self._loop.time() - request.arrived)
         if request.queued_rows:
-            self.queued_rows -= request.queued_rows  # its queued parts are skipped lazily
-            self.rows_by_level[request.level] -= request.queued_rows
-            request.queued_rows = 0
+            self._unqueue(request, request.queued_rows)  # its queued parts are skipped lazily
 
     # -- shipping ----------------------------------------------------------------------
 
@@ -195,11 +194,17 @@ class ModelQueue:
         limit = max(self.policy.batch_limit(self, now), leader.size)
         parts = take_oldest_group(self.pending, limit, leader)
         for part in parts:
-            part.request.queued_rows -= part.size
             part.request.sent = True
-            self.queued_rows -= part.size
-            self.rows_by_level[part.request.level] -= part.size
+            self._unqueue(part.request, part.size)
         return parts
+
+    def _unqueue(self, request: Request, rows: int) -> None:
+        """`rows` of `request` no longer count as queued: taken into a batch, or the request
+        ended (answered, expired, cancelled, refused)."""
+        request.queued_rows -= rows
+        self.queued_rows -= rows
+        if request.level:
+            self.rows_by_level[request.level] -= rows
 
     def _level(self, priority: int) -> int:
         """The priority level of a request (0 when the model has no levels)."""
@@ -230,9 +235,7 @@ class ModelQueue:
             return False
         for request in victims:
             self.stats.refused += 1
-            self.queued_rows -= request.queued_rows  # accounted now: the room is needed now
-            self.rows_by_level[request.level] -= request.queued_rows
-            request.queued_rows = 0
+            self._unqueue(request, request.queued_rows)  # accounted now: the room is needed now
             request.fail(Overloaded(f"model '{self.name}': its queue is full and this request gave its place to "
                                     f"one of a higher priority level; try again later"))
         return True

@@ -38,7 +38,7 @@ class Request:
 
     def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
                  parts: int, client: ClientContext = NO_CONTEXT, arrived: float = 0.0,
-                 parameters: Mapping[str, Any] = NO_PARAMETERS) -> None:
+                 parameters: Mapping[str, Any] = NO_PARAMETERS, level: int = 0) -> None:
         self.client = client
         self.parameters = parameters  # forwarded with its batch (part of its signature)
         self.arrived = arrived  # loop time
@@ -48,7 +48,7 @@ class Request:
         self.future = future
         self.timer: asyncio.TimerHandle | None = None  # its deadline's expiry, cancelled once answered
         self.start_timer: asyncio.TimerHandle | None = None  # its latest start (policy deadline), likewise
-        self.level = 0  # its priority level: 1 is the highest; 0 when the model has no levels
+        self.level = level  # its priority level: 1 is the highest; 0 when the model has no levels
         self.queued_rows = size  # rows not yet taken into a batch
         self.answers = Reassembly(parts)
         self.batch_ids: list[str] = []  # in the order its parts were answered
