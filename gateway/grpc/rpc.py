@@ -28,6 +28,7 @@ from gateway.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
 from wire.codecs import content_encoding
 from wire.errors import GatewayError, InvalidInput, MessageTooLarge, PayloadTooLarge
+from wire.request import PRIORITY_HEADER, priority_from_header
 from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
@@ -156,3 +157,10 @@ def client_context(context: grpc.aio.ServicerContext, request_id: str = "") -> C
     """The client's request id (the message's, else `x-request-id` metadata) and trace."""
     metadata = dict(context.invocation_metadata() or ())
     return ClientContext(request_id or metadata.get("x-request-id", ""), metadata.get("traceparent", ""))
+
+
+def priority(context: grpc.aio.ServicerContext) -> int:
+    """The priority a client without OIP parameters (TorchServe's API) asks for in its
+    `x-request-priority` metadata; 0 if none."""
+    metadata = dict(context.invocation_metadata() or ())
+    return priority_from_header(metadata.get(PRIORITY_HEADER.lower()))

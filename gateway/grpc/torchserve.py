@@ -13,14 +13,13 @@ import grpc
 import orjson
 from google.protobuf import empty_pb2
 
-from gateway.grpc.rpc import Servicer, add_servicer, client_context, rpc
+from gateway.grpc.rpc import Servicer, add_servicer, client_context, priority, rpc
 from gateway.service import InferenceService
 from wire.codecs import torchserve
 from wire.codecs.limits import Limits
 from wire.errors import InvalidInput
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
-from wire.request import PRIORITY_HEADER, priority_from_header
 
 TORCHSERVE_SERVICE = ts_pb.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
 BODY_KEYS = ("data", "body")  # the entries TorchServe's handlers read
@@ -45,10 +44,8 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
         if body is None:
             raise InvalidInput(f"the request's input map has no 'data' entry (keys: {sorted(request.input)})")
         instances, single = torchserve.decode_body(body, self.limits)
-        metadata = dict(context.invocation_metadata() or ())
         predictions, batch_id = await self.service.infer_instances(
-            served, instances, context.time_remaining(), client_context(context),
-            priority_from_header(metadata.get(PRIORITY_HEADER.lower())))
+            served, instances, context.time_remaining(), client_context(context), priority(context))
         context.set_trailing_metadata((("batch-id", batch_id),))
         return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(predictions, single))
 
