@@ -37,6 +37,8 @@ class Result:
     started_at: float = 0.0                 # unix time
     elapsed_s: float = 0.0
     latencies: array.array = field(default_factory=lambda: array.array("d"))  # seconds, answered requests
+    # seconds, the answered requests that succeeded (HTTP < 400, gRPC OK): goodput within an SLO
+    ok_latencies: array.array = field(default_factory=lambda: array.array("d"))
     statuses: dict[str, int] = field(default_factory=dict)   # "200", "404" / "OK", "NOT_FOUND"
     errors: dict[str, int] = field(default_factory=dict)     # message -> count
     sent: int = 0                           # requests started
@@ -163,6 +165,7 @@ class Result:
         merged.elapsed_s = max(p.elapsed_s for p in parts)
         for p in parts:
             merged.latencies.extend(p.latencies)
+            merged.ok_latencies.extend(p.ok_latencies)
             for key in ("sent", "transport_errors", "unfinished", "late", "dropped", "bytes_received"):
                 setattr(merged, key, getattr(merged, key) + getattr(p, key))
             merged.cpu_s += p.cpu_s
@@ -177,10 +180,12 @@ class Result:
         """Picklable form to send back from a worker process."""
         document = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
         document["latencies"] = self.latencies.tobytes()
+        document["ok_latencies"] = self.ok_latencies.tobytes()
         return document
 
     @classmethod
     def from_wire(cls, config: Config, document: dict[str, Any]) -> Result:
-        latencies = array.array("d")
+        latencies, ok_latencies = array.array("d"), array.array("d")
         latencies.frombytes(document.pop("latencies"))
-        return cls(config=config, latencies=latencies, **document)
+        ok_latencies.frombytes(document.pop("ok_latencies"))
+        return cls(config=config, latencies=latencies, ok_latencies=ok_latencies, **document)

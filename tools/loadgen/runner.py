@@ -49,6 +49,8 @@ class Runner:
         result = self.result
         if status is not None:
             result.latencies.append(latency)
+            if error is None:
+                result.ok_latencies.append(latency)
             result.statuses[status] = result.statuses.get(status, 0) + 1
             result.bytes_received += size
         else:
