@@ -158,7 +158,7 @@ def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> Pr
 
 def _batching(raw: dict, key: str) -> BatchingConfig:
     _only(raw, key, {"policy", "max_batch_size", "max_latency_ms", "timeout_s", "max_inflight", "max_queue",
-                     "max_hold_ms", "slo_ms", "priority_levels", "default_priority_level"})
+                     "max_hold_ms", "slo_ms", "priority_levels", "default_priority_level", "inflight_ceiling"})
     levels = _number(raw, key, "priority_levels", 0, integer=True, minimum=0)
     # Triton's rule: the default level is one of the levels; here the lowest unless set.
     default_level = _number(raw, key, "default_priority_level", levels, integer=True, minimum=1 if levels else 0,
@@ -174,12 +174,21 @@ def _batching(raw: dict, key: str) -> BatchingConfig:
     if (policy == "deadline") != (slo_s is not None):
         raise ConfigError(f"{key}.slo_ms" if slo_s is not None else f"{key}.policy",
                           "policy \"deadline\" and slo_ms go together: set slo_ms (the latency objective) to use it")
+    # max_inflight is a number, or "auto" (learned, up to inflight_ceiling).
+    auto_inflight = raw.get("max_inflight") == "auto"
+    if isinstance(raw.get("max_inflight"), str) and not auto_inflight:
+        raise ConfigError(f"{key}.max_inflight", f'must be an integer >= 1 or "auto", got {raw["max_inflight"]!r}')
+    if "inflight_ceiling" in raw and not auto_inflight:
+        raise ConfigError(f"{key}.inflight_ceiling", 'applies only to max_inflight = "auto"')
+    fixed = {k: v for k, v in raw.items() if k != "max_inflight"} if auto_inflight else raw
     return BatchingConfig(
         policy=policy, slo_s=slo_s, priority_levels=levels, default_priority_level=default_level,
+        auto_inflight=auto_inflight,
+        inflight_ceiling=_number(raw, key, "inflight_ceiling", default.inflight_ceiling, integer=True, minimum=1),
         max_batch_size=_number(raw, key, "max_batch_size", default.max_batch_size, integer=True, minimum=1),
         max_latency_s=_number(raw, key, "max_latency_ms", default.max_latency_s * 1000, minimum=0) / 1000,
         timeout_s=_number(raw, key, "timeout_s", default.timeout_s, minimum=0.001),
-        max_inflight=_number(raw, key, "max_inflight", default.max_inflight, integer=True, minimum=1),
+        max_inflight=_number(fixed, key, "max_inflight", default.max_inflight, integer=True, minimum=1),
         max_queue=_number(raw, key, "max_queue", default.max_queue, integer=True, minimum=1),
         max_hold_s=_number(raw, key, "max_hold_ms", default.max_hold_s * 1000, minimum=0) / 1000,
     )

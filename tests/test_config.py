@@ -79,6 +79,12 @@ def test_connection_limits_have_production_defaults_and_can_be_set():
      "models[0].batching.default_priority_level", "<= 2"),
     ({"models": [{"name": "m", "batching": {"default_priority_level": 1}}]},
      "models[0].batching.default_priority_level", "<= 0"),
+    ({"models": [{"name": "m", "batching": {"max_inflight": "many"}}]}, "models[0].batching.max_inflight",
+     'or "auto"'),
+    ({"models": [{"name": "m", "batching": {"max_inflight": 2, "inflight_ceiling": 4}}]},
+     "models[0].batching.inflight_ceiling", 'only to max_inflight = "auto"'),
+    ({"models": [{"name": "m", "batching": {"max_inflight": "auto", "inflight_ceiling": 0}}]},
+     "models[0].batching.inflight_ceiling", ">= 1"),
     ({"models": [{"name": "m"}], "server": {"idle_timeout_s": float("nan")}}, "server.idle_timeout_s", "positive"),
     ({"models": [{"name": "m"}], "server": {"body_timeout_s": "1m"}}, "server.body_timeout_s", "a number"),
     ({"models": [{"name": "m"}], "server": {"max_connections": -1}}, "server.max_connections", ">= 0"),
@@ -124,6 +130,15 @@ def test_slo_ms_turns_deadline_aware_batching_on():
     batching = config.parse({"models": [{"name": "m", "batching": {"slo_ms": 250}}]}).models[0].batching
     assert batching.policy == "deadline" and batching.slo_s == 0.25
     assert config.parse({"models": [{"name": "m"}]}).models[0].batching.slo_s is None
+
+
+def test_max_inflight_auto_is_learned_up_to_a_ceiling():
+    batching = config.parse({"models": [{"name": "m", "batching": {"max_inflight": "auto"}}]}).models[0].batching
+    assert batching.auto_inflight and batching.inflight_ceiling == 8
+    batching = config.parse({"models": [{"name": "m", "batching": {"max_inflight": "auto", "inflight_ceiling": 3}}]}
+                            ).models[0].batching
+    assert batching.auto_inflight and batching.inflight_ceiling == 3
+    assert not config.parse({"models": [{"name": "m", "batching": {"max_inflight": 2}}]}).models[0].batching.auto_inflight
 
 
 def test_priority_levels_default_to_the_lowest_level():

@@ -15,7 +15,9 @@ class BatchingConfig:
     max_batch_size: int = 32     # hard cap on rows per executor call; larger requests are split
     max_latency_s: float = 0.5   # window: the most the oldest request waits for a full batch;
     #                              adaptive: also caps the learned hold (see policies.adaptive)
-    max_inflight: int = 1        # batches of this model at the executor at once
+    max_inflight: int = 1        # batches of this model at the executor at once (when not auto)
+    auto_inflight: bool = False  # max_inflight = "auto": learned per model (see batching.inflight)
+    inflight_ceiling: int = 8    # auto: the most batches in flight it may try
     max_queue: int = 4096        # rows queued for this model beyond which requests are refused
     timeout_s: float = 60.0      # a request's deadline, from its arrival (a client may ask for less)
     max_hold_s: float = 0.01     # adaptive: the most a learned hold may delay a batch; 0 = never hold

@@ -5,8 +5,9 @@ Semantics
 * Requests merge only with requests of the same model and signature, in arrival order
   (see `merge.take_oldest_group` for the one exception: a part too big for the room left
   in a batch lets a smaller, later one of its group go first).
-* At most `max_inflight` batches are at the executor at once. Whenever a slot is free and
-  a live request waits, the policy decides: ship now, or wait until a given time.
+* At most `max_inflight` batches are at the executor at once (with "auto", as many as
+  `inflight.InflightTuner` has learned). Whenever a slot is free and a live request
+  waits, the policy decides: ship now, or wait until a given time.
 * When a batch returns, its slot is freed and the next batch is shipped *before* the
   finished batch's requests are answered, so the predictor never idles behind our own
   bookkeeping.
@@ -35,6 +36,7 @@ from typing import Any
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, execute
+from gateway.batching.inflight import InflightTuner
 from gateway.batching.merge import slice_result, split_request, take_oldest_group
 from gateway.batching.policies import make_policy
 from gateway.batching.request import NO_PARAMETERS, BatchResult, Part, Request
@@ -62,6 +64,12 @@ class ModelQueue:
         self.stats = ModelStats()
         self._loop = loop
         self._next_batch_id = next_batch_id
+        self.tuner = InflightTuner(config.inflight_ceiling, loop.time()) if config.auto_inflight else None
+
+    @property
+    def inflight_limit(self) -> int:
+        """Batches this model may have at the executor now."""
+        return self.tuner.level if self.tuner is not None else self.config.max_inflight
 
     def retune(self, executor: Executor, config: BatchingConfig) -> None:
         """New settings for the same model. What the policy has learned is kept while the
@@ -70,6 +78,12 @@ class ModelQueue:
             self.policy.config = config
         else:
             self.policy = make_policy(config)
+        if not config.auto_inflight:
+            self.tuner = None
+        elif self.tuner is None:
+            self.tuner = InflightTuner(config.inflight_ceiling, self._loop.time())
+        else:
+            self.tuner.set_ceiling(config.inflight_ceiling)  # what it has learned stays
         self.executor, self.config = executor, config
         self.pump()
 
@@ -149,7 +163,10 @@ class ModelQueue:
             request.start_timer.cancel()
         future = request.future
         succeeded = not future.cancelled() and future.exception() is None
-        (self.stats.succeeded if succeeded else self.stats.failed).add(self._loop.time() - request.arrived)
+        now = self._loop.time()
+        (self.stats.succeeded if succeeded else self.stats.failed).add(now - request.arrived)
+        if succeeded and self.tuner is not None:
+            self.tuner.on_answered(request.arrived, now)
         if request.queued_rows:
             self._unqueue(request, request.queued_rows)  # its queued parts are skipped lazily
 
@@ -157,7 +174,7 @@ class ModelQueue:
 
     def pump(self) -> None:
         """Ship every batch the policy allows into the free executor slots."""
-        while self.inflight < self.config.max_inflight:
+        while self.inflight < self.inflight_limit:
             pending = self.pending
             now = self._loop.time()
             if self.policy.drops_doomed:
@@ -190,7 +207,8 @@ class ModelQueue:
     def _take_batch(self, now: float) -> list[Part]:
         # Never below the oldest part's size: the oldest always leaves (a part that could
         # not make its deadline even alone was dropped before this).
-        leader = self._leader()
+        leader = self.leader()
+        assert leader is not None  # pump ships only when a live part waits
         limit = max(self.policy.batch_limit(self, now), leader.size)
         parts = take_oldest_group(self.pending, limit, leader)
         for part in parts:
@@ -240,12 +258,13 @@ class ModelQueue:
                                     f"one of a higher priority level; try again later"))
         return True
 
-    def _leader(self) -> Part:
+    def leader(self) -> Part | None:
         """The part the next batch forms around: the oldest live part of the highest level
-        queued (the oldest live part, when the model has no levels)."""
+        queued (the oldest live part, when the model has no levels); None if none is live."""
+        live = (part for part in self.pending if part.live)
         if not self.config.priority_levels:
-            return self.pending[0]
-        return min((part for part in self.pending if part.live), key=lambda part: part.level)
+            return next(live, None)
+        return min(live, key=lambda part: part.level, default=None)
 
     def rows_ahead(self, level: int) -> int:
         """Queued rows that a request of `level` waits behind: those of its level and higher."""
@@ -293,6 +312,8 @@ class ModelQueue:
             self.inflight -= 1
             now = self._loop.time()
             self.policy.on_delivery(now, len({id(part.request) for part in parts}), now - started)
+            if self.tuner is not None:
+                self.tuner.on_batch_returned(now)
             self.pump()  # ship (or hold) the next batch before waking this one's clients
         for group, outcome in outcomes:
             if isinstance(outcome, GatewayError):

@@ -85,6 +85,10 @@ class BatchScheduler:
     def inflight(self, name: str) -> int:
         return self._queues[name].inflight
 
+    def inflight_limit(self, name: str) -> int:
+        """Batches the model may have in flight now: `max_inflight`, or its learned value."""
+        return self._queues[name].inflight_limit
+
     def model_names(self) -> list[str]:
         return list(self._queues)
 

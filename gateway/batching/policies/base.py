@@ -41,6 +41,13 @@ class QueueState(Protocol):
     def inflight(self) -> int:
         """Batches at the executor now."""
 
+    @property
+    def inflight_limit(self) -> int:
+        """Batches the model may have at the executor now (`max_inflight`, or its learned value)."""
+
+    def leader(self) -> QueuedPart | None:
+        """The live part the next batch forms around (the oldest of the highest priority level)."""
+
     def rows_ahead(self, level: int) -> int:
         """Queued rows a request of priority `level` would wait behind (its level and higher)."""
 

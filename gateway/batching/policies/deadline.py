@@ -10,7 +10,7 @@ batch of b rows) and, once it has one:
 * **Admission.** A request is refused at once (503, saying the predicted time and the
   deadline) when it cannot finish in time: the batches queued ahead of it (at its priority
   level and higher, when the model has levels), at ℓ(B) each
-  over `max_inflight` slots (B = `max_batch_size`), plus half a batch for the call in
+  over the `max_inflight` slots (B = `max_batch_size`), plus half a batch for the call in
   progress when every slot is busy, plus its own batch, end past its deadline. A fast
   refusal lets a client retry elsewhere; a late answer is worth nothing.
 * **Drop.** A queued request that can no longer finish, even shipped alone now (now +
@@ -18,11 +18,12 @@ batch of b rows) and, once it has one:
   goes to answers that can still arrive in time. "At once" is at its latest start,
   deadline − ℓ(its rows), by a timer set at admission; and again whenever a batch is
   formed, in case the profile has changed since.
-* **Batch size.** The next batch holds at most the rows that still let its oldest member
-  finish: the largest b ≤ B with now + ℓ(b) ≤ that deadline.
+* **Batch size.** The next batch holds at most the rows that still let its leader (its
+  oldest member, of the highest priority level queued) finish: the largest b ≤ B with
+  now + ℓ(b) ≤ that deadline.
 * **Hold.** The adaptive policy's learned hold for returning closed-loop clients stays,
-  but never past the moment the oldest request must leave to make its deadline with a
-  full batch.
+  but never past the moment the next batch's leader must leave to make its deadline with
+  a full batch.
 
 Before the first predictor call there is no profile: everything is admitted, nothing is
 dropped, batches fill to B. Like every policy, this one knows only the time and the
@@ -46,7 +47,7 @@ class DeadlinePolicy(AdaptivePolicy):
         own = profile.predict(min(rows, self.config.max_batch_size))
         if full is None or own is None:
             return None
-        slots = self.config.max_inflight
+        slots = queue.inflight_limit
         in_progress = full / 2 if queue.inflight >= slots else 0.0
         queued_ahead = queue.rows_ahead(level)  # lower priority levels do not delay it
         ahead = math.ceil(queued_ahead / self.config.max_batch_size) * full / slots
@@ -60,13 +61,13 @@ class DeadlinePolicy(AdaptivePolicy):
 
     def batch_limit(self, queue: QueueState, now: float) -> int:
         coefficients = queue.stats.profile.coefficients
-        oldest = next((part for part in queue.pending if part.live), None)
-        if coefficients is None or oldest is None:
+        leader = queue.leader()
+        if coefficients is None or leader is None:
             return self.config.max_batch_size
         intercept, per_row = coefficients
         if per_row <= 0:
             return self.config.max_batch_size
-        fitting = math.floor((oldest.deadline - now - intercept) / per_row + 1e-9)  # 4.9999999 rows is 5
+        fitting = math.floor((leader.deadline - now - intercept) / per_row + 1e-9)  # 4.9999999 rows is 5
         return max(1, min(self.config.max_batch_size, fitting))
 
     def doomed(self, queue: QueueState, part: QueuedPart, now: float) -> bool:
@@ -80,8 +81,8 @@ class DeadlinePolicy(AdaptivePolicy):
     def wait_until(self, queue: QueueState, now: float) -> float | None:
         until = super().wait_until(queue, now)
         full = queue.stats.profile.predict(self.config.max_batch_size)
-        oldest = next((part for part in queue.pending if part.live), None)
-        if until is None or full is None or oldest is None:
+        leader = queue.leader()
+        if until is None or full is None or leader is None:
             return until
-        latest_start = oldest.deadline - full
+        latest_start = leader.deadline - full
         return min(until, latest_start) if latest_start > now else None
