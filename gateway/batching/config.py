@@ -24,3 +24,32 @@ class BatchingConfig:
     slo_s: float | None = None   # deadline: the answer's latency objective, and every request's deadline
     priority_levels: int = 0     # 0: one level for all; n: levels 1 (highest) .. n, FIFO within a level
     default_priority_level: int = 0  # the level of a request that names none (priority 0)
+    max_batch_cost: int = 0      # padded elements (rows x padded length) per batch; 0 = no limit (see batching.padding)
+    padding: PaddingConfig | None = None  # variable-length inputs: None = every length is its own signature
+
+
+# -- variable-length inputs (see gateway.batching.padding for what they mean) ------------------
+
+@dataclass(frozen=True, slots=True)
+class PaddedInput:
+    """An input whose dimension `dim` (never 0, the batch) may differ between requests."""
+    name: str
+    dim: int
+    value: int | float | bool = 0  # what the gateway fills the padding with
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedInput:
+    """An input the gateway fills for the model, never sent by a client: each row's real
+    length (`kind` "length", shape [rows, 1]) or a 0/1 mask of it ("mask", [rows, padded])."""
+    name: str
+    datatype: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class PaddingConfig:
+    inputs: tuple[PaddedInput, ...]                # every padded input shares one length per row
+    buckets: tuple[int, ...] = ()                  # ascending; () = pad to the longest member of the batch
+    outputs: tuple[tuple[str, int], ...] = ()      # (output, its dim that follows the padded length)
+    generated: tuple[GeneratedInput, ...] = ()

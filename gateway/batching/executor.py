@@ -5,7 +5,9 @@ tensors with one row per input row (a backend's `infer`, a test's stub).
 
 Semantics
 ---------
-* One call per batch: its parts' inputs concatenated, one numpy.concatenate per input.
+* One call per batch: its parts' inputs concatenated, one numpy.concatenate per input; or,
+  for a model that pads, padded to the batch's length with the generated inputs added
+  (`padding.pad_batch`), and the outputs that follow the padded length checked.
 * The call is abandoned once every member's deadline has passed, so a hung predictor
   costs each request at most its deadline.
 * An answer with the wrong number of rows is BadPredictorAnswer; any other unexpected
@@ -23,6 +25,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from gateway.batching import padding as pad
+from gateway.batching.config import PaddingConfig
 from gateway.batching.merge import concatenate
 from gateway.batching.request import Part
 from gateway.batching.stats import Durations, ModelStats
@@ -38,23 +42,24 @@ Outcome = list[Tensor] | GatewayError
 
 
 async def execute(executor: Executor, parts: list[Part], batch_id: str, model: str,
-                  stats: ModelStats) -> list[tuple[list[Part], Outcome]]:
+                  stats: ModelStats, padding: PaddingConfig | None = None) -> list[tuple[list[Part], Outcome]]:
     """Run the live parts as one executor call. If the predictor rejects the merged batch
     as bad input, bisect it, so that only the offending request fails and the others
     still get their answers (log2(n) extra calls per bad request, in the same slot)."""
     live = [part for part in parts if part.live]
     if not live:
         return []
-    outcome = await call(executor, live, batch_id, model, stats)
+    outcome = await call(executor, live, batch_id, model, stats, padding)
     if isinstance(outcome, PredictorRejected) and len({id(p.request) for p in live}) > 1:
         stats.isolations += 1
         middle = len(live) // 2
-        return (await execute(executor, live[:middle], batch_id, model, stats)
-                + await execute(executor, live[middle:], batch_id, model, stats))
+        return (await execute(executor, live[:middle], batch_id, model, stats, padding)
+                + await execute(executor, live[middle:], batch_id, model, stats, padding))
     return [(live, outcome)]
 
 
-async def call(executor: Executor, parts: list[Part], batch_id: str, model: str, stats: ModelStats) -> Outcome:
+async def call(executor: Executor, parts: list[Part], batch_id: str, model: str, stats: ModelStats,
+               padding: PaddingConfig | None = None) -> Outcome:
     """One executor call; every failure comes back as the GatewayError to answer."""
     loop = asyncio.get_running_loop()
     rows = sum(part.size for part in parts)
@@ -62,7 +67,12 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
     token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts),
                                            parts[0].request.parameters))  # the same for every part
     try:
-        inputs = concatenate([part.inputs for part in parts])
+        shapes = [part.shape for part in parts if part.shape is not None]
+        if padding is None or len(shapes) < len(parts):  # parts queued before a reload set padding travel as before
+            padding = None
+            inputs = concatenate([part.inputs for part in parts])
+        else:
+            inputs = pad.pad_batch([part.inputs for part in parts], shapes, padding)
         started = loop.time()
         # timeout_at, not wait_for: no extra task, so the call starts in this loop turn.
         async with asyncio.timeout_at(max(part.request.deadline for part in parts)):
@@ -74,6 +84,8 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
                 raise BadPredictorAnswer(
                     f"predictor returned {len(tensor.data)} rows of '{tensor.name}' for a batch of {rows}"
                 )
+        if padding is not None:
+            pad.check_outputs(outputs, pad.batch_length(shapes), padding)
         by_size = stats.by_batch_size.get(rows)
         if by_size is None:
             by_size = stats.by_batch_size[rows] = Durations()

@@ -10,7 +10,8 @@ Semantics
 * A batch is one `numpy.concatenate` per input over its parts (`concatenate`); its result
   is cut back into each part's consecutive rows (`slice_result`).
 * The next batch is the signature group of the oldest live part, oldest first, up to the
-  cap (`take_oldest_group`).
+  cap (`take_oldest_group`), and, with `max_cost`, up to that many padded elements (rows x
+  the longest member's padded length: see `padding`).
 
 Everything here is plain data in, plain data out. This module must not know futures,
 deadlines, timers, policies or executors: the queue tells it what is live.
@@ -23,6 +24,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
+from gateway.batching.padding import cost
 from wire.tensors import Tensor
 
 
@@ -40,6 +42,10 @@ class Mergeable(Protocol):
     @property
     def live(self) -> bool:
         """False once the part's request is answered (expired, cancelled, failed)."""
+
+    @property
+    def padded(self) -> int:
+        """The length the part travels at alone (read only with a `max_cost`)."""
 
 
 PartT = TypeVar("PartT", bound=Mergeable)
@@ -102,9 +108,11 @@ class Reassembly:
         return concatenate([part for part in self._outputs if part is not None])
 
 
-def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = None) -> list[PartT]:
+def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = None,
+                      max_cost: int = 0) -> list[PartT]:
     """Remove and return the next batch from `pending`: the parts sharing the signature of
-    the oldest live part (or of `leader`), oldest first, while they fit in `limit` rows.
+    the oldest live part (or of `leader`), oldest first, while they fit in `limit` rows
+    (and, if `max_cost`, in that many padded elements).
 
     A part of another signature, or one that would overflow the cap, keeps its place in
     the queue (so a later, smaller part of the group may still join); parts that are no
@@ -116,15 +124,18 @@ def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = 
     signature = (leader or pending[0]).signature
     taken: list[PartT] = []
     skipped: list[PartT] = []
-    rows = 0
+    rows = padded = 0
     while pending and rows < limit:
         part = pending.popleft()
         if not part.live:
             continue
-        if part.signature != signature or rows + part.size > limit:
+        if (part.signature != signature or rows + part.size > limit
+                or (max_cost and taken and cost(rows + part.size, max(padded, part.padded)) > max_cost)):
             skipped.append(part)
             continue
         taken.append(part)
         rows += part.size
+        if max_cost:
+            padded = max(padded, part.padded)
     pending.extendleft(reversed(skipped))
     return taken

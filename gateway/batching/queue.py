@@ -19,6 +19,9 @@ Semantics
   Overloaded. A request whose caller goes away (its awaiting task is cancelled) is
   dropped from the queue and its rows are never sent; a request answered early leaves
   its parts behind, skipped when met.
+* A model with padded inputs (`config.padding`) merges requests that differ only in their
+  length, within one bucket if it has buckets; each batch is padded, and capped at
+  `max_batch_cost` padded elements beside `max_batch_size` rows (see `padding`).
 * Abandoning the queue (model removed, gateway shutting down) answers everything queued
   with the given error and cancels batches in flight, whose requests get Unavailable.
 
@@ -34,6 +37,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
+from gateway.batching import padding as pad
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, execute
 from gateway.batching.inflight import InflightTuner
@@ -95,16 +101,19 @@ class ModelQueue:
     # -- arrival -----------------------------------------------------------------------
 
     def add(self, inputs: list[Tensor], timeout_s: float | None, client: ClientContext = NO_CONTEXT,
-            parameters: Mapping[str, Any] = NO_PARAMETERS, priority: int = 0) -> asyncio.Future[BatchResult]:
+            parameters: Mapping[str, Any] = NO_PARAMETERS, priority: int = 0,
+            lengths: np.ndarray | None = None) -> asyncio.Future[BatchResult]:
         """Queue a request; its future is answered exactly once. Raises at once if the
         request is malformed or the queue is full. `priority` is Triton's: 1 is the highest
-        level, 0 the model's default level."""
+        level, 0 the model's default level. `lengths`: each row's real length along the
+        padded dims, when not all the request's own (see `padding`)."""
         if not inputs:
             raise InvalidInput("the request has no inputs")
         size = len(inputs[0].data)
         if size == 0 or any(len(t.data) != size for t in inputs):
             raise InvalidInput("every input must have the same, non-zero, batch dimension")
         config = self.config
+        shape = pad.measure(inputs, config.padding, lengths) if config.padding is not None else None
         level = self._level(priority)
         self.stats.requests += 1
         if size > config.max_queue:
@@ -127,17 +136,22 @@ class ModelQueue:
                 f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}); "
                 "try again later"
             )
-        pieces = split_request(inputs, config.max_batch_size)
+        pieces = split_request(inputs, pad.rows_per_part(shape.padded if shape else 1, config.max_batch_size,
+                                                          config.max_batch_cost))
+        tensors_key = pad.signature(inputs, config.padding, shape) if config.padding and shape else signature_key(inputs)
         # Parameters are part of what must agree for requests to share a batch.
-        signature = (signature_key(inputs), tuple(sorted(parameters.items()))) if parameters else signature_key(inputs)
+        signature = (tensors_key, tuple(sorted(parameters.items()))) if parameters else tensors_key
         if level:
             signature = (signature, level)  # a batch holds one priority level
         request = Request(signature, size, now + timeout, loop.create_future(), len(pieces), client, now, parameters,
                           level)
         if level:
             self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
+        offset = 0
         for index, piece in enumerate(pieces):
-            self.pending.append(Part(request, index, piece, len(piece[0].data), now))
+            rows = len(piece[0].data)
+            self.pending.append(Part(request, index, piece, rows, now, shape.rows(offset, rows) if shape else None))
+            offset += rows
         self.queued_rows += size
         request.timer = loop.call_at(request.deadline, self._expire, request, timeout)
         latest_start = self.policy.latest_start(self, size, request.deadline)
@@ -210,7 +224,7 @@ class ModelQueue:
         leader = self.leader()
         assert leader is not None  # pump ships only when a live part waits
         limit = max(self.policy.batch_limit(self, now), leader.size)
-        parts = take_oldest_group(self.pending, limit, leader)
+        parts = take_oldest_group(self.pending, limit, leader, self.config.max_batch_cost)
         for part in parts:
             part.request.sent = True
             self._unqueue(part.request, part.size)
@@ -297,13 +311,17 @@ class ModelQueue:
         self.stats.instances += rows
         self.stats.recent_batch_sizes.append(rows)
         self.stats.batch_size.observe(rows)
+        padding = self.config.padding
+        shapes = [part.shape for part in parts if part.shape is not None]
+        if shapes:
+            self.stats.count_padding(*pad.elements(shapes))
         self.stats.last_batch_unix_s = time.time()
         now = self._loop.time()
         for part in parts:
             self.stats.queue_wait_s.observe(now - part.enqueued_at)
         started = self._loop.time()
         try:
-            outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats)
+            outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats, padding)
         except asyncio.CancelledError:
             for part in parts:
                 part.request.fail(Unavailable("the gateway is shutting down"))
@@ -321,6 +339,8 @@ class ModelQueue:
                     part.request.fail(outcome)
             else:
                 for part, part_outputs in zip(group, slice_result(outcome, [p.size for p in group]), strict=True):
+                    if padding is not None and part.shape is not None:
+                        part_outputs = pad.trim(part_outputs, part.shape.length, padding)
                     part.request.answer_part(part.index, part_outputs, batch_id)
         if log.isEnabledFor(logging.DEBUG):
             failed = [type(o).__name__ for _, o in outcomes if isinstance(o, GatewayError)]

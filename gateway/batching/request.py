@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gateway.batching.merge import Reassembly
+from gateway.batching.padding import RowShape
 from wire.errors import GatewayError
 from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
@@ -76,14 +77,21 @@ class Request:
 class Part:
     """A whole request, or one max_batch_size slice of a larger one, as it waits in a queue."""
 
-    __slots__ = ("request", "index", "inputs", "size", "enqueued_at")
+    __slots__ = ("request", "index", "inputs", "size", "enqueued_at", "shape")
 
-    def __init__(self, request: Request, index: int, inputs: list[Tensor], size: int, now: float) -> None:
+    def __init__(self, request: Request, index: int, inputs: list[Tensor], size: int, now: float,
+                 shape: RowShape | None = None) -> None:
         self.request = request
         self.index = index
         self.inputs = inputs
         self.size = size
         self.enqueued_at = now
+        self.shape = shape  # its lengths, when the model pads (see gateway.batching.padding)
+
+    @property
+    def padded(self) -> int:
+        """The length it travels at alone (1 when the model pads nothing): a batch costs rows x this."""
+        return self.shape.padded if self.shape is not None else 1
 
     @property
     def signature(self) -> Hashable:

@@ -28,6 +28,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor
 from gateway.batching.policies import POLICIES
@@ -99,30 +101,32 @@ class BatchScheduler:
 
     async def submit(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
                      client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                     priority: int = 0) -> BatchResult:
+                     priority: int = 0, lengths: np.ndarray | None = None) -> BatchResult:
         """Queue a request and wait for its rows of the batch result. Safe from any loop.
         Requests merge only with requests of the same signature, `parameters` and priority
-        level (Triton's `priority`: 1 is the highest, 0 the model's default)."""
+        level (Triton's `priority`: 1 is the highest, 0 the model's default). `lengths`:
+        each row's real length along a padded model's variable dims (ragged v1 instances)."""
         if asyncio.get_running_loop() is self._loop:
-            return await self._submit(model, inputs, timeout_s, client, parameters, priority)
-        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client, parameters, priority))
+            return await self._submit(model, inputs, timeout_s, client, parameters, priority, lengths)
+        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client, parameters, priority,
+                                                                lengths))
 
     def submit_threadsafe(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
                           client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                          priority: int = 0) -> concurrent.futures.Future:
+                          priority: int = 0, lengths: np.ndarray | None = None) -> concurrent.futures.Future:
         """Queue a request from any thread; returns a concurrent future of its BatchResult."""
         return asyncio.run_coroutine_threadsafe(
-            self._submit(model, inputs, timeout_s, client, parameters, priority), self._loop)
+            self._submit(model, inputs, timeout_s, client, parameters, priority, lengths), self._loop)
 
     async def _submit(self, model: str, inputs: list[Tensor], timeout_s: float | None,
                       client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                      priority: int = 0) -> BatchResult:
+                      priority: int = 0, lengths: np.ndarray | None = None) -> BatchResult:
         queue = self._queues.get(model)
         if queue is None:
             raise ModelNotFound(f"model '{model}' is not served by this gateway")
         if self._closed:
             raise Unavailable("the gateway is shutting down")
-        return await queue.add(inputs, timeout_s, client, parameters, priority)
+        return await queue.add(inputs, timeout_s, client, parameters, priority, lengths)
 
     # -- shutdown ------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ class Histogram:
 
 
 BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+BATCH_COST_BOUNDS = tuple(2 ** n for n in range(4, 21, 2))  # padded elements: 16 .. 1Mi
 SECONDS_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -75,3 +76,13 @@ class ModelStats:
     computed: Durations = field(default_factory=Durations)  # per request: its batch's predictor time
     profile: LatencyProfile = field(default_factory=LatencyProfile)  # ℓ(b), learned from successful calls
     last_batch_unix_s: float = 0.0
+    # Variable-length inputs (see batching.padding): elements along the padded length.
+    padded_elements: int = 0  # rows x padded length, summed over batches
+    real_elements: int = 0    # rows' real lengths, summed: waste = padded / real
+    batch_cost: Histogram = field(default_factory=lambda: Histogram(BATCH_COST_BOUNDS))
+
+    def count_padding(self, padded: int, real: int) -> None:
+        """One batch's padded and real elements; its cost is the padded ones."""
+        self.padded_elements += padded
+        self.real_elements += real
+        self.batch_cost.observe(padded)

@@ -1,0 +1,197 @@
+"""Padding and bucket arithmetic: how requests of different lengths share one batch.
+
+Semantics
+---------
+* A model may declare inputs whose dimension `dim` (never the batch) varies between
+  requests (`PaddedInput`). Every padded input of a request has the same size there: the
+  request's *length*. Each row also has a *real length* (at most the request's length): the
+  request's length for tensors, each instance's own for ragged KServe v1 instances, which
+  the model layer pads to the longest instance before they get here.
+* Without buckets, requests that differ only in their length share a signature and a
+  batch, padded to the batch's longest member (*pad to longest*). With `buckets`
+  (ascending), a request's *padded length* is the smallest bucket that holds its length;
+  requests merge only within one bucket and the batch is padded to the bucket itself (a
+  fixed shape per bucket, the waste bounded by the bucket spacing). A length beyond the
+  largest bucket is refused (InvalidInput, 400), as is a length of 0.
+* Padding fills with the input's declared `value`. A *generated* input (`GeneratedInput`)
+  tells the model where the padding starts: "length" is each row's real length, shape
+  [rows, 1]; "mask" is 1 for each row's real positions and 0 for its padding, shape
+  [rows, padded length]. Clients never send a generated input.
+* An output that *follows* the padded length (per token) comes back with that dimension
+  padded; each part is cut back to its request's own length (`trim`). Other outputs
+  (pooled) come back as they are. An output that should follow but does not have the
+  batch's padded length there is the predictor's error (BadPredictorAnswer).
+* The *cost* of a batch is rows x padded length (padded elements). `max_batch_cost` caps
+  it beside `max_batch_size`: a request whose cost exceeds it is split into parts of
+  `max_batch_cost // padded length` rows; a single row that costs more than
+  `max_batch_cost` can never be sent and is refused (PayloadTooLarge, 413).
+* Padding waste is padded elements / real elements (1.0 = none), counted per batch.
+
+Plain data in, plain data out, as `merge`: this module must not know futures, queues,
+policies, executors, or anything beyond the tensors and the `PaddingConfig`.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.batching.config import PaddingConfig
+from wire.errors import BadPredictorAnswer, InvalidInput, PayloadTooLarge
+from wire.tensors import NUMPY_DTYPES, Tensor
+
+BUCKETS_KEY = "batching.buckets"
+COST_KEY = "batching.max_batch_cost"
+
+
+@dataclass(frozen=True, slots=True)
+class RowShape:
+    """The lengths of one queued part: its tensors' `length` along the padded dims, each
+    row's real `lengths`, and the `padded` length it travels at alone."""
+    length: int
+    padded: int
+    lengths: np.ndarray  # int64, one per row
+
+    def rows(self, start: int, count: int) -> RowShape:
+        """The shape of rows start..start+count (a part of a split request)."""
+        return RowShape(self.length, self.padded, self.lengths[start:start + count])
+
+
+def measure(inputs: list[Tensor], padding: PaddingConfig, lengths: np.ndarray | None = None) -> RowShape:
+    """A request's length, padded length and rows' real lengths (`lengths`: each row's, when
+    they are not all the request's length). Raises InvalidInput for what cannot be padded."""
+    by_name = {t.name: t for t in inputs}
+    sizes = {}
+    for spec in padding.inputs:
+        tensor = by_name.get(spec.name)
+        if tensor is None:
+            raise InvalidInput(f"the request has no input '{spec.name}', which the model pads")
+        if tensor.data.ndim <= spec.dim:
+            raise InvalidInput(f"input '{spec.name}' has shape {list(tensor.data.shape)}: it has no dimension "
+                               f"{spec.dim}, the one declared variable (pad.dim)")
+        sizes[spec.name] = tensor.data.shape[spec.dim]
+    length = next(iter(sizes.values()))
+    if any(size != length for size in sizes.values()):
+        raise InvalidInput(f"the padded inputs must have one length per request; got {sizes}")
+    if length == 0:
+        raise InvalidInput("a request of length 0 along its variable dimension cannot be padded")
+    rows = len(inputs[0].data)
+    if lengths is None:
+        lengths = np.full(rows, length, dtype=np.int64)
+    return RowShape(length, padded_length(length, padding.buckets), lengths)
+
+
+def padded_length(length: int, buckets: Sequence[int]) -> int:
+    """The length a request of `length` travels at: the smallest bucket that holds it, or
+    itself without buckets."""
+    if not buckets:
+        return length
+    index = bisect_left(buckets, length)
+    if index == len(buckets):
+        raise InvalidInput(f"length {length} is beyond the largest bucket, {buckets[-1]} ({BUCKETS_KEY}): "
+                           f"send at most {buckets[-1]}")
+    return buckets[index]
+
+
+def signature(inputs: list[Tensor], padding: PaddingConfig, shape: RowShape) -> tuple:
+    """What must agree for padded requests to share a batch: `wire.tensors.signature_key`
+    with each padded dimension replaced by the bucket (any length: -1, without buckets)."""
+    dims = {spec.name: spec.dim - 1 for spec in padding.inputs}  # in the shape without the batch
+    key = shape.padded if padding.buckets else -1
+    return tuple((t.name, t.datatype, _with(t.data.shape[1:], dims.get(t.name), key)) for t in inputs)
+
+
+def _with(shape: tuple[int, ...], index: int | None, value: int) -> tuple[int, ...]:
+    return shape if index is None else (*shape[:index], value, *shape[index + 1:])
+
+
+def rows_per_part(padded: int, max_batch_size: int, max_batch_cost: int) -> int:
+    """The most rows of this padded length one batch may hold."""
+    if not max_batch_cost:
+        return max_batch_size
+    rows = max_batch_cost // padded
+    if rows < 1:
+        raise PayloadTooLarge(f"one row of padded length {padded} costs {padded} padded elements, more than a "
+                              f"whole batch may ({COST_KEY} = {max_batch_cost}): send shorter inputs")
+    return min(max_batch_size, rows)
+
+
+def cost(rows: int, padded: int) -> int:
+    """A batch's cost: its padded elements."""
+    return rows * padded
+
+
+def batch_length(shapes: Sequence[RowShape]) -> int:
+    """The length a batch of these parts is padded to (one bucket, or the longest)."""
+    return max(shape.padded for shape in shapes)
+
+
+def pad_batch(groups: Sequence[list[Tensor]], shapes: Sequence[RowShape], padding: PaddingConfig) -> list[Tensor]:
+    """One tensor per input for the whole batch, each padded input filled with its pad value
+    up to the batch length, then the generated inputs. Each padded input is one allocation
+    and one copy per part; the others are concatenated as `merge.concatenate` does."""
+    padded = batch_length(shapes)
+    rows = sum(len(shape.lengths) for shape in shapes)
+    specs = {spec.name: spec for spec in padding.inputs}
+    merged = []
+    for i, first in enumerate(groups[0]):
+        spec = specs.get(first.name)
+        if spec is None:
+            data = np.concatenate([group[i].data for group in groups]) if len(groups) > 1 else first.data
+        else:
+            shape = list(first.data.shape)
+            shape[0], shape[spec.dim] = rows, padded
+            data = np.full(shape, spec.value, dtype=first.data.dtype)
+            offset = 0
+            for group in groups:
+                part = group[i].data
+                where = [slice(offset, offset + len(part))] + [slice(None)] * (part.ndim - 1)
+                where[spec.dim] = slice(0, part.shape[spec.dim])
+                data[tuple(where)] = part
+                offset += len(part)
+        merged.append(Tensor(first.name, first.datatype, data))
+    lengths = np.concatenate([shape.lengths for shape in shapes])
+    merged += [generated_input(spec.name, spec.datatype, spec.kind, lengths, padded) for spec in padding.generated]
+    return merged
+
+
+def generated_input(name: str, datatype: str, kind: str, lengths: np.ndarray, padded: int) -> Tensor:
+    """The input the gateway generates from the rows' real lengths: "length" or "mask"."""
+    dtype = NUMPY_DTYPES[datatype]
+    if kind == "length":
+        return Tensor(name, datatype, lengths.reshape(-1, 1).astype(dtype))
+    return Tensor(name, datatype, (np.arange(padded) < lengths[:, None]).astype(dtype))
+
+
+def check_outputs(outputs: list[Tensor], padded: int, padding: PaddingConfig) -> None:
+    """Every output that follows the padded length has the batch's padded length there."""
+    follows = dict(padding.outputs)
+    for tensor in outputs:
+        dim = follows.get(tensor.name)
+        if dim is not None and (tensor.data.ndim <= dim or tensor.data.shape[dim] != padded):
+            raise BadPredictorAnswer(
+                f"output '{tensor.name}' follows the padded length at dimension {dim} (follows_pad), so it should "
+                f"have {padded} there; the predictor answered shape {list(tensor.data.shape)}")
+
+
+def trim(outputs: list[Tensor], length: int, padding: PaddingConfig) -> list[Tensor]:
+    """A part's outputs with every output that follows the padded length cut back to the
+    part's own `length` (numpy views); the others as they are."""
+    follows = dict(padding.outputs)
+    trimmed = []
+    for tensor in outputs:
+        dim = follows.get(tensor.name)
+        if dim is not None:
+            where = [slice(None)] * tensor.data.ndim
+            where[dim] = slice(0, length)
+            tensor = Tensor(tensor.name, tensor.datatype, tensor.data[tuple(where)])
+        trimmed.append(tensor)
+    return trimmed
+
+
+def elements(shapes: Sequence[RowShape]) -> tuple[int, int]:
+    """A batch's (padded, real) elements along the padded length: waste is their ratio."""
+    rows = sum(len(shape.lengths) for shape in shapes)
+    return cost(rows, batch_length(shapes)), int(sum(int(shape.lengths.sum()) for shape in shapes))

@@ -1,0 +1,134 @@
+"""gateway/batching/padding.py: how requests of different lengths share one batch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.batching import padding as pad
+from gateway.batching.config import GeneratedInput, PaddedInput, PaddingConfig
+from wire.errors import BadPredictorAnswer, InvalidInput, PayloadTooLarge
+from wire.tensors import Tensor
+
+TOKENS = PaddingConfig(inputs=(PaddedInput("IDS", 1, -1),), outputs=(("HIDDEN", 1),),
+                       generated=(GeneratedInput("LEN", "INT32", "length"), GeneratedInput("MASK", "BOOL", "mask")))
+BUCKETED = PaddingConfig(inputs=(PaddedInput("IDS", 1, 0),), buckets=(4, 8, 16))
+
+
+def ids(rows: int, length: int, start: int = 1) -> list[Tensor]:
+    return [Tensor("IDS", "INT64", np.arange(start, start + rows * length, dtype=np.int64).reshape(rows, length))]
+
+
+# -- a request's lengths -------------------------------------------------------------------------
+
+def test_a_request_is_measured_along_its_declared_dimension():
+    shape = pad.measure(ids(2, 5), TOKENS)
+    assert (shape.length, shape.padded, shape.lengths.tolist()) == (5, 5, [5, 5])
+
+
+def test_ragged_rows_keep_their_own_real_lengths():
+    shape = pad.measure(ids(3, 5), TOKENS, np.array([5, 2, 4]))
+    assert shape.lengths.tolist() == [5, 2, 4]
+    assert shape.rows(1, 2).lengths.tolist() == [2, 4]
+
+
+def test_with_buckets_a_request_travels_at_the_smallest_bucket_that_holds_it():
+    assert [pad.padded_length(n, (4, 8, 16)) for n in (1, 4, 5, 8, 9, 16)] == [4, 4, 8, 8, 16, 16]
+    assert pad.padded_length(7, ()) == 7
+
+
+def test_a_length_beyond_the_largest_bucket_is_refused_naming_the_key():
+    with pytest.raises(InvalidInput, match=r"length 17 is beyond the largest bucket, 16 \(batching.buckets\)"):
+        pad.measure(ids(1, 17), BUCKETED)
+
+
+def test_padded_inputs_must_agree_on_the_length_and_it_must_not_be_zero():
+    two = PaddingConfig(inputs=(PaddedInput("IDS", 1), PaddedInput("TYPES", 1)))
+    request = [*ids(1, 3), Tensor("TYPES", "INT64", np.zeros((1, 4), dtype=np.int64))]
+    with pytest.raises(InvalidInput, match="one length per request"):
+        pad.measure(request, two)
+    with pytest.raises(InvalidInput, match="length 0"):
+        pad.measure([Tensor("IDS", "INT64", np.zeros((1, 0), dtype=np.int64))], TOKENS)
+    with pytest.raises(InvalidInput, match="no dimension 1"):
+        pad.measure([Tensor("IDS", "INT64", np.zeros(3, dtype=np.int64))], TOKENS)
+
+
+# -- what merges ---------------------------------------------------------------------------------
+
+def test_without_buckets_any_length_shares_a_signature_and_with_buckets_only_within_one():
+    def key(length: int, config: PaddingConfig) -> tuple:
+        inputs = ids(1, length)
+        return pad.signature(inputs, config, pad.measure(inputs, config))
+
+    assert key(3, TOKENS) == key(300, TOKENS)
+    assert key(5, BUCKETED) == key(8, BUCKETED) != key(9, BUCKETED)
+    other_width = [Tensor("IDS", "INT64", np.zeros((1, 3, 2), dtype=np.int64))]
+    assert pad.signature(other_width, TOKENS, pad.measure(other_width, TOKENS)) != key(3, TOKENS)
+
+
+# -- cost ------------------------------------------------------------------------------------------
+
+def test_cost_caps_the_rows_of_a_part_and_one_row_too_costly_is_refused():
+    assert pad.rows_per_part(8, max_batch_size=32, max_batch_cost=0) == 32
+    assert pad.rows_per_part(8, max_batch_size=32, max_batch_cost=100) == 12
+    assert pad.rows_per_part(8, max_batch_size=4, max_batch_cost=100) == 4
+    with pytest.raises(PayloadTooLarge, match=r"max_batch_cost = 7"):
+        pad.rows_per_part(8, max_batch_size=4, max_batch_cost=7)
+
+
+# -- the batch ---------------------------------------------------------------------------------
+
+def test_a_batch_is_padded_to_its_longest_member_with_the_generated_length_and_mask():
+    a, b = ids(1, 2, start=1), ids(2, 3, start=10)
+    shapes = [pad.measure(a, TOKENS), pad.measure(b, TOKENS, np.array([3, 1]))]
+    merged = {t.name: t.data for t in pad.pad_batch([a, b], shapes, TOKENS)}
+    np.testing.assert_array_equal(merged["IDS"], [[1, 2, -1], [10, 11, 12], [13, 14, 15]])
+    np.testing.assert_array_equal(merged["LEN"], [[2], [3], [1]])
+    assert merged["LEN"].dtype == np.int32
+    np.testing.assert_array_equal(merged["MASK"], [[1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    assert merged["MASK"].dtype == np.bool_
+
+
+def test_a_bucketed_batch_is_padded_to_its_bucket():
+    a, b = ids(1, 5), ids(1, 6)
+    shapes = [pad.measure(a, BUCKETED), pad.measure(b, BUCKETED)]
+    merged = pad.pad_batch([a, b], shapes, BUCKETED)
+    assert merged[0].data.shape == (2, 8)
+    assert pad.elements(shapes) == (16, 11)
+
+
+def test_inputs_that_are_not_padded_are_concatenated_and_inner_dims_are_kept():
+    config = PaddingConfig(inputs=(PaddedInput("X", 1, 0.5),))
+    a = [Tensor("X", "FP32", np.ones((1, 1, 2), np.float32)), Tensor("S", "FP32", np.zeros((1, 2), np.float32))]
+    b = [Tensor("X", "FP32", np.ones((1, 2, 2), np.float32)), Tensor("S", "FP32", np.ones((1, 2), np.float32))]
+    x, s = pad.pad_batch([a, b], [pad.measure(a, config), pad.measure(b, config)], config)
+    np.testing.assert_array_equal(x.data[0], [[1, 1], [0.5, 0.5]])
+    np.testing.assert_array_equal(s.data, [[0, 0], [1, 1]])
+
+
+def test_outputs_that_follow_the_padded_length_are_checked_and_cut_back_and_pooled_ones_kept():
+    hidden = Tensor("HIDDEN", "FP32", np.arange(12, dtype=np.float32).reshape(2, 3, 2))
+    pooled = Tensor("POOLED", "FP32", np.ones((2, 1), np.float32))
+    pad.check_outputs([hidden, pooled], 3, TOKENS)
+    with pytest.raises(BadPredictorAnswer, match="should have 4 there"):
+        pad.check_outputs([hidden], 4, TOKENS)
+    trimmed = pad.trim([hidden, pooled], 2, TOKENS)
+    np.testing.assert_array_equal(trimmed[0].data, hidden.data[:, :2])
+    assert trimmed[1] is pooled
+
+
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+       buckets=st.sampled_from([(), (8, 16, 32, 40), (40,)]))
+def test_padding_then_trimming_gives_every_part_back_exactly_its_rows(lengths, buckets):
+    config = PaddingConfig(inputs=(PaddedInput("IDS", 1, 0),), buckets=buckets, outputs=(("IDS", 1),))
+    parts = [ids(1, n, start=100 * i) for i, n in enumerate(lengths)]
+    shapes = [pad.measure(part, config) for part in parts]
+    merged = pad.pad_batch(parts, shapes, config)[0]
+    assert merged.data.shape == (len(lengths), max(s.padded for s in shapes))
+    assert not buckets or merged.data.shape[1] in buckets
+    padded, real = pad.elements(shapes)
+    assert (padded, real) == (merged.data.size, sum(lengths))
+    for row, (part, shape) in enumerate(zip(parts, shapes, strict=True)):
+        back = pad.trim([Tensor("IDS", "INT64", merged.data[row:row + 1])], shape.length, config)[0]
+        np.testing.assert_array_equal(back.data, part[0].data)
