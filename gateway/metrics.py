@@ -80,6 +80,23 @@ class _SchedulerCollector:
                                     labels=["model"])
         depth = GaugeMetricFamily("gateway_queue_depth", "Rows queued", labels=["model"])
         inflight = GaugeMetricFamily("gateway_batches_in_flight", "Batches at the predictor", labels=["model"])
+        inflight_limit = GaugeMetricFamily(
+            "gateway_batches_in_flight_limit",
+            "Batches the model may have at the predictor: max_inflight, or the value \"auto\" has learned",
+            labels=["model"])
+        answered = CounterMetricFamily(
+            "gateway_answered", "Requests answered successfully, all within their deadline (late ones are timeouts)",
+            labels=["model"])
+        departures = CounterMetricFamily(
+            "gateway_batch_departures",
+            "Batches by why they left the queue: full, slot_free, hold_expired, window_expired, deadline_sized",
+            labels=["model", "reason"])
+        level_requests = CounterMetricFamily("gateway_priority_requests", "Requests received, by priority level",
+                                             labels=["model", "level"])
+        level_outcomes = CounterMetricFamily(
+            "gateway_priority_outcomes",
+            "Requests by priority level and what became of them: answered, refused, dropped or expired",
+            labels=["model", "level", "outcome"])
         for model in self.scheduler.model_names():
             stats = self.scheduler.stats(model)
             for counter, attribute in counter_families:
@@ -93,12 +110,25 @@ class _SchedulerCollector:
                 per_row.add_metric([model], coefficients[1])
             depth.add_metric([model], self.scheduler.queue_depth(model))
             inflight.add_metric([model], self.scheduler.inflight(model))
+            inflight_limit.add_metric([model], self.scheduler.inflight_limit(model))
+            answered.add_metric([model], stats.succeeded.count)
+            for reason, count in stats.departures.items():
+                departures.add_metric([model, reason], count)
+            for level, counts in sorted(stats.by_level.items()):
+                level_requests.add_metric([model, str(level)], counts.requests)
+                for outcome in ("answered", "refused", "dropped", "expired"):
+                    level_outcomes.add_metric([model, str(level), outcome], getattr(counts, outcome))
         for counter, _ in counter_families:
             yield counter
         for histogram_family, _ in histogram_families:
             yield histogram_family
         yield depth
         yield inflight
+        yield inflight_limit
+        yield answered
+        yield departures
+        yield level_requests
+        yield level_outcomes
         yield intercept
         yield per_row
 

@@ -71,6 +71,11 @@ def test_metrics_count_the_traffic_sent():
         assert value("gateway_queue_depth", model="demo") == 0
         assert value("gateway_batches_in_flight", model="demo") == 0
         assert value("gateway_timeouts_total", model="demo") == 0
+        assert value("gateway_answered_total", model="demo") == 16 + codes.count(200)
+        assert value("gateway_batches_in_flight_limit", model="demo") == 1
+        assert sum(value("gateway_batch_departures_total", model="demo", reason=reason)
+                   for reason in ("full", "slot_free", "hold_expired", "window_expired", "deadline_sized")
+                   ) == stats.batches
 
 
 def test_every_front_end_counts_its_requests_with_one_status_vocabulary():

@@ -46,7 +46,7 @@ from gateway.batching.inflight import InflightTuner
 from gateway.batching.merge import slice_result, split_request, take_oldest_group
 from gateway.batching.policies import make_policy
 from gateway.batching.request import NO_PARAMETERS, BatchResult, Part, Request
-from gateway.batching.stats import ModelStats
+from gateway.batching.stats import LevelCounts, ModelStats
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.tensors import Tensor, signature_key
 from wire.tracing import NO_CONTEXT, ClientContext
@@ -66,6 +66,7 @@ class ModelQueue:
         self.rows_by_level: dict[int, int] = {}  # the same, by priority level (kept only when there are levels)
         self.inflight = 0     # batches at the executor
         self.wake: asyncio.TimerHandle | None = None  # when the policy asked to be asked again
+        self._woken = False  # this pump was the policy's own wake-up (a hold or window ended)
         self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
         self.stats = ModelStats()
         self._loop = loop
@@ -116,6 +117,9 @@ class ModelQueue:
         shape = pad.measure(inputs, config.padding, lengths) if config.padding is not None else None
         level = self._level(priority)
         self.stats.requests += 1
+        counts = self._counts(level)
+        if counts is not None:
+            counts.requests += 1
         if size > config.max_queue:
             # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
             raise PayloadTooLarge(
@@ -128,10 +132,14 @@ class ModelQueue:
         refusal = self.policy.admit(self, size, now + timeout, now, level)
         if refusal is not None:
             self.stats.refused_late += 1
+            if counts is not None:
+                counts.refused += 1
             raise refusal
         # Only an admitted request may make room: lower levels never give way for nothing.
         if self.queued_rows + size > config.max_queue and not self._evict_below(level, size):
             self.stats.refused += 1
+            if counts is not None:
+                counts.refused += 1
             raise Overloaded(
                 f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}); "
                 "try again later"
@@ -166,6 +174,9 @@ class ModelQueue:
         if request.done:
             return
         self.stats.expired += 1
+        counts = self._counts(request.level)
+        if counts is not None:
+            counts.expired += 1
         where = "waiting for the predictor" if request.sent else "in the queue"
         request.fail(DeadlineExceeded(f"model '{self.name}': deadline of {timeout:g} s passed {where}"))
 
@@ -179,8 +190,12 @@ class ModelQueue:
         succeeded = not future.cancelled() and future.exception() is None
         now = self._loop.time()
         (self.stats.succeeded if succeeded else self.stats.failed).add(now - request.arrived)
-        if succeeded and self.tuner is not None:
-            self.tuner.on_answered(request.arrived, now)
+        if succeeded:
+            if self.tuner is not None:
+                self.tuner.on_answered(request.arrived, now)
+            counts = self._counts(request.level)
+            if counts is not None:
+                counts.answered += 1
         if request.queued_rows:
             self._unqueue(request, request.queued_rows)  # its queued parts are skipped lazily
 
@@ -202,6 +217,7 @@ class ModelQueue:
                 self._wake_at(until)
                 return
             parts = self._take_batch(now)
+            self._woken = False  # only the first batch of a wake-up left because of it
             self.inflight += 1
             task = self._loop.create_task(self._run_batch(parts))
             self.tasks.add(task)
@@ -216,19 +232,33 @@ class ModelQueue:
 
     def _on_wake(self) -> None:
         self.wake = None
-        self.pump()
+        self._woken = True
+        try:
+            self.pump()
+        finally:
+            self._woken = False
 
     def _take_batch(self, now: float) -> list[Part]:
         # Never below the oldest part's size: the oldest always leaves (a part that could
         # not make its deadline even alone was dropped before this).
         leader = self.leader()
         assert leader is not None  # pump ships only when a live part waits
-        limit = max(self.policy.batch_limit(self, now), leader.size)
+        policy_limit = self.policy.batch_limit(self, now)
+        limit = max(policy_limit, leader.size)
         parts = take_oldest_group(self.pending, limit, leader, self.config.max_batch_cost)
         for part in parts:
             part.request.sent = True
             self._unqueue(part.request, part.size)
+        self.stats.departures[self._departure(sum(part.size for part in parts), policy_limit)] += 1
         return parts
+
+    def _departure(self, rows: int, policy_limit: int) -> str:
+        """Why a batch of `rows` rows is leaving now (see `stats.DEPARTURES`)."""
+        if rows >= self.config.max_batch_size:
+            return "full"
+        if policy_limit < self.config.max_batch_size and rows >= policy_limit:
+            return "deadline_sized"
+        return self.policy.timer_reason if self._woken else "slot_free"
 
     def _unqueue(self, request: Request, rows: int) -> None:
         """`rows` of `request` no longer count as queued: taken into a batch, or the request
@@ -267,6 +297,9 @@ class ModelQueue:
             return False
         for request in victims:
             self.stats.refused += 1
+            counts = self._counts(request.level)
+            if counts is not None:
+                counts.refused += 1
             self._unqueue(request, request.queued_rows)  # accounted now: the room is needed now
             request.fail(Overloaded(f"model '{self.name}': its queue is full and this request gave its place to "
                                     f"one of a higher priority level; try again later"))
@@ -279,6 +312,15 @@ class ModelQueue:
         if not self.config.priority_levels:
             return next(live, None)
         return min(live, key=lambda part: part.level, default=None)
+
+    def _counts(self, level: int) -> LevelCounts | None:
+        """The counts of priority `level` (None when the model has no levels)."""
+        if not level:
+            return None
+        counts = self.stats.by_level.get(level)
+        if counts is None:
+            counts = self.stats.by_level[level] = LevelCounts()
+        return counts
 
     def rows_ahead(self, level: int) -> int:
         """Queued rows that a request of `level` waits behind: those of its level and higher."""
@@ -293,6 +335,9 @@ class ModelQueue:
 
     def _drop(self, request: Request, left_s: float) -> None:
         self.stats.dropped += 1
+        counts = self._counts(request.level)
+        if counts is not None:
+            counts.dropped += 1
         request.fail(DeadlineExceeded(
             f"model '{self.name}': the request could no longer be answered within its deadline "
             f"({max(left_s, 0) * 1000:.0f} ms were left); it was dropped before reaching the predictor"))

@@ -54,6 +54,21 @@ class Durations:
 
 
 @dataclass(slots=True)
+class LevelCounts:
+    """What became of the requests of one priority level."""
+    requests: int = 0
+    answered: int = 0  # answered successfully (every answer is within its deadline: see `expired`)
+    refused: int = 0   # at admission (predicted late), a full queue, or evicted for a higher level
+    dropped: int = 0   # from the queue, never sent: it could no longer meet its deadline
+    expired: int = 0   # its deadline passed while queued or at the predictor
+
+
+DEPARTURES = ("full", "slot_free", "hold_expired", "window_expired", "deadline_sized")
+"""Why a batch left the queue: it reached max_batch_size; a slot was free and the policy
+said go; a learned hold ended; the window closed; the deadline policy sized it smaller."""
+
+
+@dataclass(slots=True)
 class ModelStats:
     """Counters a test or the metrics endpoint can read."""
     batches: int = 0
@@ -65,6 +80,8 @@ class ModelStats:
     expired: int = 0
     isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
     holds: int = 0       # times a free slot waited for answered clients to return
+    departures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DEPARTURES, 0))
+    by_level: dict[int, LevelCounts] = field(default_factory=dict)  # only for models with priority levels
     recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
     batch_size: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BOUNDS))
     queue_wait_s: Histogram = field(default_factory=lambda: Histogram(SECONDS_BOUNDS))

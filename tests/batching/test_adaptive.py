@@ -78,6 +78,7 @@ async def test_a_lone_request_ships_at_once_under_adaptive():
     result = await asyncio.wait_for(scheduler.submit("m", rows(0, 1)), 1.0)
     np.testing.assert_array_equal(result.outputs[0].data, rows(0, 1)[0].data * 2)
     assert len(executor.batches) == 1
+    assert scheduler.stats("m").departures["slot_free"] == 1
 
 
 async def test_requests_arriving_while_the_slot_is_busy_leave_together():

@@ -130,3 +130,30 @@ async def test_a_queued_request_that_can_no_longer_make_it_is_dropped_and_never_
     await first
     assert scheduler.stats("m").dropped == 1
     assert [batch[0, 0] for batch in executor.batches] == [0, 2]  # row 2 (the short one) was never sent
+
+
+class PerRowExecutor(RecordingExecutor):
+    """Costs `per_row_s` per row of the batch, after `release` if set."""
+
+    def __init__(self, per_row_s: float) -> None:
+        super().__init__(delay_s=0)
+        self.per_row_s = per_row_s
+
+    async def __call__(self, inputs):
+        self.delay_s = self.per_row_s * len(inputs[0].data)
+        return await super().__call__(inputs)
+
+
+async def test_a_batch_is_sized_for_its_leaders_deadline_and_counted_so():
+    executor = PerRowExecutor(per_row_s=0.01)
+    scheduler = scheduler_with(executor, policy="deadline", slo_s=1.0, max_batch_size=8, max_hold_s=0)
+    await asyncio.gather(*(scheduler.submit("m", rows(i, 1)) for i in range(8)))  # learn: batches of 1 and 7
+    blocker = asyncio.ensure_future(scheduler.submit("m", rows(100, 8)))  # 80 ms at the predictor
+    await asyncio.sleep(0)
+    # Admitted (predicted: half the 80 ms call in progress, a batch ahead, its own 10 ms)...
+    due_soon = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1), timeout_s=0.15)) for i in range(8)]
+    # ... but once the blocker is back, ~70 ms are left: about 6 rows fit, not 8.
+    await asyncio.gather(blocker, *due_soon, return_exceptions=True)
+    assert scheduler.stats("m").refused_late == 0
+    assert 1 <= len(executor.batches[3]) < 8
+    assert scheduler.stats("m").departures["deadline_sized"] == 1

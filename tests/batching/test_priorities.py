@@ -91,4 +91,9 @@ async def test_a_full_queue_makes_room_for_a_higher_level_by_refusing_the_lowest
         await queued["c3"]  # the lowest level, the newest of it
     for name in ("a2", "b3", "d2"):
         await queued[name]
-    assert scheduler.stats("m").refused == 2
+    stats = scheduler.stats("m")
+    assert stats.refused == 2
+    # Counted by level: the blocker and b3, c3 and the refused one are level 3.
+    assert (stats.by_level[3].requests, stats.by_level[3].answered, stats.by_level[3].refused) == (4, 2, 2)
+    assert (stats.by_level[2].requests, stats.by_level[2].answered) == (2, 2)
+    assert (stats.by_level[1].requests, stats.by_level[1].answered) == (1, 1)

@@ -81,6 +81,7 @@ class Policy(ABC):
     # Deadline-aware policies also decide who is admitted, how large a batch is and what is
     # dropped; the defaults admit everything, fill batches to max_batch_size, drop nothing.
     drops_doomed = False  # the queue asks `doomed` of its parts only when this is set
+    timer_reason = "hold_expired"  # what a batch shipped at a `wait_until` time is counted as
 
     def admit(self, queue: QueueState, rows: int, deadline: float, now: float, level: int = 0) -> GatewayError | None:
         """None to queue a request of `rows` rows at priority `level`, due at `deadline`;

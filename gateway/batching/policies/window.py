@@ -15,6 +15,8 @@ from gateway.batching.policies.base import Policy, QueueState
 
 
 class WindowPolicy(Policy):
+    timer_reason = "window_expired"
+
     def wait_until(self, queue: QueueState, now: float) -> float | None:
         """Ship when full, or once the oldest request has waited max_latency_s."""
         oldest = queue.pending[0]
