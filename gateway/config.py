@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from backends.settings import Cost, PredictorProtocol, PredictorSettings
-from gateway.batching.config import BatchingConfig
+from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
 from gateway.batching.policies import POLICIES
 from wire.codecs.limits import Limits
-from wire.tensors import ModelSignature, TensorSpec, is_wire_datatype
+from wire.tensors import NUMPY_DTYPES, ModelSignature, TensorSpec, is_wire_datatype
 
 # The user-facing choices; `_predictor_protocol` resolves them into one PredictorProtocol.
 BACKENDS = ("triton", "kserve", "torchserve", "simulated")
@@ -114,8 +116,8 @@ def _model(raw: Any, key: str) -> ModelConfig:
     for address in addresses:
         if protocol.transport == "http" and not address.startswith(("http://", "https://")):
             raise ConfigError(f"{key}.url", f"an HTTP predictor address looks like http://host:port, got '{address}'")
-    inputs = _tensor_specs(raw.get("inputs"), f"{key}.inputs")
-    outputs = _tensor_specs(raw.get("outputs"), f"{key}.outputs")
+    inputs = _tensor_specs(raw.get("inputs"), f"{key}.inputs", {"pad", "generate"})
+    outputs = _tensor_specs(raw.get("outputs"), f"{key}.outputs", {"follows_pad"})
     signature = ModelSignature(inputs, outputs) if inputs else None
     if outputs and not inputs:
         raise ConfigError(f"{key}.inputs", "declare inputs too when declaring outputs")
@@ -123,7 +125,9 @@ def _model(raw: Any, key: str) -> ModelConfig:
     binary_data = _bool(raw, key, "binary_data", backend == "triton")
     tls = _bool(raw, key, "tls", bool(addresses) and addresses[0].startswith("https://"))
     ca_file = _file(raw, key, "ca_file")
-    batching = _batching(_table(raw, "batching", f"{key}.batching"), f"{key}.batching")
+    batching_raw = _table(raw, "batching", f"{key}.batching")
+    batching = _batching({k: v for k, v in batching_raw.items() if k not in PADDING_KEYS}, f"{key}.batching")
+    batching = _padding(raw, key, inputs, outputs, batching_raw, batching)
     cost = _simulated(_table(raw, "simulated", f"{key}.simulated"), f"{key}.simulated")
     predictor = PredictorSettings(protocol=protocol, server=backend, model=target_model, addresses=addresses,
                                   binary_data=binary_data, tls=tls, ca_file=ca_file, signature=signature,
@@ -250,7 +254,7 @@ def _simulated(raw: dict, key: str) -> Cost:
     )
 
 
-def _tensor_specs(raw: Any, key: str) -> tuple[TensorSpec, ...]:
+def _tensor_specs(raw: Any, key: str, extra: set[str]) -> tuple[TensorSpec, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -260,7 +264,7 @@ def _tensor_specs(raw: Any, key: str) -> tuple[TensorSpec, ...]:
         item_key = f"{key}[{index}]"
         if not isinstance(item, dict):
             raise ConfigError(item_key, "must be a table with name, datatype and shape")
-        _only(item, item_key, {"name", "datatype", "shape"})
+        _only(item, item_key, {"name", "datatype", "shape", *extra})  # extra: read by _padding
         datatype = _str(item, item_key, "datatype", required=True)
         if not is_wire_datatype(datatype):
             raise ConfigError(f"{item_key}.datatype", f"unknown datatype '{datatype}'")
@@ -269,6 +273,87 @@ def _tensor_specs(raw: Any, key: str) -> tuple[TensorSpec, ...]:
             raise ConfigError(f"{item_key}.shape", "must be a list of integers (-1 for any size), batch first")
         specs.append(TensorSpec(_str(item, item_key, "name", required=True), datatype, tuple(shape)))
     return tuple(specs)
+
+
+# -- variable-length inputs (gateway.batching.padding says what they mean) -------------
+
+PADDING_KEYS = frozenset({"buckets", "max_batch_cost"})  # of [models.batching], read by _padding
+GENERATED_KINDS = ("length", "mask")
+
+
+def _padding(raw: dict, key: str, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+             batching_raw: dict, batching: BatchingConfig) -> BatchingConfig:
+    """`pad` and `generate` of [[models.inputs]], `follows_pad` of [[models.outputs]],
+    `buckets` and `max_batch_cost` of [models.batching], into `batching.padding`."""
+    padded, generated = [], []
+    for index, (spec, item) in enumerate(zip(inputs, raw.get("inputs") or [], strict=True)):
+        item_key = f"{key}.inputs[{index}]"
+        if "pad" in item:
+            padded.append(_padded_input(spec, item["pad"], f"{item_key}.pad"))
+        if "generate" in item:
+            generated.append(_generated_input(spec, item, f"{item_key}.generate"))
+    follows = []
+    for index, (spec, item) in enumerate(zip(outputs, raw.get("outputs") or [], strict=True)):
+        if "follows_pad" in item:
+            dim = _number(item, f"{key}.outputs[{index}]", "follows_pad", 1, integer=True, minimum=1)
+            if len(spec.shape) <= dim or spec.shape[dim] != -1:
+                raise ConfigError(f"{key}.outputs[{index}].follows_pad",
+                                  f"dimension {dim} of shape {list(spec.shape)} must be -1: it is the padded length")
+            follows.append((spec.name, dim))
+    used = [f"{key}.batching.{name}" for name in sorted(PADDING_KEYS & batching_raw.keys())]
+    used += [f"{key}.inputs[].generate"] * bool(generated) + [f"{key}.outputs[].follows_pad"] * bool(follows)
+    if not padded:
+        if used:
+            raise ConfigError(used[0], "needs an input with a variable dimension: pad = { dim = 1, value = 0 } "
+                                       "in its [[models.inputs]]")
+        return batching
+    buckets = batching_raw.get("buckets", [])
+    if (not isinstance(buckets, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1
+                                                 for b in buckets) or buckets != sorted(set(buckets))):
+        raise ConfigError(f"{key}.batching.buckets", f"must be a list of ascending lengths >= 1, got {buckets!r}")
+    cost = _number(batching_raw, f"{key}.batching", "max_batch_cost", batching.max_batch_cost, integer=True, minimum=1) \
+        if "max_batch_cost" in batching_raw else batching.max_batch_cost
+    padding = PaddingConfig(inputs=tuple(padded), buckets=tuple(buckets), outputs=tuple(follows),
+                            generated=tuple(generated))
+    return replace(batching, max_batch_cost=cost, padding=padding)
+
+
+def _padded_input(spec: TensorSpec, raw: Any, key: str) -> PaddedInput:
+    if not isinstance(raw, dict):
+        raise ConfigError(key, "must be a table: pad = { dim = 1, value = 0 }")
+    _only(raw, key, {"dim", "value"})
+    dim = _number(raw, key, "dim", 1, integer=True, minimum=1)
+    if len(spec.shape) <= dim or spec.shape[dim] != -1:
+        raise ConfigError(f"{key}.dim", f"dimension {dim} of shape {list(spec.shape)} must be -1 (batch first): "
+                                        f"it is the one that varies")
+    if spec.datatype in ("BYTES", "BF16"):
+        raise ConfigError(key, f"{spec.datatype} inputs cannot be padded")
+    value = raw.get("value", 0)
+    integer = spec.datatype.startswith(("INT", "UINT"))
+    fits = (isinstance(value, bool) if spec.datatype == "BOOL" else
+            isinstance(value, int) and not isinstance(value, bool) if integer else
+            isinstance(value, (int, float)) and not isinstance(value, bool))
+    if fits and integer:
+        info = np.iinfo(NUMPY_DTYPES[spec.datatype])
+        fits = info.min <= value <= info.max
+    if not fits:
+        raise ConfigError(f"{key}.value", f"must be a value of {spec.datatype}, got {value!r}")
+    return PaddedInput(spec.name, dim, value)
+
+
+def _generated_input(spec: TensorSpec, item: dict, key: str) -> GeneratedInput:
+    kind = item["generate"]
+    if kind not in GENERATED_KINDS:
+        raise ConfigError(key, f"must be one of {', '.join(GENERATED_KINDS)}; got {kind!r}")
+    if "pad" in item:
+        raise ConfigError(key, "a generated input is not padded: the gateway fills it")
+    if spec.datatype in ("BYTES", "BF16"):
+        raise ConfigError(key, f"a {kind} cannot be {spec.datatype}: use INT32, INT64, FP32 or BOOL")
+    expected = (-1, 1) if kind == "length" else (-1, -1)
+    if spec.shape != expected:
+        raise ConfigError(key, f"a generated {kind} has shape {list(expected)} (batch first); "
+                               f"declare shape = {list(expected)}, got {list(spec.shape)}")
+    return GeneratedInput(spec.name, spec.datatype, kind)
 
 
 # -- small typed readers ---------------------------------------------------------------

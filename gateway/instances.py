@@ -4,6 +4,12 @@ For a model with one input an instance is one row of that input; with several in
 an object `{input_name: row, ...}`. Predictions follow the same rule for outputs. BYTES
 elements that are not UTF-8 travel as KServe v1's `{"b64": "<base64>"}`, so no byte is lost.
 
+For a model with variable-length inputs, instances may be *ragged* along an input's declared
+variable dimension: they are padded to the longest instance with the input's pad value,
+and each instance's own length is kept (`padded_instances_to_tensors`), so that per-token
+predictions are cut back to each instance's own length (`outputs_to_predictions` with
+`trims`). Instances ragged anywhere else are refused, naming the dimension.
+
 This is the one place these conversions live; it knows no wire format (bodies are the v1
 codec's) and nothing of batching.
 """
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,8 +29,36 @@ from wire.tensors import JSON, RAW_ONLY, Tensor, TensorSpec, shape_fits
 
 def instances_to_tensors(instances: list[Any], inputs: tuple[TensorSpec, ...]) -> list[Tensor]:
     """Convert v1 instances to the model's input tensors (in the model's input order)."""
+    columns = _columns(instances, inputs)
+    return [_column(spec, columns[spec.name]) for spec in inputs]
+
+
+def padded_instances_to_tensors(instances: list[Any], inputs: tuple[TensorSpec, ...],
+                                padded: Mapping[str, tuple[int, Any]]) -> tuple[list[Tensor], np.ndarray]:
+    """Convert v1 instances to the model's input tensors when `padded` inputs (name -> the
+    variable dimension, batch first, and the pad value) may be ragged there; returns the
+    tensors and each instance's own length, which every padded input must share."""
+    columns = _columns(instances, inputs)
+    tensors, lengths = [], None
+    for spec in inputs:
+        if spec.name not in padded:
+            tensors.append(_column(spec, columns[spec.name]))
+            continue
+        dim, value = padded[spec.name]
+        tensor, own = _padded_column(spec, columns[spec.name], dim, value)
+        if lengths is not None and not np.array_equal(lengths, own):
+            raise InvalidInput(f"input '{spec.name}': each instance's padded inputs must have one length; "
+                               f"they differ ({lengths.tolist()} and {own.tolist()})")
+        lengths = own
+        tensors.append(tensor)
+    assert lengths is not None  # `padded` names at least one of `inputs`
+    return tensors, lengths
+
+
+def _columns(instances: list[Any], inputs: tuple[TensorSpec, ...]) -> dict[str, list[Any]]:
+    """Each input's rows: the instances themselves for one input, else their values by key."""
     if len(inputs) == 1:
-        return [_column(inputs[0], instances)]
+        return {inputs[0].name: instances}
     columns: dict[str, list[Any]] = {spec.name: [] for spec in inputs}
     for index, instance in enumerate(instances):
         if not isinstance(instance, dict) or set(instance) != set(columns):
@@ -33,7 +68,36 @@ def instances_to_tensors(instances: list[Any], inputs: tuple[TensorSpec, ...]) -
             )
         for name, value in instance.items():
             columns[name].append(value)
-    return [_column(spec, columns[spec.name]) for spec in inputs]
+    return columns
+
+
+def _padded_column(spec: TensorSpec, rows: list[Any], dim: int, value: Any) -> tuple[Tensor, np.ndarray]:
+    """Rows that may differ along `dim`, padded with `value` to the longest; their lengths."""
+    arrays = [_column(TensorSpec(spec.name, spec.datatype, (1, *(-1,) * (len(spec.shape) - 1))), [row]).data
+              for row in rows]
+    shapes = np.array([array.shape for array in arrays])
+    if shapes.shape[1] != len(spec.shape):
+        raise InvalidInput(f"input '{spec.name}': instances must have shape {list(spec.shape[1:])} "
+                           f"(-1 is any size); got {[list(s[1:]) for s in shapes]}")
+    ragged = [d for d in range(1, shapes.shape[1]) if d != dim and len(set(shapes[:, d])) > 1]
+    if ragged:
+        raise InvalidInput(f"input '{spec.name}': instances differ in length along dimension {ragged[0]}, which is "
+                           f"not declared variable (only dimension {dim} is: pad.dim)")
+    lengths = shapes[:, dim].astype(np.int64)
+    if not lengths.all():
+        raise InvalidInput(f"input '{spec.name}': instance {int(np.argmin(lengths))} has length 0 along its "
+                           f"variable dimension")
+    full = list(shapes[0])
+    full[0], full[dim] = len(rows), int(lengths.max())
+    data = np.full(full, value, dtype=arrays[0].dtype)
+    for index, array in enumerate(arrays):
+        where: list[slice | int] = [index] + [slice(None)] * (len(full) - 1)
+        where[dim] = slice(0, array.shape[dim])
+        data[tuple(where)] = array[0]
+    if not shape_fits(spec.shape[1:], data.shape[1:]):
+        raise InvalidInput(f"input '{spec.name}': instances have shape {list(data.shape[1:])} but the model "
+                           f"expects {list(spec.shape[1:])} (-1 is any size)")
+    return Tensor(spec.name, spec.datatype, data), lengths
 
 
 def _column(spec: TensorSpec, rows: list[Any]) -> Tensor:
@@ -44,7 +108,13 @@ def _column(spec: TensorSpec, rows: list[Any]) -> Tensor:
             f"this model takes tensor input '{spec.name}' ({spec.datatype}); an instance that is a "
             f"JSON object cannot be expressed as a row of it"
         )
-    data = json_to_array(spec.name, spec.datatype, rows)
+    try:
+        data = json_to_array(spec.name, spec.datatype, rows)
+    except InvalidInput as exc:
+        if "ragged" not in exc.message:
+            raise
+        raise InvalidInput(f"input '{spec.name}': instances differ in length, and no dimension of '{spec.name}' is "
+                           f"declared variable (pad = {{ dim = 1, value = 0 }} in its [[models.inputs]])") from None
     if not shape_fits(spec.shape[1:], data.shape[1:]):
         raise InvalidInput(
             f"input '{spec.name}': instances have shape {list(data.shape[1:])} but the model "
@@ -67,19 +137,31 @@ def _decode_b64(name: str, value: Any) -> Any:
     return value
 
 
-def tensors_to_instances(tensors: list[Tensor]) -> list[Any]:
-    """Tensors as v1 instances: rows of the single input, or one object per row for several."""
+def tensors_to_instances(tensors: list[Tensor], trims: Mapping[str, tuple[int, np.ndarray]] | None = None) -> list[Any]:
+    """Tensors as v1 instances: rows of the single input, or one object per row for several.
+    `trims` (name -> dimension, each row's length) cuts those tensors' rows back to their own
+    lengths along that dimension: per-token outputs of ragged instances."""
+    trims = trims or {}
+    columns = [(t.name, _trimmed_rows(t, *trims[t.name]) if t.name in trims else _rows(t)) for t in tensors]
     if len(tensors) == 1:
-        return _rows(tensors[0])
-    columns = [(t.name, _rows(t)) for t in tensors]
+        return columns[0][1]
     return [{name: rows[i] for name, rows in columns} for i in range(len(columns[0][1]))]
 
 
-def outputs_to_predictions(outputs: list[Tensor]) -> list[Any]:
+def _trimmed_rows(tensor: Tensor, dim: int, lengths: np.ndarray) -> list[Any]:
+    cut = [slice(None)] * (tensor.data.ndim - 1)
+    rows = []
+    for index, length in enumerate(lengths):
+        cut[dim - 1] = slice(0, int(length))
+        rows.append(_rows(Tensor(tensor.name, tensor.datatype, tensor.data[index][tuple(cut)][None]))[0])
+    return rows
+
+
+def outputs_to_predictions(outputs: list[Tensor], trims: Mapping[str, tuple[int, np.ndarray]] | None = None) -> list[Any]:
     """A tensor predictor's outputs as v1 predictions (same shape rule as instances)."""
     if len(outputs) == 1 and outputs[0].datatype == JSON:
         return outputs[0].data.tolist()
-    return tensors_to_instances(outputs)
+    return tensors_to_instances(outputs, trims)
 
 
 def predictions_to_outputs(rows: list[Any], outputs: tuple[TensorSpec, ...]) -> list[Tensor]:

@@ -22,6 +22,14 @@ from the values). Only a conversion that needs a name nobody gave (v1 instances 
 tensor predictor that lists no inputs) is refused, at request time, with 400 naming the
 config key that would supply it.
 
+A model with variable-length inputs (`batching.padding`) takes typed tensors whatever its
+predictor: requests of different lengths are padded together in the scheduler, so its v1
+clients' instances may be ragged along the declared dimension (each keeps its own length,
+and per-token predictions come back at that length), and a v1 predictor of such a model
+gets the padded batch as instances (`PaddedInstanceModel`). Its generated inputs (each
+row's length or mask) are filled by the scheduler: clients never send them and its OIP
+metadata does not list them.
+
 `TensorModel` and `InstanceModel` are the two forms; `served_model` picks one from the
 backend. This module knows no wire format (codecs decode before it and encode after it),
 nothing of the scheduler, and no predictor protocol beyond the backend interface.
@@ -31,11 +39,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from backends.base import Backend, BatchForm
+from gateway.batching.config import PaddingConfig
+from gateway.batching.executor import Executor
 from gateway.config import ModelConfig
-from gateway.instances import instances_to_tensors, outputs_to_predictions, predictions_to_outputs, tensors_to_instances
+from gateway.instances import (
+    instances_to_tensors,
+    outputs_to_predictions,
+    padded_instances_to_tensors,
+    predictions_to_outputs,
+    tensors_to_instances,
+)
 from wire.codecs.v1 import rows_tensor
 from wire.errors import InvalidInput, ModelNotFound
 from wire.tensors import ModelSignature, Tensor, TensorSpec, shape_fits
@@ -44,6 +63,14 @@ log = logging.getLogger(__name__)
 METADATA_RETRY_S = 1.0     # until the predictor first answers
 METADATA_REFRESH_S = 10.0  # after that: a predictor may restart with another model
 SERVER_NAME = "batching-gateway"
+
+
+@dataclass(slots=True)
+class BatchInputs:
+    """A request in its model's batch form, and each row's real length when its instances
+    were ragged along a padded dimension (None: every row is as long as the tensors)."""
+    tensors: list[Tensor]
+    lengths: np.ndarray | None = None
 
 
 class ServedModel(ABC):
@@ -69,16 +96,38 @@ class ServedModel(ABC):
         """An OIP request's input tensors in this model's batch form."""
 
     @abstractmethod
-    def batch_inputs_from_instances(self, instances: list[Any]) -> list[Tensor]:
+    def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
         """A v1 request's instances in this model's batch form."""
 
     @abstractmethod
     def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
         """A batch result (this request's rows) as OIP output tensors."""
 
-    def predictions_from_outputs(self, outputs: list[Tensor]) -> list[Any]:
-        """A batch result (this request's rows) as v1 predictions, one per instance."""
-        return outputs_to_predictions(outputs)
+    def predictions_from_outputs(self, outputs: list[Tensor], lengths: np.ndarray | None = None) -> list[Any]:
+        """A batch result (this request's rows) as v1 predictions, one per instance; with
+        `lengths` (ragged instances), per-token outputs cut back to each instance's own."""
+        padding = self.padding
+        if lengths is None or padding is None:
+            return outputs_to_predictions(outputs)
+        return outputs_to_predictions(outputs, {name: (dim, lengths) for name, dim in padding.outputs})
+
+    @property
+    def executor(self) -> Executor:
+        """What the scheduler calls with each merged batch."""
+        return self.backend.infer
+
+    @property
+    def padding(self) -> PaddingConfig | None:
+        return self.config.batching.padding
+
+    @property
+    def client_inputs(self) -> tuple[TensorSpec, ...]:
+        """The described inputs a client sends: all but those the gateway generates."""
+        padding = self.padding
+        if padding is None or not padding.generated:
+            return self.described_inputs
+        generated = {spec.name for spec in padding.generated}
+        return tuple(spec for spec in self.described_inputs if spec.name not in generated)
 
     def check_requested_outputs(self, requested: list[str]) -> None:
         """Refuse, before queueing, outputs the model is known not to have."""
@@ -112,7 +161,7 @@ class ServedModel(ABC):
 
     def describe(self) -> dict[str, Any]:
         """The model's OIP metadata, as both front ends answer it."""
-        signature = self.signature or ModelSignature()
+        signature = ModelSignature(self.client_inputs, self.described_outputs)
         return {"name": self.name, "versions": self.versions,
                 "platform": f"{SERVER_NAME}/{self.config.predictor.server}", **signature.describe()}
 
@@ -154,17 +203,17 @@ class TensorModel(ServedModel):
     def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
         """The tensors, checked against the signature and put in its input order (as sent
         when the model describes no inputs: they batch by their own names and types)."""
-        signature = self.signature
-        if signature is None or not signature.inputs:
+        specs = self.client_inputs
+        if not specs:
             return inputs
         by_name = {t.name: t for t in inputs}
-        expected = [spec.name for spec in signature.inputs]
+        expected = [spec.name for spec in specs]
         if set(by_name) != set(expected):
             raise InvalidInput(
                 f"model '{self.name}' takes inputs {expected}; the request has {sorted(by_name)}"
             )
         ordered = []
-        for spec in signature.inputs:
+        for spec in specs:
             tensor = by_name[spec.name]
             if tensor.datatype != spec.datatype:
                 raise InvalidInput(
@@ -178,13 +227,18 @@ class TensorModel(ServedModel):
             ordered.append(tensor)
         return ordered
 
-    def batch_inputs_from_instances(self, instances: list[Any]) -> list[Tensor]:
+    def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
         if not self.described_inputs:
             raise InvalidInput(
                 f"model '{self.name}' describes no inputs (its predictor's metadata lists none), so v1 "
                 f"instances have no tensor name or datatype to travel as; declare them in the config "
                 f"([[models.inputs]] with name, datatype and shape), or send an OIP request")
-        return instances_to_tensors(instances, self.described_inputs)
+        padding = self.padding
+        if padding is None:
+            return BatchInputs(instances_to_tensors(instances, self.described_inputs))
+        padded = {spec.name: (spec.dim, spec.value) for spec in padding.inputs}
+        tensors, lengths = padded_instances_to_tensors(instances, self.client_inputs, padded)
+        return BatchInputs(tensors, lengths)
 
     def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
         return outputs
@@ -204,15 +258,32 @@ class InstanceModel(ServedModel):
     def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
         return [rows_tensor(tensors_to_instances(inputs))]
 
-    def batch_inputs_from_instances(self, instances: list[Any]) -> list[Tensor]:
-        return [rows_tensor(instances)]
+    def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
+        return BatchInputs([rows_tensor(instances)])
 
     def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
         return predictions_to_outputs(outputs[0].data.tolist(), self.described_outputs)
 
 
+class PaddedInstanceModel(TensorModel):
+    """A v1 predictor (KServe v1, TorchServe) of a model with variable-length inputs: its
+    batch form is typed tensors, so that they can be padded, and each padded batch travels
+    to the predictor as instances (one per row, objects when there are several inputs, the
+    generated ones included); its predictions come back by the declared outputs."""
+
+    retries_metadata = False  # as InstanceModel: the config declares the signature (padding needs it)
+
+    @property
+    def executor(self) -> Executor:
+        return self._infer
+
+    async def _infer(self, inputs: list[Tensor]) -> list[Tensor]:
+        answer = await self.backend.infer([rows_tensor(tensors_to_instances(inputs))])
+        return predictions_to_outputs(answer[0].data.tolist(), self.described_outputs)
+
+
 def served_model(config: ModelConfig, backend: Backend) -> ServedModel:
     """The served model of the form its backend takes."""
     if backend.batch_form is BatchForm.INSTANCES:
-        return InstanceModel(config, backend)
+        return PaddedInstanceModel(config, backend) if config.batching.padding else InstanceModel(config, backend)
     return TensorModel(config, backend)

@@ -58,7 +58,7 @@ class InferenceService:
         backend = create_backend(model_config.predictor)
         await backend.start()
         served = served_model(model_config, backend)
-        self.scheduler.add_model(served.name, backend.infer, model_config.batching)
+        self.scheduler.add_model(served.name, served.executor, model_config.batching)
         self.models[served.name] = served
         served.start()
 
@@ -83,9 +83,11 @@ class InferenceService:
             before, after = old[name], new[name]
             if before == after:
                 continue
-            if dataclasses.replace(before, batching=after.batching) == after:
-                self.scheduler.add_model(name, self.models[name].backend.infer, after.batching)
+            # A change of padding may change the model's form (PaddedInstanceModel): replace it.
+            if dataclasses.replace(before, batching=after.batching) == after and \
+                    before.batching.padding == after.batching.padding:
                 self.models[name].config = after
+                self.scheduler.add_model(name, self.models[name].executor, after.batching)
                 changes["retuned"].append(name)
                 continue
             retired = self.models[name]
@@ -174,6 +176,7 @@ class InferenceService:
         """A KServe v1 or TorchServe request: instances in, predictions out (`priority` from
         the front end's header, as the OIP `priority` parameter)."""
         with self._in_flight():
-            batch_inputs = served.batch_inputs_from_instances(instances)
-            result = await self.scheduler.submit(served.name, batch_inputs, timeout_s, client, priority=priority)
-            return served.predictions_from_outputs(result.outputs), ",".join(result.batch_ids)
+            batch = served.batch_inputs_from_instances(instances)
+            result = await self.scheduler.submit(served.name, batch.tensors, timeout_s, client, priority=priority,
+                                                 lengths=batch.lengths)
+            return served.predictions_from_outputs(result.outputs, batch.lengths), ",".join(result.batch_ids)

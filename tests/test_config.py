@@ -144,3 +144,60 @@ def test_max_inflight_auto_is_learned_up_to_a_ceiling():
 def test_priority_levels_default_to_the_lowest_level():
     batching = config.parse({"models": [{"name": "m", "batching": {"priority_levels": 3}}]}).models[0].batching
     assert (batching.priority_levels, batching.default_priority_level) == (3, 3)
+
+
+# -- variable-length inputs ---------------------------------------------------------------------------
+
+SEQUENCE = {"name": "m", "backend": "triton", "protocol": "grpc", "url": "127.0.0.1:1",
+            "inputs": [{"name": "IDS", "datatype": "INT64", "shape": [-1, -1], "pad": {"dim": 1, "value": 0}},
+                       {"name": "LEN", "datatype": "INT32", "shape": [-1, 1], "generate": "length"}],
+            "outputs": [{"name": "HIDDEN", "datatype": "FP32", "shape": [-1, -1, 8], "follows_pad": 1},
+                        {"name": "POOLED", "datatype": "FP32", "shape": [-1, 8]}],
+            "batching": {"buckets": [32, 64, 128], "max_batch_cost": 4096}}
+
+
+def test_padded_inputs_buckets_generated_inputs_and_cost_are_read_into_batching():
+    from gateway.batching.config import GeneratedInput, PaddedInput, PaddingConfig
+
+    batching = config.parse({"models": [SEQUENCE]}).models[0].batching
+    assert batching.max_batch_cost == 4096
+    assert batching.padding == PaddingConfig(inputs=(PaddedInput("IDS", 1, 0),), buckets=(32, 64, 128),
+                                             outputs=(("HIDDEN", 1),), generated=(GeneratedInput("LEN", "INT32", "length"),))
+    assert config.parse({"models": [{**SEQUENCE, "batching": {}}]}).models[0].batching.padding.buckets == ()
+    assert config.parse({"models": [{"name": "m"}]}).models[0].batching.padding is None
+
+
+def _with(inputs=None, outputs=None, **batching):
+    return {**SEQUENCE, "inputs": inputs or SEQUENCE["inputs"], "outputs": outputs or SEQUENCE["outputs"],
+            "batching": batching}
+
+
+@pytest.mark.parametrize("model, key, problem", [
+    (_with([{"name": "IDS", "datatype": "INT64", "shape": [-1, 4], "pad": {"dim": 1}}]), "models[0].inputs[0].pad.dim",
+     "dimension 1 of shape [-1, 4] must be -1"),
+    (_with([{"name": "IDS", "datatype": "INT64", "shape": [-1, -1], "pad": {"dim": 2}}]), "models[0].inputs[0].pad.dim",
+     "dimension 2 of shape [-1, -1] must be -1"),
+    (_with([{"name": "IDS", "datatype": "INT64", "shape": [-1, -1], "pad": {"dim": 1, "value": 0.5}}]),
+     "models[0].inputs[0].pad.value", "must be a value of INT64"),
+    (_with([{"name": "IDS", "datatype": "UINT8", "shape": [-1, -1], "pad": {"dim": 1, "value": 300}}]),
+     "models[0].inputs[0].pad.value", "must be a value of UINT8"),
+    (_with([{"name": "IDS", "datatype": "BYTES", "shape": [-1, -1], "pad": {"dim": 1}}]), "models[0].inputs[0].pad",
+     "BYTES inputs cannot be padded"),
+    (_with([{"name": "IDS", "datatype": "INT64", "shape": [-1, -1], "pad": {"dim": 1, "fill": 0}}]),
+     "models[0].inputs[0].pad.fill", "unknown key"),
+    (_with([SEQUENCE["inputs"][0], {"name": "LEN", "datatype": "INT32", "shape": [-1, -1], "generate": "length"}]),
+     "models[0].inputs[1].generate", "a generated length has shape [-1, 1]"),
+    (_with([SEQUENCE["inputs"][0], {"name": "LEN", "datatype": "INT32", "shape": [-1, 1], "generate": "count"}]),
+     "models[0].inputs[1].generate", "must be one of length, mask"),
+    (_with(outputs=[{"name": "HIDDEN", "datatype": "FP32", "shape": [-1, 4], "follows_pad": 1}]),
+     "models[0].outputs[0].follows_pad", "dimension 1 of shape [-1, 4] must be -1"),
+    (_with(buckets=[64, 32]), "models[0].batching.buckets", "ascending"),
+    (_with(buckets=[0]), "models[0].batching.buckets", "ascending lengths >= 1"),
+    (_with(max_batch_cost=0), "models[0].batching.max_batch_cost", "must be >= 1"),
+    ({"name": "m", "batching": {"buckets": [8]}}, "models[0].batching.buckets", "needs an input with a variable dimension"),
+    ({"name": "m", "batching": {"max_batch_cost": 8}}, "models[0].batching.max_batch_cost", "needs an input"),
+])
+def test_variable_length_config_errors_name_the_key(model, key, problem):
+    with pytest.raises(config.ConfigError) as error:
+        config.parse({"models": [model]})
+    assert error.value.key == key and problem in error.value.problem
