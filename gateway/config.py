@@ -245,12 +245,13 @@ def _limits(raw: dict) -> Limits:
 
 
 def _simulated(raw: dict, key: str) -> Cost:
-    _only(raw, key, {"call_ms", "per_instance_ms", "slots"})
+    _only(raw, key, {"call_ms", "per_instance_ms", "slots", "per_element_us"})
     default = Cost()
     return Cost(
         call_ms=_number(raw, key, "call_ms", default.call_ms, minimum=0),
         per_instance_ms=_number(raw, key, "per_instance_ms", default.per_instance_ms, minimum=0),
         slots=_number(raw, key, "slots", default.slots, integer=True, minimum=1),
+        per_element_us=_number(raw, key, "per_element_us", default.per_element_us, minimum=0),
     )
 
 

@@ -131,6 +131,29 @@ class _SchedulerCollector:
         yield level_outcomes
         yield intercept
         yield per_row
+        yield from _padding_families(self.scheduler)
+
+
+def _padding_families(scheduler: BatchScheduler) -> Iterator[Metric]:
+    """Variable-length inputs (gateway.batching.padding), for the models that padded a batch."""
+    padded = CounterMetricFamily("gateway_padded_elements",
+                                 "Elements along the padded length sent to the predictor: rows x padded length",
+                                 labels=["model"])
+    real = CounterMetricFamily("gateway_real_elements", "Elements along the padded length that were the rows' own",
+                               labels=["model"])
+    waste = GaugeMetricFamily("gateway_padding_waste_ratio",
+                              "Padded elements / real elements since start (1.0 = no padding)", labels=["model"])
+    cost = HistogramMetricFamily("gateway_batch_cost", "Padded elements per batch (what max_batch_cost caps)",
+                                 labels=["model"])
+    for model in scheduler.model_names():
+        stats = scheduler.stats(model)
+        if not stats.real_elements:
+            continue
+        padded.add_metric([model], stats.padded_elements)
+        real.add_metric([model], stats.real_elements)
+        waste.add_metric([model], stats.padded_elements / stats.real_elements)
+        cost.add_metric([model], stats.batch_cost.cumulative(), stats.batch_cost.sum)
+    yield from (padded, real, waste, cost)
 
 
 class _ConnectionCollector:

@@ -147,6 +147,10 @@ def to_toml(models: list[dict[str, Any]]) -> str:
             return "true" if v else "false"
         if isinstance(v, (int, float)):
             return repr(v)
+        if isinstance(v, list):  # arrays, and arrays of inline tables ([[models.inputs]] with pad = {...})
+            return "[" + ", ".join(value(item) for item in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(item)}" for k, item in v.items()) + " }"
         return json.dumps(str(v))
 
     out = []
@@ -737,6 +741,79 @@ def goodput(ctx: Context) -> dict[str, Any]:
     }
 
 
+# -- scenario: max_inflight = "auto" ---------------------------------------------------------------
+
+
+def _metric(gateway: Gateway, name: str, model: str) -> float | None:
+    """One sample of the gateway's /metrics, or None if it has none."""
+    text = _http("GET", f"{gateway.http_url}/metrics")[1].decode()
+    for line in text.splitlines():
+        if line.startswith(f'{name}{{model="{model}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def inflight(ctx: Context) -> dict[str, Any]:
+    """max_inflight 1, 2 and "auto" side by side, in front of predictors that each want another value."""
+    learn_s = max(8.0, ctx.duration)
+    cases = [  # (name, predictor cost, closed-loop clients)
+        ("1 slot, 20 ms + 0.25 ms/row", {"call_ms": 20.0, "per_instance_ms": 0.25, "slots": 1}, 128),
+        # Slow enough that 4 batches in flight do not make the gateway itself the bottleneck here.
+        ("4 slots, 100 ms + 0.25 ms/row", {"call_ms": 100.0, "per_instance_ms": 0.25, "slots": 4}, 128),
+        ("1 slot, 5 ms", {"call_ms": 5.0, "per_instance_ms": 0.0, "slots": 1}, 5),
+    ]
+    runs: list[dict[str, Any]] = []
+    for case, cost, clients in cases:
+        predictor = Predictor(ctx.log_dir, f"predictor-inflight-{cost['slots']}-{cost['call_ms']:g}", **cost).start()
+        try:
+            models = [v1_model("fixed-1", predictor, max_batch_size=32, max_inflight=1),
+                      v1_model("fixed-2", predictor, max_batch_size=32, max_inflight=2),
+                      v1_model("auto", predictor, max_batch_size=32, max_inflight="auto")]
+            with Gateway(ctx.log_dir, "gateway-inflight", models).start() as gateway:
+                for model in ("fixed-1", "fixed-2", "auto"):
+                    url = f"{gateway.http_url}/v1/models/{model}:predict"
+                    ctx.say(f"  inflight: {case}, {clients} clients, {model}")
+                    # Not recorded: warm connections, and give auto the time to learn.
+                    load(url, V1_BODY, concurrency=clients, duration=learn_s if model == "auto" else 1.0,
+                         timeout=10)
+                    predictor.reset_stats()
+                    result = load(url, V1_BODY, concurrency=clients, duration=ctx.duration,
+                                  progress=ctx.progress)
+                    row = run_row(f"{case}, {clients} clients: {model}", result, predictor=predictor,
+                                  case=case, model=model)
+                    row["inflight_limit"] = _metric(gateway, "gateway_batches_in_flight_limit", model)
+                    runs.append(row)
+        finally:
+            predictor.stop()
+    checks = []
+    by = {(r["case"], r["model"]): r for r in runs}
+    for case, _, clients in cases:
+        best = max(by[(case, "fixed-1")]["rps"], by[(case, "fixed-2")]["rps"])
+        auto = by[(case, "auto")]
+        checks.append(check(f"{case}, {clients} clients: auto vs the better fixed value", ">= 95%",
+                            f"{auto['rps'] / best:.0%} (learned {auto['inflight_limit']:g})" if best else "n/a",
+                            bool(best) and auto["rps"] >= 0.95 * best))
+    ideal = 32 / ((20.0 + 32 * 0.25) / 1000.0)
+    saturation_auto = by[(cases[0][0], "auto")]["instances_per_s"]
+    checks.append(check("auto in the saturation setup (1 slot, 128 clients) vs ideal", ">= 95%",
+                        f"{saturation_auto / ideal:.0%} of {ideal:.0f}", saturation_auto >= 0.95 * ideal))
+    four = by[(cases[1][0], "auto")]["inflight_limit"]
+    checks.append(check("auto in front of a predictor with 4 slots", "finds more than 2",
+                        f"{four:g}" if four is not None else "n/a", four is not None and four > 2))
+    return {
+        "title": 'max_inflight = "auto" vs 1 and 2',
+        "setup": f"The simulated predictor with 1 or 4 slots; closed-loop clients with one v1 instance each; "
+                 f"max_batch_size 32, adaptive policy. Each run {ctx.duration:g} s after a warm-up ({learn_s:g} s "
+                 f"for auto, so that it has learned; it keeps learning during the run). `learned` is auto's "
+                 f"in-flight limit at the end of its run.",
+        "tables": [{"title": "", "rows": runs, "columns": [
+            ["case", "predictor", "s"], ["clients", "clients", "d"], ["model", "max_inflight", "s"],
+            ["rps", "req/s", ".0f"], ["p50_ms", "p50 ms", ".1f"], ["p99_ms", "p99 ms", ".1f"],
+            ["mean_batch", "mean batch", ".1f"], ["inflight_limit", "learned", "g"], ["errors", "errors", "d"]]}],
+        "checks": checks, "runs": runs, "plots": {},
+    }
+
+
 def perf_analyzer_scenario(ctx: Context) -> dict[str, Any]:
     """Triton's perf_analyzer, unmodified, as the load: HTTP, gRPC and gRPC streaming at 1 and
     16 concurrent requests, against the gateway on its embedded 5 ms model."""
@@ -774,6 +851,126 @@ def perf_analyzer_scenario(ctx: Context) -> dict[str, Any]:
     }
 
 
+# -- scenario: variable-length inputs ------------------------------------------------------------------
+
+
+def _lognormal_lengths(count: int, seed: int, low: int = 8, high: int = 512) -> list[int]:
+    """Skewed sequence lengths: log-normal (median 48) clipped to low..high."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [int(n) for n in np.clip(np.round(rng.lognormal(math.log(48), 0.8, count)), low, high)]
+
+
+async def _closed_loop(url: str, bodies: list[bytes], clients: int, duration: float) -> dict[str, Any]:
+    """`clients` workers, each sending the next body as soon as its last answer is in, for
+    `duration` seconds (every request bounded by a 30 s timeout)."""
+    import aiohttp
+
+    latencies: list[float] = []
+    errors = 0
+    next_body = iter(range(1 << 62))
+    stop_at = time.monotonic() + duration
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients), timeout=timeout) as session:
+        async def worker() -> None:
+            nonlocal errors
+            while time.monotonic() < stop_at:
+                body = bodies[next(next_body) % len(bodies)]
+                started = time.monotonic()
+                try:
+                    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as reply:
+                        await reply.read()
+                        ok = reply.status == 200
+                except (aiohttp.ClientError, TimeoutError):
+                    ok = False
+                if ok:
+                    latencies.append(time.monotonic() - started)
+                else:
+                    errors += 1
+
+        began = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        elapsed = time.monotonic() - began
+    latencies.sort()
+    return {"ok": len(latencies), "errors": errors, "rps": len(latencies) / elapsed,
+            "p50_ms": 1000 * latencies[len(latencies) // 2] if latencies else None,
+            "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)] if latencies else None}
+
+
+def _metrics_sample(gateway: Gateway, name: str, model: str) -> float:
+    """One sample of the gateway's /metrics (0 if it has none)."""
+    for line in _http("GET", f"{gateway.http_url}/metrics")[1].decode().splitlines():
+        if line.startswith(f'{name}{{model="{model}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+VARIABLE_LENGTH_BUCKETS = [16, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512]
+
+
+def variable_length(ctx: Context) -> dict[str, Any]:
+    """Token sequences of skewed lengths: padding off (today: one signature per length) vs pad
+    to the longest vs buckets, in front of a predictor whose cost grows with padded elements."""
+    clients, call_ms, per_element_us = 64, 10.0, 15.0
+    lengths = _lognormal_lengths(4000, seed=11)
+    bodies = [json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, n],
+                                      "data": [float(i % 7) for i in range(n)]}]}).encode() for n in lengths]
+    signature = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1], "pad": {"dim": 1, "value": 0}}],
+                 "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, -1], "follows_pad": 1}]}
+    modes: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+        ("off", {}, {}),
+        ("pad to longest", signature, {"max_batch_cost": 8192}),
+        ("buckets", signature, {"buckets": VARIABLE_LENGTH_BUCKETS, "max_batch_cost": 8192}),
+    ]
+    runs: list[dict[str, Any]] = []
+    for name, tensors, padding in modes:
+        model = {"name": "demo", "backend": "simulated", **tensors,
+                 "simulated": {"call_ms": call_ms, "per_element_us": per_element_us},
+                 "batching": {"max_batch_size": 32, "timeout_s": 30, **padding}}
+        with Gateway(ctx.log_dir, f"gateway-variable-length-{name.replace(' ', '-')}", [model]).start() as gateway:
+            ctx.say(f"  variable-length: {name}")
+            url = f"{gateway.http_url}/v2/models/demo/infer"
+            asyncio.run(_closed_loop(url, bodies[:200], clients, 1.0))  # warm up, not measured
+            before = {key: _metrics_sample(gateway, key, "demo") for key in
+                      ("gateway_batches_total", "gateway_batched_instances_total", "gateway_padded_elements_total",
+                       "gateway_real_elements_total")}
+            result = asyncio.run(_closed_loop(url, bodies, clients, ctx.duration))
+            after = {key: _metrics_sample(gateway, key, "demo") - value for key, value in before.items()}
+        batches = after["gateway_batches_total"]
+        real = after["gateway_real_elements_total"]
+        runs.append({"name": name, **result,
+                     "mean_batch": after["gateway_batched_instances_total"] / batches if batches else None,
+                     # share of the predictor's elements that were padding (0 when nothing is padded)
+                     "waste_pct": 100 * (1 - real / after["gateway_padded_elements_total"]) if real else 0.0,
+                     "padded_per_real": after["gateway_padded_elements_total"] / real if real else 1.0})
+    by_name = {run["name"]: run for run in runs}
+    off, buckets = by_name["off"], by_name["buckets"]
+    ratio = buckets["rps"] / max(off["rps"], 1e-9)
+    checks = [
+        check("buckets throughput vs padding off", ">= 3x", f"{ratio:.2f}x", ratio >= 3),
+        check("buckets p99 vs padding off", "equal or better", f"{buckets['p99_ms']:.0f} vs {off['p99_ms']:.0f} ms",
+              buckets["p99_ms"] <= off["p99_ms"]),
+        check("padding waste with buckets", "< 30% of padded elements", f"{buckets['waste_pct']:.1f}%",
+              buckets["waste_pct"] < 30),
+        check("pad to longest throughput vs padding off", "", f"{by_name['pad to longest']['rps'] / max(off['rps'], 1e-9):.2f}x",
+              None),
+    ]
+    return {
+        "title": "Variable-length inputs: padding off vs pad to longest vs buckets",
+        "setup": f"The gateway's embedded simulated model at {call_ms:g} ms per call + {per_element_us:g} us per padded "
+                 f"element of INPUT0, one call at a time. {clients} closed-loop clients send OIP JSON requests of one "
+                 f"row whose lengths are log-normal (median 48) clipped to 8..512, the same seeded sequence for each "
+                 f"mode, for {ctx.duration:g} s after 1 s of warm-up. max_batch_size 32; padded modes also cap a batch "
+                 f"at max_batch_cost 8192 padded elements; buckets {VARIABLE_LENGTH_BUCKETS}. Waste is the share of "
+                 f"padded elements that were padding (gateway_padded_elements / gateway_real_elements).",
+        "tables": [{"title": "", "rows": runs, "columns": [
+            ["name", "mode", "s"], ["rps", "req/s", ".0f"], ["p50_ms", "p50 ms", ".0f"], ["p99_ms", "p99 ms", ".0f"],
+            ["waste_pct", "waste %", ".1f"], ["mean_batch", "rows/batch", ".1f"], ["errors", "errors", "d"]]}],
+        "checks": checks, "runs": runs, "plots": {},
+    }
+
+
 SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "kserve-docs": (kserve_docs, "5 clients, window vs adaptive vs direct (KServe's documented example)"),
     "saturation": (saturation, "128 clients on a 20 ms + 0.25 ms/instance predictor; HTTP and gRPC; inflight 1/2"),
@@ -783,4 +980,6 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "loadgen-ceiling": (loadgen_ceiling, "the load generator's own cost per request against trivial servers"),
     "goodput": (goodput, "answers within a 200 ms SLO per second, adaptive vs deadline, at 1x/2x/4x capacity"),
     "perf-analyzer": (perf_analyzer_scenario, "Triton's perf_analyzer as the load: HTTP, gRPC, streaming at 1 and 16"),
+    "variable-length": (variable_length, "log-normal lengths 8..512: padding off vs pad to longest vs buckets"),
+    "inflight": (inflight, 'max_inflight 1 vs 2 vs "auto" in front of predictors that want different values'),
 }

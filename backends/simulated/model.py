@@ -1,6 +1,7 @@
 """The simulated model: OUTPUT0 = 2 x INPUT0 (FP32), at a configurable cost per call.
 
-The cost is `call_ms + per_instance_ms x rows` of sleep per call, with at most `slots`
+The cost is `call_ms + per_instance_ms x rows + per_element_us x elements of INPUT0 / 1000`
+(elements: what a padded batch of sequences makes grow) of sleep per call, with at most `slots`
 calls computing at once (others wait their turn), like a predictor with that many model
 instances. It keeps its own call log so tests and benchmarks can see how many calls and
 rows it received. It speaks no protocol: the in-process backend and the standalone
@@ -28,6 +29,7 @@ class Cost:
     call_ms: float = 5.0
     per_instance_ms: float = 0.0
     slots: int = 1
+    per_element_us: float = 0.0
 
 
 @dataclass(slots=True)
@@ -67,7 +69,7 @@ class SimulatedModel:
             self._slots = asyncio.Semaphore(self.cost.slots)
         async with self._slots:
             self.log.record(rows)
-            delay = (self.cost.call_ms + self.cost.per_instance_ms * rows) / 1000.0
+            delay = (self.cost.call_ms + self.cost.per_instance_ms * rows + self.cost.per_element_us * data.size / 1000) / 1000.0
             if delay > 0:
                 await asyncio.sleep(delay)
         return [Tensor("OUTPUT0", "FP32", np.multiply(data, 2, dtype=np.float32))]
