@@ -25,6 +25,8 @@ Semantics
 * Probing costs: a losing neighbour serves one epoch worse. So each loss doubles the
   epochs until the next probe, up to `PROBE_EVERY_MAX`, and a win resets it: once the
   level is right, about one epoch in 33 is spent on a probe.
+* The margin is small on purpose: a neighbour that is really worse by a lot is never
+  mistaken for a better one, and one that differs by little costs little if it is.
 * When an epoch at the level differs from the one before by more than `CHANGE` (the
   load or the predictor changed), the interval resets and the tuner probes downwards at
   once: a predictor that slows down under concurrency, or loses slots, is left within a
@@ -36,11 +38,11 @@ the executor. The queue reports batches and answers and reads `level`.
 """
 from __future__ import annotations
 
-EPOCH_BATCHES = 16    # batches returned before an epoch may end
+EPOCH_BATCHES = 8     # batches returned before an epoch may end
 EPOCH_REQUESTS = 128  # answered requests (arrived within the epoch) before it may end
-PROBE_EVERY = 4       # epochs at a level before the first probe, and after a win
+PROBE_EVERY = 3       # epochs at a level before the first probe, and after a win
 PROBE_EVERY_MAX = 32  # ... growing to this after losses
-MARGIN = 0.05         # a neighbour must cut the mean latency by more than this fraction
+MARGIN = 0.02         # a neighbour must cut the mean latency by more than this fraction
 CHANGE = 0.25         # an epoch at the level this far from the one before: conditions changed
 
 
