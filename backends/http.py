@@ -1,63 +1,269 @@
-"""Pooled keep-alive HTTP plumbing shared by the HTTP predictor clients (aiohttp).
+"""Pooled keep-alive HTTP/1.1 plumbing shared by the HTTP predictor clients (asyncio only).
 
 The HTTP counterpart of `backends.grpc`: a client holds one `HttpPredictor` and posts to
 its predictor's paths through it; failures come back as gateway errors (`backends.errors`).
-It knows no body format (the clients and `wire.codecs` do) and nothing of the gateway.
+A lean client on `asyncio.Protocol` rather than aiohttp: one request per connection at a
+time, Content-Length, chunked or until-close answers, so a call costs a fraction of
+aiohttp's CPU (see README Performance). It knows no body format (the clients and
+`wire.codecs` do) and nothing of the gateway.
 """
 from __future__ import annotations
 
+import asyncio
 import ssl
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 
 from backends import errors
-from wire.errors import Unavailable
+from wire.codecs import content_encoding
+from wire.errors import GatewayError, Unavailable
 from wire.tracing import predictor_headers
 
 CONNECT_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 2.0
+MAX_ANSWER_BYTES = 256 * 1024 * 1024  # a compressed answer inflates to at most this (as gRPC's message limit)
+_ONE_WRITE_BYTES = 64 * 1024  # smaller bodies leave with their head in one write (one segment, no copy to speak of)
+
+
+class ResponseHeaders(dict[str, str]):
+    """An answer's headers, looked up by name in any case (kept lower-cased)."""
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection: one request and its answer at a time.
+
+    `exchange` writes a request and returns a future of `(status, headers, body)`; it fails
+    with ConnectionError when the predictor closes the connection or answers malformed."""
+
+    __slots__ = ("transport", "buffer", "waiter", "closed", "head", "chunks", "chunk_at")
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[tuple[int, ResponseHeaders, bytes]] | None = None
+        self.closed = False
+        # status, headers, where the body starts, its length (-1 chunked, -2 until close), close after it
+        self.head: tuple[int, ResponseHeaders, int, int, bool] | None = None
+        self.chunks: list[bytes] = []  # a chunked body's chunks so far
+        self.chunk_at = 0  # where the next chunk's size line starts
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.waiter is None or self.waiter.done():
+            return
+        if self.head is not None and self.head[3] == -2:  # the body ends with the connection
+            status, headers, start, _, _ = self.head
+            self._answer(status, headers, bytes(self.buffer[start:]))
+        else:
+            self._fail("the predictor closed the connection")
+
+    def exchange(self, head: bytes, body: bytes | None) -> asyncio.Future[tuple[int, ResponseHeaders, bytes]]:
+        assert self.transport is not None and self.waiter is None
+        self.waiter = waiter = asyncio.get_running_loop().create_future()
+        self.head = None
+        self.buffer.clear()
+        if self.closed or self.transport.is_closing():  # closed between connecting and now
+            self._fail("the predictor closed the connection")
+            return waiter
+        if not body:
+            self.transport.write(head)
+        elif len(body) <= _ONE_WRITE_BYTES:
+            self.transport.write(head + body)
+        else:
+            self.transport.writelines((head, body))  # a large body is not copied into one buffer
+        return waiter
+
+    def data_received(self, data: bytes) -> None:
+        if self.waiter is None:  # nothing asked: a predictor talking out of turn is not reused
+            self.abort()
+            return
+        self.buffer += data
+        try:
+            self._parse()
+        except ValueError as exc:  # a status, length or chunk size that is not a number
+            self._fail(f"malformed HTTP answer: {exc}")
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _parse(self) -> None:
+        buffer = self.buffer
+        while self.head is None:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            lines = bytes(buffer[:end]).decode("latin-1").split("\r\n")
+            version, status_text = lines[0].split(" ", 2)[:2]
+            status = int(status_text)
+            if 100 <= status < 200:  # 100 Continue and friends: the real answer follows
+                del buffer[:end + 4]
+                continue
+            headers = ResponseHeaders()
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            connection = headers.get("connection", "").lower()
+            close = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
+            if status in (204, 304):
+                length = 0
+            elif "chunked" in headers.get("transfer-encoding", "").lower():
+                length, self.chunks, self.chunk_at = -1, [], end + 4
+            elif "content-length" in headers:
+                length = int(headers["content-length"])
+            else:
+                length, close = -2, True
+            self.head = (status, headers, end + 4, length, close)
+        status, headers, start, length, close = self.head
+        if length == -2:
+            return  # until close: connection_lost answers
+        if length == -1:
+            if not self._dechunk():
+                return
+            body = b"".join(self.chunks)
+        elif len(buffer) < start + length:
+            return
+        else:
+            body = bytes(buffer[start:start + length])
+        if close:
+            self.abort()
+        self._answer(status, headers, body)
+
+    def _dechunk(self) -> bool:
+        """Read the chunks that have arrived; True once the last one (and the trailers) has."""
+        buffer = self.buffer
+        while True:
+            line_end = buffer.find(b"\r\n", self.chunk_at)
+            if line_end < 0:
+                return False
+            size = int(bytes(buffer[self.chunk_at:line_end]).split(b";")[0].strip() or b"0", 16)
+            if size == 0:  # trailers (usually none) end with an empty line
+                return buffer.find(b"\r\n\r\n", line_end) >= 0
+            if len(buffer) < line_end + 2 + size + 2:
+                return False
+            self.chunks.append(bytes(buffer[line_end + 2:line_end + 2 + size]))
+            self.chunk_at = line_end + 2 + size + 2
+
+    def _answer(self, status: int, headers: ResponseHeaders, body: bytes) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result((status, headers, body))
+
+    def _fail(self, message: str) -> None:
+        waiter, self.waiter = self.waiter, None
+        self.abort()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionError(message))
 
 
 class HttpPredictor:
-    """One keep-alive connection pool to one predictor base URL."""
+    """A pool of keep-alive connections to one predictor base URL: at most `pool_size`
+    requests at once (more wait for a free connection), idle connections reused newest first."""
 
     def __init__(self, base_url: str, model: str, pool_size: int = 64, ca_file: str = "") -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
+        url = urllib.parse.urlsplit(self.base_url)
+        self._tls = url.scheme == "https"
+        self._host = url.hostname or "127.0.0.1"
+        self._port = url.port or (443 if self._tls else 80)
+        self._prefix = url.path
+        host_header = self._host if ":" not in self._host else f"[{self._host}]"
+        self._host_line = f"Host: {host_header}:{self._port}\r\n" if url.port else f"Host: {host_header}\r\n"
         # https:// URLs are verified against ca_file if given, else the system's CAs.
-        self._ssl: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
-        self._pool_size = pool_size
-        self._session: aiohttp.ClientSession | None = None
+        self._ca_file = ca_file
+        self._ssl: ssl.SSLContext | None = None
+        self._slots = asyncio.Semaphore(pool_size)
+        self._idle: list[_Connection] = []
+        self._open: set[_Connection] = set()
 
-    def _ensure_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._pool_size, enable_cleanup_closed=True, ssl=self._ssl),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
-                # Never ask for compressed answers: tensors barely compress and gzip costs
-                # more CPU than the bytes it saves next to the predictor.
-                skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            )
-        return self._session
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if self._tls and self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=self._ca_file or None)
+        return self._ssl
+
+    def _head(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None) -> bytes:
+        # Never ask for compressed answers (no Accept-Encoding): tensors barely compress
+        # and gzip costs more CPU than the bytes it saves next to the predictor.
+        lines = [f"{method} {self._prefix}{path} HTTP/1.1\r\n", self._host_line]
+        if headers:
+            lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}\r\n")
+        lines.append("\r\n")
+        return "".join(lines).encode("latin-1")
+
+    async def _connection(self) -> _Connection:
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.closed:
+                return connection
+            self._open.discard(connection)
+        loop = asyncio.get_running_loop()
+        try:
+            _, connection = await asyncio.wait_for(loop.create_connection(
+                _Connection, self._host, self._port, ssl=self._ssl_context(),
+                server_hostname=self._host if self._tls else None), CONNECT_TIMEOUT_S)
+        except TimeoutError:
+            raise ConnectionError("connect timed out") from None
+        self._open.add(connection)
+        return connection
 
     async def request(self, method: str, path: str, body: bytes | None = None,
-                      headers: dict[str, str] | None = None,
+                      headers: Mapping[str, str] | None = None,
                       timeout_s: float | None = None) -> tuple[int, Mapping[str, str], bytes]:
         """Send one request; connection failures become Unavailable."""
-        session = self._ensure_session()
-        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else None
+        head = self._head(method, path, body, headers)
         try:
-            async with session.request(method, self.base_url + path, data=body, headers=headers,
-                                       timeout=timeout) as response:
-                payload = await response.read()
-                return response.status, response.headers, payload
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, OSError):
-            raise Unavailable(f"model '{self.model}': the predictor is unreachable") from None
+            async with asyncio.timeout(timeout_s), self._slots:  # the wait for a free connection counts too
+                connection = await self._connection()
+                try:
+                    status, response_headers, payload = await connection.exchange(head, body)
+                except BaseException:  # cancelled or failed mid-answer: the connection is not reusable
+                    connection.abort()
+                    self._open.discard(connection)
+                    raise
+                if connection.closed:
+                    self._open.discard(connection)
+                else:
+                    self._idle.append(connection)
         except TimeoutError:
             raise Unavailable(f"model '{self.model}': the predictor did not answer in time") from None
+        except OSError:  # ConnectionError included: refused, reset, closed, malformed
+            raise Unavailable(f"model '{self.model}': the predictor is unreachable") from None
+        coding = response_headers.get("content-encoding")
+        if coding:
+            payload = self._inflated(coding, payload)
+        return status, response_headers, payload
+
+    def _inflated(self, coding: str, payload: bytes) -> bytes:
+        """An answer compressed although nobody asked, inflated within MAX_ANSWER_BYTES."""
+        known = content_encoding.request_coding(coding) if coding.strip().lower() != "identity" else None
+        if known is None:
+            return payload
+        try:
+            with errors.reading_answer(self.model):
+                return content_encoding.decode(known, [payload], MAX_ANSWER_BYTES)
+        except GatewayError as error:
+            if isinstance(error, Unavailable):
+                raise
+            raise errors.unusable(self.model, error.message) from None
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[Mapping[str, str], bytes]:
         """POST and require a 200; any other status becomes the matching gateway error.
@@ -87,6 +293,7 @@ class HttpPredictor:
             return None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for connection in self._open:
+            connection.abort()
+        self._open.clear()
+        self._idle.clear()
