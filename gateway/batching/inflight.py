@@ -18,9 +18,10 @@ Semantics
   arrived before an epoch began are not counted in it, so each epoch measures one level.
 * The tuner starts at 1 and stays at its level for `PROBE_EVERY` epochs; then it tries a
   neighbour (one more, then one fewer, alternately; never below 1 or above the ceiling)
-  for one epoch and compares it with the epoch just before. The neighbour wins only when
-  its latency is lower by more than `MARGIN`; a win keeps climbing in the same direction
-  at once, a loss returns to the level. Ties therefore keep fewer batches in flight, the
+  for up to `PROBE_EPOCHS` epochs and compares each with the epoch just before the probe.
+  The neighbour wins only when every one of its epochs has a latency lower by more than
+  `MARGIN` (one noisy epoch is not enough); a win keeps climbing in the same direction at
+  once, a loss returns to the level at the first epoch that is not better. Ties therefore keep fewer batches in flight, the
   cheaper choice for a predictor shared with others.
 * Probing costs: a losing neighbour serves one epoch worse. So each loss doubles the
   epochs until the next probe, up to `PROBE_EVERY_MAX`, and a win resets it: once the
@@ -42,12 +43,13 @@ EPOCH_BATCHES = 8     # batches returned before an epoch may end
 EPOCH_REQUESTS = 128  # answered requests (arrived within the epoch) before it may end
 PROBE_EVERY = 3       # epochs at a level before the first probe, and after a win
 PROBE_EVERY_MAX = 32  # ... growing to this after losses
+PROBE_EPOCHS = 2      # epochs a neighbour must win, each of them, to be kept
 MARGIN = 0.02         # a neighbour must cut the mean latency by more than this fraction
 CHANGE = 0.25         # an epoch at the level this far from the one before: conditions changed
 
 
 class InflightTuner:
-    __slots__ = ("ceiling", "level", "_home", "_direction", "_baseline", "_stable", "_interval", "_started",
+    __slots__ = ("ceiling", "level", "_home", "_direction", "_baseline", "_stable", "_interval", "_wins", "_started",
                  "_batches", "_answered", "_latency_sum", "probes", "moves")
 
     def __init__(self, ceiling: int, now: float = 0.0) -> None:
@@ -60,6 +62,7 @@ class InflightTuner:
         self._baseline: float | None = None  # mean latency of the last epoch at home
         self._stable = 0        # epochs at home since the last probe
         self._interval = PROBE_EVERY  # epochs at home before the next probe
+        self._wins = 0          # epochs the current probe has won so far
         self.probes = 0         # probes tried and levels moved to, for metrics and tests
         self.moves = 0
         self._begin(now)
@@ -98,10 +101,12 @@ class InflightTuner:
             if changed or self._stable >= self._interval:
                 self._probe()
         elif self._baseline is not None and latency < self._baseline * (1.0 - MARGIN):
-            self._home, self._baseline = self.level, latency  # the neighbour wins: go on that way
-            self.moves += 1
-            self._interval = PROBE_EVERY
-            self._probe()
+            self._wins += 1
+            if self._wins >= PROBE_EPOCHS:
+                self._home, self._baseline = self.level, latency  # the neighbour wins: go on that way
+                self.moves += 1
+                self._interval = PROBE_EVERY
+                self._probe()
         else:
             self.level, self._stable = self._home, 0
             self._direction = -self._direction
@@ -117,7 +122,7 @@ class InflightTuner:
         if not 1 <= candidate <= self.ceiling:  # ceiling 1: nothing to try
             self._stable = 0
             return
-        self.level = candidate
+        self.level, self._wins = candidate, 0
         self.probes += 1
 
     def _begin(self, now: float) -> None:

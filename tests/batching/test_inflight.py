@@ -4,6 +4,7 @@ level; then through the scheduler, in front of executors with a known number of 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable
 
 import pytest
@@ -64,6 +65,14 @@ def test_it_stays_at_one_when_a_second_batch_in_flight_costs():
     levels = run(tuner, lambda level: 0.010 if level == 1 else 0.0128, epochs=200)
     assert set(levels) == {1, 2}
     assert levels.count(2) <= 12  # probes back off: 6% of the epochs or fewer
+
+
+def test_one_lucky_epoch_does_not_move_it():
+    probe_epochs = itertools.count()
+    lucky_then_not = lambda level: 0.010 if level == 1 else (0.008, 0.012)[next(probe_epochs) % 2]  # noqa: E731
+    tuner = InflightTuner(ceiling=8)
+    run(tuner, lucky_then_not, epochs=100)
+    assert tuner.probes > 0 and tuner.moves == 0
 
 
 def test_a_tie_keeps_fewer_batches_in_flight():
