@@ -21,12 +21,14 @@ class Seen:
     count: int = 0
     paths: dict[str, int] = field(default_factory=dict)
     last: dict = field(default_factory=dict)
+    times: list[float] = field(default_factory=list)  # when each request arrived, on the event loop's clock
 
 
 def make_app(seen: Seen) -> tornado.web.Application:
     class Base(tornado.web.RequestHandler):
         def prepare(self) -> None:
             seen.count += 1
+            seen.times.append(asyncio.get_running_loop().time())
             seen.paths[self.request.path] = seen.paths.get(self.request.path, 0) + 1
 
     class Ok(Base):
@@ -47,6 +49,11 @@ def make_app(seen: Seen) -> tornado.web.Application:
                 self.finish(b'{"error": "every third request fails"}')
             else:
                 self.finish(b"fine")
+
+    class Busy(Base):
+        def get(self) -> None:
+            self.set_status(503)
+            self.finish(b'{"error": "overloaded"}')
 
     class Echo(Base):
         def put(self) -> None:
@@ -69,7 +76,7 @@ def make_app(seen: Seen) -> tornado.web.Application:
             self.finish(b"bye")
 
     return tornado.web.Application([
-        (r"/ok", Ok), (r"/slow", Slow), (r"/flaky", Flaky), (r"/echo", Echo),
+        (r"/ok", Ok), (r"/slow", Slow), (r"/flaky", Flaky), (r"/busy", Busy), (r"/echo", Echo),
         (r"/chunked", Chunked), (r"/close", Close),
     ])
 

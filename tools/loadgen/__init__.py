@@ -7,8 +7,9 @@ Load models
 -----------
 * Closed loop (default): `-c` workers, each sending its next request as soon as the previous
   one is answered, until `-n` requests have been sent and answered or `-z` has elapsed.
-* Open loop (`--rate R`): requests arrive at R per second (Poisson arrivals by default, or
-  `--arrivals uniform`), whatever the server's speed; `-c` is then the most requests in
+* Open loop (`--rate R`): requests arrive at R per second (Poisson arrivals by default,
+  `--arrivals uniform`, or `--arrivals bursty`: Poisson at 2R for half of each second and
+  none for the other half, R on average), whatever the server's speed; `-c` is then the most requests in
   flight at once. An arrival that finds `-c` requests in flight is not sent and is counted
   as *dropped*; one that the generator itself sends more than `--late-ms` after its
   scheduled time is sent and counted as *late* (the generator could not keep up).

@@ -16,7 +16,8 @@ DEFAULT_REQUESTS = 200
 DEFAULT_CONCURRENCY = 50              # closed loop: workers
 DEFAULT_OPEN_LOOP_CONCURRENCY = 1000  # open loop: most requests in flight
 ENGINES = ("auto", "fast", "aiohttp")
-ARRIVALS = ("poisson", "uniform")
+ARRIVALS = ("poisson", "uniform", "bursty")
+BURST_PERIOD_S = 1.0  # bursty arrivals: on (at twice the rate) for half of each period, off for the other half
 
 
 @dataclass

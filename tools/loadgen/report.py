@@ -31,6 +31,9 @@ def count_error(errors: dict[str, int], message: str, n: int = 1) -> None:
     errors[message] = errors.get(message, 0) + n
 
 
+REFUSAL_STATUSES = frozenset({"429", "503", "RESOURCE_EXHAUSTED", "UNAVAILABLE"})  # refused for load
+
+
 @dataclass
 class Result:
     config: Config
@@ -39,6 +42,8 @@ class Result:
     latencies: array.array = field(default_factory=lambda: array.array("d"))  # seconds, answered requests
     # seconds, the answered requests that succeeded (HTTP < 400, gRPC OK): goodput within an SLO
     ok_latencies: array.array = field(default_factory=lambda: array.array("d"))
+    # seconds, the answers that refused for load (REFUSAL_STATUSES): how fast a client may retry elsewhere
+    refusal_latencies: array.array = field(default_factory=lambda: array.array("d"))
     statuses: dict[str, int] = field(default_factory=dict)   # "200", "404" / "OK", "NOT_FOUND"
     errors: dict[str, int] = field(default_factory=dict)     # message -> count
     sent: int = 0                           # requests started
@@ -166,6 +171,7 @@ class Result:
         for p in parts:
             merged.latencies.extend(p.latencies)
             merged.ok_latencies.extend(p.ok_latencies)
+            merged.refusal_latencies.extend(p.refusal_latencies)
             for key in ("sent", "transport_errors", "unfinished", "late", "dropped", "bytes_received"):
                 setattr(merged, key, getattr(merged, key) + getattr(p, key))
             merged.cpu_s += p.cpu_s
@@ -181,11 +187,14 @@ class Result:
         document = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
         document["latencies"] = self.latencies.tobytes()
         document["ok_latencies"] = self.ok_latencies.tobytes()
+        document["refusal_latencies"] = self.refusal_latencies.tobytes()
         return document
 
     @classmethod
     def from_wire(cls, config: Config, document: dict[str, Any]) -> Result:
-        latencies, ok_latencies = array.array("d"), array.array("d")
+        latencies, ok_latencies, refusal_latencies = array.array("d"), array.array("d"), array.array("d")
         latencies.frombytes(document.pop("latencies"))
         ok_latencies.frombytes(document.pop("ok_latencies"))
-        return cls(config=config, latencies=latencies, ok_latencies=ok_latencies, **document)
+        refusal_latencies.frombytes(document.pop("refusal_latencies"))
+        return cls(config=config, latencies=latencies, ok_latencies=ok_latencies,
+                   refusal_latencies=refusal_latencies, **document)

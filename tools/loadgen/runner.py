@@ -13,9 +13,9 @@ import random
 import time
 from typing import Any
 
-from tools.loadgen.config import Config
+from tools.loadgen.config import BURST_PERIOD_S, Config
 from tools.loadgen.engines import Engine, Slot, make_engine
-from tools.loadgen.report import Result, count_error
+from tools.loadgen.report import REFUSAL_STATUSES, Result, count_error
 
 
 class Live:
@@ -51,6 +51,8 @@ class Runner:
             result.latencies.append(latency)
             if error is None:
                 result.ok_latencies.append(latency)
+            elif status in REFUSAL_STATUSES:
+                result.refusal_latencies.append(latency)
             result.statuses[status] = result.statuses.get(status, 0) + 1
             result.bytes_received += size
         else:
@@ -88,7 +90,9 @@ class Runner:
         rng = random.Random(config.seed)
         rate, cap, late_s = config.rate, config.workers, config.late_ms / 1000.0
         assert rate is not None, "an open loop has a rate"
-        poisson = config.arrivals == "poisson"
+        poisson, bursty = config.arrivals == "poisson", config.arrivals == "bursty"
+        if bursty:
+            rate *= 2  # during the on halves; none arrive in the off halves
         idle: list[Slot] = []
         tasks: set[asyncio.Task] = set()
         counter = 0
@@ -110,7 +114,14 @@ class Runner:
             record(clock() - started, status, size, error)
 
         arrivals = 0
-        next_at = loop.time() + (rng.expovariate(rate) if poisson else 0.0)
+        start, half = loop.time(), BURST_PERIOD_S / 2
+
+        def arrival_time(offset: float) -> float:
+            """An offset on the arrival clock as a time: bursty arrivals' clock runs only in the on halves."""
+            return start + (offset // half * BURST_PERIOD_S + offset % half if bursty else offset)
+
+        offset = rng.expovariate(rate) if poisson or bursty else 0.0
+        next_at = arrival_time(offset)
         try:
             while (self.remaining is None or arrivals < self.remaining) and (end is None or next_at < end):
                 now = loop.time()
@@ -131,7 +142,8 @@ class Runner:
                     task = loop.create_task(one())
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
-                next_at += rng.expovariate(rate) if poisson else 1.0 / rate
+                offset += rng.expovariate(rate) if poisson or bursty else 1.0 / rate
+                next_at = arrival_time(offset)
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
         finally:

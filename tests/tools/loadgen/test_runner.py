@@ -65,6 +65,13 @@ async def test_transport_errors_are_counted_without_latencies(engine):
     assert "Error distribution" in result.format_report()
 
 
+async def test_refusals_for_load_keep_their_latencies_apart(local_server):
+    busy = await run(target=f"{local_server.url}/busy", requests=6, concurrency=2)
+    flaky = await run(target=f"{local_server.url}/flaky", requests=6, concurrency=2)
+    assert busy.statuses == {"503": 6} and len(busy.refusal_latencies) == 6 and not busy.ok_latencies
+    assert flaky.statuses["500"] == 2 and not flaky.refusal_latencies  # a failure, not a refusal for load
+
+
 # -- open loop -----------------------------------------------------------------------------------
 
 
@@ -75,6 +82,15 @@ async def test_open_loop_sends_about_rate_times_duration(local_server, arrivals)
     assert 50 <= result.sent + result.dropped <= 150
     assert local_server.seen.count == result.sent
     assert result.sent == result.finished + result.unfinished
+
+
+async def test_bursty_arrivals_come_in_the_on_half_of_each_second_at_twice_the_rate(local_server):
+    started = asyncio.get_running_loop().time()
+    result = await run(target=f"{local_server.url}/ok", rate=100, duration=2.0, arrivals="bursty", seed=3)
+    assert 100 <= result.sent <= 300  # 100/s on average: 200 expected
+    phases = [(t - started) % 1.0 for t in local_server.seen.times]
+    # None in the off halves (a margin of 50 ms on each side for the trip to the server).
+    assert not [p for p in phases if 0.55 <= p <= 0.95]
 
 
 async def test_open_loop_is_bounded_by_n_and_drops_when_too_many_are_in_flight(local_server):
