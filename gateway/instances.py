@@ -113,7 +113,7 @@ def _column(spec: TensorSpec, rows: list[Any]) -> Tensor:
     except InvalidInput as exc:
         if "ragged" not in exc.message:
             raise
-        raise InvalidInput(f"input '{spec.name}': instances differ in length, and no dimension of '{spec.name}' is "
+        raise InvalidInput(f"input '{spec.name}': instances are ragged (they differ in length), and no dimension of '{spec.name}' is "
                            f"declared variable (pad = {{ dim = 1, value = 0 }} in its [[models.inputs]])") from None
     if not shape_fits(spec.shape[1:], data.shape[1:]):
         raise InvalidInput(
