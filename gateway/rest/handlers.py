@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from types import TracebackType
 from typing import Any
 
 import orjson
+import tornado.httputil
 import tornado.web
 
 from gateway import metrics
@@ -25,6 +27,15 @@ from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
 TIMEOUT_HEADER = "X-Request-Timeout-Ms"
+_date = (0, "")  # (second, its HTTP date): the Date header of every answer in that second
+
+
+def _http_date() -> str:
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, tornado.httputil.format_timestamp(now))
+    return _date[1]
 
 
 class BaseHandler(tornado.web.RequestHandler):
@@ -46,8 +57,14 @@ class BaseHandler(tornado.web.RequestHandler):
         self._task: asyncio.Task | None = None
         self._client_gone = False
 
-    def set_default_headers(self) -> None:
-        self.clear_header("Server")
+    def clear(self) -> None:
+        # Tornado's own clear(), less its Server header, with the Date header formatted once a
+        # second instead of on every answer (email.utils' formatting was ~1% of a request).
+        self._headers = tornado.httputil.HTTPHeaders({"Content-Type": "text/html; charset=UTF-8", "Date": _http_date()})
+        self.set_default_headers()
+        self._write_buffer = []
+        self._status_code = 200
+        self._reason = tornado.httputil.responses[200]
 
     def prepare(self) -> None:
         # The task serving this request: cancelled if the client goes away (on_connection_close).
