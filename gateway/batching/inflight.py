@@ -39,7 +39,7 @@ the executor. The queue reports batches and answers and reads `level`.
 """
 from __future__ import annotations
 
-EPOCH_BATCHES = 8     # batches returned before an epoch may end
+EPOCH_BATCHES = 4     # batches returned before an epoch may end
 EPOCH_REQUESTS = 128  # answered requests (arrived within the epoch) before it may end
 PROBE_EVERY = 3       # epochs at a level before the first probe, and after a win
 PROBE_EVERY_MAX = 32  # ... growing to this after losses

@@ -331,23 +331,25 @@ class ModelQueue:
     def _drop_if_unsent(self, request: Request) -> None:
         if request.done or request.sent:
             return
-        self._drop(request, request.deadline - self._loop.time())
+        left_s = request.deadline - self._loop.time()
+        self._drop(request, f"it could no longer be answered within its deadline ({max(left_s, 0) * 1000:.0f} ms "
+                            f"were left)")
 
-    def _drop(self, request: Request, left_s: float) -> None:
+    def _drop(self, request: Request, why: str) -> None:
         self.stats.dropped += 1
         counts = self._counts(request.level)
         if counts is not None:
             counts.dropped += 1
-        request.fail(DeadlineExceeded(
-            f"model '{self.name}': the request could no longer be answered within its deadline "
-            f"({max(left_s, 0) * 1000:.0f} ms were left); it was dropped before reaching the predictor"))
+        request.fail(DeadlineExceeded(f"model '{self.name}': {why}; it was dropped before reaching the predictor"))
 
     def _drop_doomed(self, now: float) -> None:
         """Answer now, and never send, the queued requests the policy says cannot be
         answered in time: predictor time is not spent on answers nobody can use."""
         for part in self.pending:
-            if part.live and not part.request.sent and self.policy.doomed(self, part, now):
-                self._drop(part.request, part.deadline - now)
+            if part.live and not part.request.sent:
+                why = self.policy.doomed(self, part, now)
+                if why is not None:
+                    self._drop(part.request, why)
 
     async def _run_batch(self, parts: list[Part]) -> None:
         batch_id = self._next_batch_id()

@@ -1,4 +1,5 @@
-"""Helpers shared by the batching tests: a recording executor and row-numbered requests."""
+"""Helpers shared by the batching tests: a recording executor, row-numbered requests, and
+the history of closed-loop clients that teaches a policy its learned hold."""
 from __future__ import annotations
 
 import asyncio
@@ -6,6 +7,7 @@ import asyncio
 import numpy as np
 
 from gateway.batching.config import BatchingConfig
+from gateway.batching.policies.adaptive import AdaptivePolicy
 from gateway.batching.scheduler import BatchScheduler
 from wire.tensors import Tensor
 
@@ -42,3 +44,22 @@ def scheduler_with(executor, **config) -> BatchScheduler:
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", executor, BatchingConfig(**config))
     return scheduler
+
+
+def closed_loop_history(arrive, deliver, cycles: int = 4, clients: int = 4,
+                        call_s: float = 0.006, return_s: float = 0.001) -> float:
+    """Deliveries of `clients` requests whose clients all come back `return_s` later, for
+    `cycles` + 1 rounds, then one more delivery; returns the time of that last delivery."""
+    now = 1.0
+    for _ in range(cycles + 1):
+        deliver(now, clients, call_s)
+        for _ in range(clients):
+            arrive(now + return_s)
+        now += return_s + call_s
+    deliver(now, clients, call_s)
+    return now
+
+
+def learned(policy: AdaptivePolicy, **history) -> float:
+    """Teach `policy` a closed-loop history (see `closed_loop_history`); the last delivery's time."""
+    return closed_loop_history(policy.on_arrival, policy.on_delivery, **history)

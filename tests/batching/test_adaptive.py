@@ -13,7 +13,7 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy, ReturnTracker
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.stats import ModelStats
-from tests.batching.support import RecordingExecutor, rows, scheduler_with
+from tests.batching.support import RecordingExecutor, closed_loop_history, learned, rows, scheduler_with
 from wire.tensors import Tensor
 
 
@@ -96,26 +96,8 @@ async def test_requests_arriving_while_the_slot_is_busy_leave_together():
 
 # -- the decision itself, without an event loop ----------------------------------------------
 
-def closed_loop_history(arrive, deliver, cycles: int = 4, clients: int = 4,
-                        call_s: float = 0.006, return_s: float = 0.001) -> float:
-    """Deliveries of `clients` requests whose clients all come back `return_s` later, for
-    `cycles` + 1 rounds, then one more delivery; returns the time of that last delivery."""
-    now = 1.0
-    for _ in range(cycles + 1):
-        deliver(now, clients, call_s)
-        for _ in range(clients):
-            arrive(now + return_s)
-        now += return_s + call_s
-    deliver(now, clients, call_s)
-    return now
-
-
 def tracked(tracker: ReturnTracker, **history) -> float:
     return closed_loop_history(lambda now: tracker.on_arrival(now, 0.01), tracker.on_delivery, **history)
-
-
-def learned(policy: AdaptivePolicy, **history) -> float:
-    return closed_loop_history(policy.on_arrival, policy.on_delivery, **history)
 
 
 def queue_state(queued_rows: int = 1) -> SimpleNamespace:

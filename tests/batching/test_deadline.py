@@ -13,7 +13,7 @@ import pytest
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.deadline import DeadlinePolicy
 from gateway.batching.stats import ModelStats
-from tests.batching.support import RecordingExecutor, rows, scheduler_with
+from tests.batching.support import RecordingExecutor, learned, rows, scheduler_with
 from wire.errors import DeadlineExceeded, Unavailable
 
 CONFIG = BatchingConfig(policy="deadline", slo_s=0.1, max_batch_size=8, max_hold_s=0)
@@ -71,6 +71,16 @@ def test_a_request_predicted_to_finish_late_is_refused_at_once_saying_why():
     assert "predicted to finish in 128 ms" in refusal.message and "deadline of 100 ms" in refusal.message
 
 
+def test_a_request_shares_its_batch_with_the_rows_left_over_ahead_of_it():
+    policy, queue = DeadlinePolicy(CONFIG), profiled()
+    queue.queued_rows = 10  # one full batch (18 ms), then its own with the 2 left over: l(3) = 13 ms
+    assert policy.admit(queue, 1, deadline=0.032, now=0.0) is None
+    assert policy.admit(queue, 1, deadline=0.030, now=0.0) is not None
+    queue.queued_rows = 15  # 7 left over: with 2 rows of its own, they no longer fit one batch
+    refusal = policy.admit(queue, 2, deadline=0.1, now=0.0)
+    assert refusal is None and policy.admit(queue, 2, deadline=0.047, now=0.0) is not None  # 18 + 18 + 12
+
+
 def test_more_slots_drain_the_queue_faster():
     """The slots are the queue's current limit: `max_inflight`, or what "auto" has learned."""
     queue = profiled()
@@ -85,6 +95,17 @@ def test_a_part_that_cannot_finish_even_alone_is_doomed():
     policy, queue = DeadlinePolicy(CONFIG), profiled()
     assert policy.doomed(queue, Part(4, deadline=0.013), now=0.0)      # needs 14 ms
     assert not policy.doomed(queue, Part(4, deadline=0.015), now=0.0)
+
+
+def test_under_overload_a_request_that_would_shrink_a_full_batch_is_traded_for_it():
+    policy, queue = DeadlinePolicy(CONFIG), profiled()  # l(1) = 11 ms, l(8) = 18 ms
+    urgent = Part(1, deadline=0.015)  # makes it alone, not in a full batch
+    queue.pending.extend([urgent] + [Part(1, deadline=0.05) for _ in range(7)])
+    assert policy.doomed(queue, urgent, now=0.0) is None  # 7 others: not a full batch without it
+    queue.pending.append(Part(1, deadline=0.05))
+    why = policy.doomed(queue, urgent, now=0.001)  # 8 others that make it in a full batch: trade it
+    assert why is not None and "smaller than 8 rows" in why
+    assert policy.doomed(queue, queue.pending[1], now=0.001) is None  # they are kept
 
 
 def test_the_batch_holds_what_still_lets_its_oldest_member_finish():
@@ -157,3 +178,16 @@ async def test_a_batch_is_sized_for_its_leaders_deadline_and_counted_so():
     assert scheduler.stats("m").refused_late == 0
     assert 1 <= len(executor.batches[3]) < 8
     assert scheduler.stats("m").departures["deadline_sized"] == 1
+
+
+def test_the_learned_hold_stays_but_never_past_the_leaders_latest_start():
+    policy = DeadlinePolicy(BatchingConfig(policy="deadline", slo_s=1.0, max_batch_size=8, max_hold_s=0.01))
+    delivered_at = learned(policy)  # closed-loop clients: the adaptive policy would hold 2 ms
+    queue = profiled()  # l(8) = 18 ms
+    queue.queued_rows = 1
+    queue.pending.append(Part(1, deadline=delivered_at + 1.0))
+    assert policy.wait_until(queue, delivered_at) == pytest.approx(delivered_at + 0.002, abs=1e-9)
+    queue.pending[0].deadline = delivered_at + 0.019  # must leave within 1 ms to finish a full batch
+    assert policy.wait_until(queue, delivered_at) == pytest.approx(delivered_at + 0.001, abs=1e-6)
+    queue.pending[0].deadline = delivered_at + 0.010  # too late to wait at all
+    assert policy.wait_until(queue, delivered_at) is None

@@ -92,9 +92,9 @@ class Policy(ABC):
         """The most rows the next batch may hold."""
         return self.config.max_batch_size
 
-    def doomed(self, queue: QueueState, part: QueuedPart, now: float) -> bool:
-        """True for a queued part that can no longer be answered in time: it is dropped."""
-        return False
+    def doomed(self, queue: QueueState, part: QueuedPart, now: float) -> str | None:
+        """None to keep a queued part; else why it is dropped, unsent (the 504's message)."""
+        return None
 
     def latest_start(self, queue: QueueState, rows: int, deadline: float) -> float | None:
         """When a request of `rows` rows due at `deadline` must have reached the predictor

@@ -8,16 +8,24 @@ the model's learned latency profile ℓ(b) (`batching.profile`: the predictor ti
 batch of b rows) and, once it has one:
 
 * **Admission.** A request is refused at once (503, saying the predicted time and the
-  deadline) when it cannot finish in time: the batches queued ahead of it (at its priority
-  level and higher, when the model has levels), at ℓ(B) each
-  over the `max_inflight` slots (B = `max_batch_size`), plus half a batch for the call in
-  progress when every slot is busy, plus its own batch, end past its deadline. A fast
-  refusal lets a client retry elsewhere; a late answer is worth nothing.
+  deadline) when it cannot finish in time: the full batches queued ahead of it (at its
+  priority level and higher, when the model has levels), at ℓ(B) each over the in-flight
+  slots (B = `max_batch_size`), plus half a batch for the call in progress when every slot
+  is busy, plus its own batch, which it shares with the rows left over ahead of it, end
+  past its deadline. A fast refusal lets a client retry elsewhere; a late answer is worth
+  nothing.
 * **Drop.** A queued request that can no longer finish, even shipped alone now (now +
   ℓ(its rows) past its deadline), is answered 504 at once and never sent: predictor time
   goes to answers that can still arrive in time. "At once" is at its latest start,
   deadline − ℓ(its rows), by a timer set at admission; and again whenever a batch is
   formed, in case the profile has changed since.
+* **Trade under overload.** When a batch is formed, a queued request that could still
+  finish only in a batch smaller than B (now + ℓ(B) past its deadline) is dropped too, with
+  a 504 saying why, if B rows that would all finish in a full batch are waiting (counted
+  over the model's queue, whatever their signature). Saving it would shrink the batch:
+  with ℓ(b) = a + c·b, b/ℓ(b) rows per second of predictor grows with b, so under
+  overload one answer saved costs several. Below capacity, B such rows seldom wait, and
+  batches are sized instead (next).
 * **Batch size.** The next batch holds at most the rows that still let its leader (its
   oldest member, of the highest priority level queued) finish: the largest b ≤ B with
   now + ℓ(b) ≤ that deadline.
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import math
 
+from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy
 from gateway.batching.policies.base import QueuedPart, QueueState
 from wire.errors import GatewayError, Unavailable
@@ -41,17 +50,25 @@ from wire.errors import GatewayError, Unavailable
 class DeadlinePolicy(AdaptivePolicy):
     drops_doomed = True
 
+    def __init__(self, config: BatchingConfig) -> None:
+        super().__init__(config)
+        self._full_waits_at: float | None = None  # `_full_batch_waits`, computed once per moment
+        self._full_waits = False
+
     def admit(self, queue: QueueState, rows: int, deadline: float, now: float, level: int = 0) -> GatewayError | None:
-        profile = queue.stats.profile
-        full = profile.predict(self.config.max_batch_size)
-        own = profile.predict(min(rows, self.config.max_batch_size))
-        if full is None or own is None:
+        profile, size = queue.stats.profile, self.config.max_batch_size
+        full = profile.predict(size)
+        if full is None:
             return None
         slots = queue.inflight_limit
         in_progress = full / 2 if queue.inflight >= slots else 0.0
         queued_ahead = queue.rows_ahead(level)  # lower priority levels do not delay it
-        ahead = math.ceil(queued_ahead / self.config.max_batch_size) * full / slots
-        predicted = in_progress + ahead + own
+        # Full batches leave ahead of it; the rows left over share its own batch.
+        full_ahead, sharing = divmod(queued_ahead, size)
+        if sharing + rows > size:
+            full_ahead, sharing = full_ahead + 1, 0
+        own = profile.predict(min(sharing + rows, size)) or 0.0
+        predicted = in_progress + full_ahead * full / slots + own
         if now + predicted <= deadline:
             return None
         return Unavailable(
@@ -70,9 +87,28 @@ class DeadlinePolicy(AdaptivePolicy):
         fitting = math.floor((leader.deadline - now - intercept) / per_row + 1e-9)  # 4.9999999 rows is 5
         return max(1, min(self.config.max_batch_size, fitting))
 
-    def doomed(self, queue: QueueState, part: QueuedPart, now: float) -> bool:
-        needed = queue.stats.profile.predict(part.size)
-        return needed is not None and now + needed > part.deadline
+    def doomed(self, queue: QueueState, part: QueuedPart, now: float) -> str | None:
+        profile = queue.stats.profile
+        needed = profile.predict(part.size)
+        if needed is None:
+            return None
+        if now + needed > part.deadline:
+            return (f"it could no longer be answered within its deadline ({max(part.deadline - now, 0) * 1000:.0f} "
+                    f"ms were left, {needed * 1000:.0f} ms needed)")
+        full = profile.predict(self.config.max_batch_size)
+        if full is not None and now + full > part.deadline and self._full_batch_waits(queue, now, full):
+            return (f"under overload, it could only have been answered in time in a batch smaller than "
+                    f"{self.config.max_batch_size} rows, while a full batch of requests that can still make their "
+                    f"deadlines was waiting")
+        return None
+
+    def _full_batch_waits(self, queue: QueueState, now: float, full: float) -> bool:
+        """Whether `max_batch_size` rows are queued that would all finish in time in a full
+        batch shipped now (computed once per moment: the queue asks of every part)."""
+        if self._full_waits_at != now:
+            viable = sum(part.size for part in queue.pending if part.live and part.deadline >= now + full)
+            self._full_waits_at, self._full_waits = now, viable >= self.config.max_batch_size
+        return self._full_waits
 
     def latest_start(self, queue: QueueState, rows: int, deadline: float) -> float | None:
         needed = queue.stats.profile.predict(min(rows, self.config.max_batch_size))
