@@ -13,10 +13,8 @@ end and no wire format, and reaches predictors only through `backends.registry`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,20 +146,14 @@ class InferenceService:
         protocols. Unknown model names are counted as "unknown" to bound the cardinality."""
         self.metrics.count_request(model if model in self.models else "unknown", front_end, str(status))
 
-    @contextlib.contextmanager
-    def _in_flight(self) -> Iterator[None]:
-        self.active_requests += 1
-        try:
-            yield
-        finally:
-            self.active_requests -= 1
-
     async def infer_tensors(self, served: ServedModel, request: OipRequest, timeout_s: float | None = None,
                             client: ClientContext = NO_CONTEXT) -> InferenceOutcome:
         """An OIP request (REST or gRPC): tensors in, tensors out. Its `timeout` parameter
         tightens the deadline (`timeout_s`: the front end's own, a header or the gRPC
         deadline); its other parameters, but the gateway's own, travel with its batch."""
-        with self._in_flight():
+        # A counter, not a context manager: a queued request would hold its generator frame.
+        self.active_requests += 1
+        try:
             requested = [output.name for output in request.outputs]
             batch_inputs = served.batch_inputs_from_tensors(request.inputs)
             served.check_requested_outputs(requested)
@@ -170,13 +162,18 @@ class InferenceService:
                                                  request.forwarded_parameters(), request.priority)
             outputs = served.select_outputs(served.tensors_from_outputs(result.outputs), requested)
             return InferenceOutcome(outputs, ",".join(result.batch_ids))
+        finally:
+            self.active_requests -= 1
 
     async def infer_instances(self, served: ServedModel, instances: list[Any], timeout_s: float | None = None,
                               client: ClientContext = NO_CONTEXT, priority: int = 0) -> tuple[list[Any], str]:
         """A KServe v1 or TorchServe request: instances in, predictions out (`priority` from
         the front end's header, as the OIP `priority` parameter)."""
-        with self._in_flight():
+        self.active_requests += 1
+        try:
             batch = served.batch_inputs_from_instances(instances)
             result = await self.scheduler.submit(served.name, batch.tensors, timeout_s, client, priority=priority,
                                                  lengths=batch.lengths)
             return served.predictions_from_outputs(result.outputs, batch.lengths), ",".join(result.batch_ids)
+        finally:
+            self.active_requests -= 1

@@ -107,7 +107,8 @@ class BatchScheduler:
         level (Triton's `priority`: 1 is the highest, 0 the model's default). `lengths`:
         each row's real length along a padded model's variable dims (ragged v1 instances)."""
         if asyncio.get_running_loop() is self._loop:
-            return await self._submit(model, inputs, timeout_s, client, parameters, priority, lengths)
+            # The queue's own coroutine, awaited here: no frame of ours between (a queued request holds each).
+            return await self._queue(model).add(inputs, timeout_s, client, parameters, priority, lengths)
         return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client, parameters, priority,
                                                                 lengths))
 
@@ -121,12 +122,16 @@ class BatchScheduler:
     async def _submit(self, model: str, inputs: list[Tensor], timeout_s: float | None,
                       client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
                       priority: int = 0, lengths: np.ndarray | None = None) -> BatchResult:
+        return await self._queue(model).add(inputs, timeout_s, client, parameters, priority, lengths)
+
+    def _queue(self, model: str) -> ModelQueue:
+        """The model's queue, if it takes requests now."""
         queue = self._queues.get(model)
         if queue is None:
             raise ModelNotFound(f"model '{model}' is not served by this gateway")
         if self._closed:
             raise Unavailable("the gateway is shutting down")
-        return await queue.add(inputs, timeout_s, client, parameters, priority, lengths)
+        return queue
 
     # -- shutdown ------------------------------------------------------------------------
 
