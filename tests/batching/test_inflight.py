@@ -27,7 +27,7 @@ def epoch(tuner: InflightTuner, clock: Clock, latency: float) -> None:
     for _ in range(inflight.EPOCH_REQUESTS):
         tuner.on_answered(start, start + latency)
     clock.now = start + latency
-    for _ in range(inflight.EPOCH_BATCHES):
+    for _ in range(max(inflight.EPOCH_BATCHES, inflight.EPOCH_ROUNDS * tuner.level)):
         tuner.on_batch_returned(clock.now)
 
 
@@ -86,7 +86,7 @@ def test_it_backs_off_from_a_predictor_that_slows_down_under_concurrency():
     run(tuner, slots(4), epochs=30, clock=clock)
     assert tuner.level == 4
     thrashing = lambda level: 0.010 * level * level  # noqa: E731 - each call slows with the others
-    levels = run(tuner, thrashing, epochs=20, clock=clock)
+    levels = run(tuner, thrashing, epochs=25, clock=clock)
     assert levels[-5:] == [1] * 5
     assert levels.index(1) <= 8  # a change of conditions is probed at once, not after the backed-off interval
 

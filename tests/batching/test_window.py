@@ -41,6 +41,7 @@ class Queued:
     signature: str = "a"
     live: bool = True
     deadline: float = math.inf
+    padded: int = 1
 
 
 def decide(pending: list[Queued], now: float, **config) -> float | None:
@@ -58,6 +59,12 @@ def test_the_window_closes_when_the_oldest_signature_group_is_full():
     assert decide([Queued(3), Queued(1)], 0.0, max_latency_s=1.0, max_batch_size=4) is None
     # Full counts every live row of the group, even a part that would not fit beside the others.
     assert decide([Queued(3), Queued(2)], 0.0, max_latency_s=1.0, max_batch_size=4) is None
+
+
+def test_with_a_cost_cap_the_window_closes_when_the_group_is_full_in_padded_elements():
+    long_rows = [Queued(1, padded=256), Queued(1, padded=128)]  # 2 rows x 256 = 512 elements
+    assert decide(long_rows, 0.0, max_latency_s=1.0, max_batch_size=32, max_batch_cost=512) is None
+    assert decide(long_rows, 0.0, max_latency_s=1.0, max_batch_size=32, max_batch_cost=1024) == 1.0
 
 
 def test_other_signatures_and_answered_requests_do_not_fill_the_window():

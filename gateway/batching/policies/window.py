@@ -2,8 +2,9 @@
 
 Semantics
 ---------
-* A batch ships when the oldest request's signature group holds `max_batch_size` rows,
-  or when the oldest request has waited `max_latency_s`, whichever comes first.
+* A batch ships when the oldest request's signature group holds `max_batch_size` rows
+  (or, with `max_batch_cost`, that many padded elements), or when the oldest request has
+  waited `max_latency_s`, whichever comes first.
 * Light traffic therefore pays up to `max_latency_s` per request; under load batches
   leave full.
 
@@ -11,6 +12,7 @@ Like every policy, this one knows only the time and the queue's state (see `base
 """
 from __future__ import annotations
 
+from gateway.batching.padding import cost
 from gateway.batching.policies.base import Policy, QueueState
 
 
@@ -25,10 +27,12 @@ class WindowPolicy(Policy):
             return None
         # "Full" counts every live row of the oldest's signature, even parts that would
         # not fit beside the others: the window closes, and the batch taken stays capped.
-        signature, rows = oldest.signature, 0
+        signature, rows, padded, max_cost = oldest.signature, 0, 0, self.config.max_batch_cost
         for part in queue.pending:
             if part.signature == signature and part.live:
                 rows += part.size
-                if rows >= self.config.max_batch_size:
+                if max_cost:
+                    padded = max(padded, part.padded)
+                if rows >= self.config.max_batch_size or (max_cost and cost(rows, padded) >= max_cost):
                     return None
         return closes_at
