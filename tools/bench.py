@@ -6,10 +6,10 @@ file and PNG plots.
     python -m tools.bench --scenario kserve-docs --duration 1 --out /tmp/bench   # smoke run
     python -m tools.bench --scenario kserve-docs saturation overhead --duration 5 --repeat 3
 
-Scenarios (tools/bench_scenarios.py): kserve-docs, saturation, overhead, latency-curve,
-memory, loadgen-ceiling. Output in --out (default bench-results/): results.md,
-results.json, latency_vs_throughput.png, batch_sizes.png, saturation.png, memory.png
-(each plot when its scenario ran). Servers are stopped by PID at the end and on Ctrl-C.
+Scenarios: `tools/bench_scenarios.py` `SCENARIOS` (listed by --help). Output in --out
+(default bench-results/): results.md, results.json, latency_vs_throughput.png,
+batch_sizes.png, saturation.png, goodput.png, memory.png (each plot when its scenario
+ran). Servers are stopped by PID at the end and on Ctrl-C.
 """
 from __future__ import annotations
 
@@ -198,6 +198,22 @@ def make_plots(results: dict[str, Any], out: Path) -> list[str]:
         ax.legend(fontsize=7)
         fig.tight_layout()
         written.append(_save(fig, out / "saturation.png"))
+
+    good = scenarios.get("goodput", {}).get("plots", {}).get("goodput")
+    if good:
+        fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=90)
+        loads = good["loads"]
+        for name, series in good["series"].items():
+            ax.plot(loads, series, "o-", label=name)
+        ax.plot(loads, [min(x, 1.0) * good["capacity"] for x in loads], ":", color="gray", label="capacity")
+        ax.set_xlabel("offered load (x the predictor's batched capacity)")
+        ax.set_ylabel("goodput (answers within the SLO per s)")
+        ax.set_ylim(0, good["capacity"] * 1.15)
+        ax.set_title(f"Goodput vs offered load ({subtitle})", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(_save(fig, out / "goodput.png"))
 
     mem = scenarios.get("memory", {}).get("plots", {}).get("memory")
     if mem:

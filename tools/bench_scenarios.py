@@ -17,8 +17,10 @@ import collections
 import csv
 import json
 import math
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -688,56 +690,138 @@ def loadgen_ceiling(ctx: Context) -> dict[str, Any]:
     }
 
 
+GOODPUT_LOADS: tuple[float | str, ...] = (0.5, 0.8, 1.0, 1.2, 1.5, 2.0, "bursty")
+
+
+def _goodput_row(name: str, load_label: float | str, result: loadgen.Result, slo_s: float, duration: float,
+                 **extra: Any) -> dict[str, Any]:
+    """Goodput (answers within the SLO, per second) and what became of the rest, for one run."""
+    answered = sorted(result.ok_latencies)
+    good = sum(1 for latency in answered if latency <= slo_s)
+    refused = sum(count for status, count in result.statuses.items() if status in ("429", "503", "504"))
+    refusal_ms = sorted(1000 * latency for latency in result.refusal_latencies)
+    row = {
+        "name": name, "load": load_label, "offered": result.sent / duration,
+        "goodput": good / duration, "answered": len(answered) / duration,
+        "late_pct": 100 * (len(answered) - good) / max(1, len(answered)),
+        "refused_pct": 100 * refused / max(1, result.sent),
+        "p50_ms": 1000 * answered[len(answered) // 2] if answered else None,
+        "p99_ms": 1000 * answered[int(len(answered) * 0.99)] if answered else None,
+        "refusal_p50_ms": refusal_ms[len(refusal_ms) // 2] if refusal_ms else None,
+    }
+    row.update(extra)
+    return row
+
+
+def _open_loop(url: str, body: bytes, rate: float, duration: float, *, arrivals: str = "poisson") -> loadgen.Config:
+    return loadgen.Config(target=url, body=body, method="POST", concurrency=2000, duration=duration, timeout=60,
+                          rate=rate, arrivals=arrivals, seed=1).validate()
+
+
 def goodput(ctx: Context) -> dict[str, Any]:
-    """Answers within their SLO per second, adaptive (FIFO) vs deadline, at 1x, 2x and 4x the
-    predictor's batched capacity."""
+    """Answers within their SLO per second, from half to twice the predictor's batched capacity
+    and in bursts: FIFO (adaptive), window, deadline, and the real Triton's own dynamic batcher."""
     slo_s, call_ms, per_row_ms, batch = 0.2, 50.0, 1.0, 8
     capacity = batch / ((call_ms + per_row_ms * batch) / 1000)  # rows per second
+    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4],
+                                   "data": [1, 2, 3, 4]}]}).encode()
+    policies: dict[str, dict[str, Any]] = {
+        "adaptive (FIFO)": {},
+        "window (50 ms)": {"policy": "window", "max_latency_ms": 50},
+        "deadline": {"slo_ms": slo_s * 1000},
+    }
     runs: list[dict[str, Any]] = []
-    for policy in ("adaptive", "deadline"):
-        batching: dict[str, Any] = {"max_batch_size": batch, "timeout_s": 30}
-        if policy == "deadline":
-            batching["slo_ms"] = slo_s * 1000
-        model = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": call_ms, "per_instance_ms": per_row_ms},
-                 "batching": batching}
-        with Gateway(ctx.log_dir, f"gateway-goodput-{policy}", [model]).start() as gateway:
-            url = f"{gateway.http_url}/v1/models/demo:predict"
-            for load_factor in (1.0, 2.0, 4.0):
-                ctx.say(f"  goodput: {policy} at {load_factor:g}x capacity")
-                # A second at 1x first: warm connections, and teach the deadline policy its profile.
-                load(url, V1_BODY, concurrency=2000, rate=capacity, duration=1.0, seed=1)
-                result = load(url, V1_BODY, concurrency=2000, rate=load_factor * capacity, duration=ctx.duration,
-                              seed=1)
-                answered = sorted(result.ok_latencies)
-                good = sum(1 for latency in answered if latency <= slo_s)
-                refused = result.statuses.get("429", 0) + result.statuses.get("503", 0)
-                runs.append({
-                    "name": policy, "load": load_factor, "offered": result.sent / ctx.duration,
-                    "goodput": good / ctx.duration,
-                    "answered": len(answered) / ctx.duration,
-                    "late_pct": 100 * (len(answered) - good) / max(1, len(answered)),
-                    "refused_pct": 100 * refused / max(1, result.sent),
-                    "p50_ms": 1000 * answered[len(answered) // 2] if answered else None,
-                    "p99_ms": 1000 * answered[int(len(answered) * 0.99)] if answered else None,
-                })
-    by_load: dict[tuple[str, float], float] = {(str(run["name"]), float(run["load"])): float(run["goodput"])
-                                               for run in runs}
-    checks = [check(f"goodput at {load:g}x capacity", "deadline >= 3x adaptive under overload" if load > 1 else "",
-                    f"{by_load[('deadline', load)] / max(by_load[('adaptive', load)], 1e-9):.2f}x",
-                    (by_load[("deadline", load)] >= 3 * by_load[("adaptive", load)]) if load > 1 else None)
-              for load in (1.0, 2.0, 4.0)]
+
+    def run_loads(name: str, url: str, gateway: Gateway | None = None) -> None:
+        # A second at 1x first: warm connections, and teach the deadline policy its profile.
+        load(url, body, concurrency=2000, rate=capacity, duration=1.0, seed=1)
+        for load_label in GOODPUT_LOADS:
+            factor, arrivals = (1.0, "bursty") if load_label == "bursty" else (float(load_label), "poisson")
+            ctx.say(f"  goodput: {name} at {load_label}{'' if load_label == 'bursty' else 'x'} capacity")
+            batches = _metric(gateway, "gateway_batch_size_count", "demo") or 0.0 if gateway else 0.0
+            rows = _metric(gateway, "gateway_batch_size_sum", "demo") or 0.0 if gateway else 0.0
+            result = asyncio.run(loadgen.run(_open_loop(url, body, factor * capacity, ctx.duration, arrivals=arrivals)))
+            mean_batch = None
+            if gateway:
+                batches = (_metric(gateway, "gateway_batch_size_count", "demo") or 0.0) - batches
+                rows = (_metric(gateway, "gateway_batch_size_sum", "demo") or 0.0) - rows
+                mean_batch = rows / batches if batches else None
+            runs.append(_goodput_row(name, load_label, result, slo_s, ctx.duration, mean_batch=mean_batch))
+            time.sleep(slo_s * 2)  # what the previous load left queued drains
+
+    for name, batching in policies.items():
+        model = {"name": "demo", "backend": "simulated",
+                 "simulated": {"call_ms": call_ms, "per_instance_ms": per_row_ms},
+                 "batching": {"max_batch_size": batch, "timeout_s": 30, **batching}}
+        with Gateway(ctx.log_dir, f"gateway-goodput-{name.split()[0]}", [model]).start() as gateway:
+            run_loads(name, f"{gateway.http_url}/v2/models/demo/infer", gateway)
+    triton = RealTriton(ctx.log_dir, "direct", call_ms, per_row_ms).start()
+    try:
+        run_loads("Triton dynamic batcher", f"{triton.http_url}/v2/models/cost_deadline/infer")
+    finally:
+        triton.stop()
+
+    # Two priority levels at 1.5x capacity, half the requests each: the high level's goodput.
+    priority_model = {"name": "demo", "backend": "simulated",
+                      "simulated": {"call_ms": call_ms, "per_instance_ms": per_row_ms},
+                      "batching": {"max_batch_size": batch, "timeout_s": 30, "slo_ms": slo_s * 1000,
+                                   "priority_levels": 2}}
+    with Gateway(ctx.log_dir, "gateway-goodput-priority", [priority_model]).start() as gateway:
+        url = f"{gateway.http_url}/v2/models/demo/infer"
+        load(url, body, concurrency=2000, rate=capacity, duration=1.0, seed=1)
+        ctx.say("  goodput: deadline with two priority levels at 1.5x capacity")
+
+        def at_level(level: int) -> bytes:  # the OIP `priority` parameter, as Triton's clients send it
+            return json.dumps({"parameters": {"priority": level}, "inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
+
+        async def both() -> list[loadgen.Result]:
+            return list(await asyncio.gather(*(
+                loadgen.run(_open_loop(url, at_level(level), 0.75 * capacity, ctx.duration)) for level in (1, 2))))
+
+        for level, result in zip((1, 2), asyncio.run(both()), strict=True):
+            runs.append(_goodput_row(f"deadline, priority {level} of 2", 1.5, result, slo_s, ctx.duration,
+                                     share_of_offered=result.sent / ctx.duration / (0.75 * capacity)))
+
+    def goodput_of(name: str, load_label: float | str) -> float:
+        return next(float(r["goodput"]) for r in runs if r["name"] == name and r["load"] == load_label)
+
+    checks = []
+    for load_label in (1.5, 2.0):
+        value = goodput_of("deadline", load_label)
+        checks.append(check(f"deadline goodput at {load_label}x capacity", ">= 90% of capacity",
+                            f"{value / capacity:.0%}", value >= 0.9 * capacity))
+    for other in ("adaptive (FIFO)", "window (50 ms)", "Triton dynamic batcher"):
+        worst = min(goodput_of("deadline", label) / max(goodput_of(other, label), 1e-9) for label in GOODPUT_LOADS)
+        checks.append(check(f"deadline goodput vs {other}, at every load", ">= 1.0x everywhere",
+                            f"lowest ratio {worst:.2f}x", worst >= 0.99))
+    high = next(r for r in runs if r["name"] == "deadline, priority 1 of 2")
+    checks.append(check("priority 1 of 2 at 1.5x capacity: its goodput", ">= 95% of what it offered",
+                        f"{high['goodput'] / max(high['offered'], 1e-9):.0%}",
+                        high["goodput"] >= 0.95 * high["offered"]))
+    low_load = [r for r in runs if r["name"] == "deadline" and r["load"] in (0.5, 0.8)]
+    checks.append(check("deadline at <= 0.8x capacity: refusals", "none",
+                        f"{max(r['refused_pct'] for r in low_load):.1f}%",
+                        all(r["refused_pct"] == 0 for r in low_load)))
     return {
-        "title": "Goodput: answers within their SLO per second, FIFO (adaptive) vs deadline",
+        "title": "Goodput: answers within their SLO per second, by policy, from 0.5x to 2x capacity and in bursts",
         "setup": f"The gateway's embedded simulated model at {call_ms:g} ms + {per_row_ms:g} ms per row, batches of "
-                 f"{batch}: a capacity of {capacity:.0f} rows/s. tools.loadgen's open loop: Poisson arrivals of single-row v1 requests "
-                 f"at 1x, 2x and 4x that for {ctx.duration:g} s each (after 1 s at 1x), every request due within "
-                 f"{slo_s * 1000:.0f} ms. Goodput counts 200s answered within that; `deadline` sets slo_ms = "
-                 f"{slo_s * 1000:.0f}.",
+                 f"{batch}: a capacity of {capacity:.0f} rows/s. The real Triton 2.51 serves a Python-backend model "
+                 f"of the same cost with its own dynamic batcher (max_batch_size {batch}) and a queue policy that "
+                 f"rejects a request after {slo_s * 1000:.0f} ms in its queue, the nearest Triton has. tools.loadgen's "
+                 f"open loop sends single-row OIP REST requests, Poisson arrivals at each load for {ctx.duration:g} s "
+                 f"(`bursty`: 2x capacity for half of each second, none in the other half), after 1 s at 1x. "
+                 f"Goodput counts 200s within {slo_s * 1000:.0f} ms; `deadline` sets slo_ms = {slo_s * 1000:.0f}. "
+                 f"Refused: 429, 503 and 504 (an answer that comes back late is counted in `late`, not here).",
         "tables": [{"title": "", "rows": runs, "columns": [
-            ["name", "policy", "s"], ["load", "load x capacity", "g"], ["offered", "offered req/s", ".0f"],
+            ["name", "system", "s"], ["load", "load x capacity", "s"], ["offered", "offered req/s", ".0f"],
             ["goodput", "goodput/s", ".1f"], ["answered", "200/s", ".1f"], ["late_pct", "late 200s %", ".0f"],
-            ["refused_pct", "refused %", ".0f"], ["p50_ms", "200 p50 ms", ".0f"], ["p99_ms", "200 p99 ms", ".0f"]]}],
-        "checks": checks, "runs": runs, "plots": {},
+            ["refused_pct", "refused %", ".0f"], ["p50_ms", "200 p50 ms", ".0f"], ["p99_ms", "200 p99 ms", ".0f"],
+            ["refusal_p50_ms", "refusal p50 ms", ".1f"], ["mean_batch", "mean batch", ".1f"]]}],
+        "checks": checks, "runs": runs,
+        "plots": {"goodput": {"capacity": capacity, "loads": [x for x in GOODPUT_LOADS if x != "bursty"],
+                              "series": {name: [goodput_of(name, x) for x in GOODPUT_LOADS if x != "bursty"]
+                                         for name in (*policies, "Triton dynamic batcher")}}},
     }
 
 
@@ -753,41 +837,87 @@ def _metric(gateway: Gateway, name: str, model: str) -> float | None:
     return None
 
 
+class RealTriton(Server):
+    """The real Triton serving model `cost` (INPUT0 FP32 [4] -> 2 x INPUT0, call-ms + per-row-ms
+    per execution, no dynamic batcher): a plain Python-backend model (`tools.triton_direct`,
+    the binary started directly) or a PyTriton one (`tools/pytriton_model.py`)."""
+
+    def __init__(self, log_dir: Path, kind: str, call_ms: float, per_row_ms: float = 0.0) -> None:
+        cost = ("--call-ms", f"{call_ms:g}", "--per-row-ms", f"{per_row_ms:g}")
+        self.workdir: Path | None = None
+        if kind == "pytriton":
+            from tools.predictor_envs import ensure_env
+
+            command = [str(ensure_env("triton")), "tools/pytriton_model.py", *cost]
+        else:
+            self.workdir = Path(tempfile.mkdtemp(prefix="td", dir="/tmp"))  # short: Triton's socket paths
+            command = python_module_command("tools.triton_direct", "--workdir", str(self.workdir), *cost)
+        super().__init__(f"triton-{kind}-{call_ms:g}", command, log_dir)
+        self.ready_timeout = 180  # a first start builds the Triton venv
+
+    def stop(self, timeout: float | None = None) -> int | None:
+        code = super().stop(timeout)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return code
+
+    def settle(self) -> None:
+        time.sleep(0.5)  # the previous run's abandoned calls drain (the queue holds a few batches at most)
+
+
 def inflight(ctx: Context) -> dict[str, Any]:
     """max_inflight 1, 2 and "auto" side by side, in front of predictors that each want another value."""
-    learn_s = max(8.0, ctx.duration)
-    cases = [  # (name, predictor cost, closed-loop clients)
-        ("1 slot, 20 ms + 0.25 ms/row", {"call_ms": 20.0, "per_instance_ms": 0.25, "slots": 1}, 128),
+    learn_s = max(10.0, ctx.duration)
+    simulated = "simulated"
+    cases = [  # (name, predictor kind, cost (call ms, per-row ms, slots), closed-loop clients)
+        ("simulated, 1 slot, 20 ms + 0.25 ms/row", simulated, (20.0, 0.25, 1), 128),
         # Slow enough that 4 batches in flight do not make the gateway itself the bottleneck here.
-        ("4 slots, 100 ms + 0.25 ms/row", {"call_ms": 100.0, "per_instance_ms": 0.25, "slots": 4}, 128),
-        ("1 slot, 5 ms", {"call_ms": 5.0, "per_instance_ms": 0.0, "slots": 1}, 5),
+        ("simulated, 4 slots, 100 ms + 0.25 ms/row", simulated, (100.0, 0.25, 4), 128),
+        ("simulated, 1 slot, 5 ms", simulated, (5.0, 0.0, 1), 5),
+        ("Triton Python backend, 20 ms + 0.25 ms/row", "direct", (20.0, 0.25, 1), 128),
+        ("Triton Python backend, 5 ms", "direct", (5.0, 0.0, 1), 5),
+        ("PyTriton, 5 ms", "pytriton", (5.0, 0.0, 1), 5),
     ]
+    oip_http_body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4],
+                                            "data": [1, 2, 3, 4]}]}).encode()
     runs: list[dict[str, Any]] = []
-    for case, cost, clients in cases:
-        predictor = Predictor(ctx.log_dir, f"predictor-inflight-{cost['slots']}-{cost['call_ms']:g}", **cost).start()
+    for case, kind, (call_ms, per_row_ms, slots), clients in cases:
+        predictor: Predictor | RealTriton
+        if kind == simulated:
+            predictor = Predictor(ctx.log_dir, f"predictor-inflight-{slots}-{call_ms:g}", call_ms=call_ms,
+                                  per_instance_ms=per_row_ms, slots=slots).start()
+            models = [v1_model(name, predictor, max_batch_size=32, max_inflight=value)
+                      for name, value in (("fixed-1", 1), ("fixed-2", 2), ("auto", "auto"))]
+        else:
+            predictor = RealTriton(ctx.log_dir, kind, call_ms, per_row_ms).start()
+            models = [{"name": name, "backend": "triton", "protocol": "http", "url": predictor.http_url,
+                       "backend_model": "cost", "batching": {"max_batch_size": 32, "max_inflight": value}}
+                      for name, value in (("fixed-1", 1), ("fixed-2", 2), ("auto", "auto"))]
         try:
-            models = [v1_model("fixed-1", predictor, max_batch_size=32, max_inflight=1),
-                      v1_model("fixed-2", predictor, max_batch_size=32, max_inflight=2),
-                      v1_model("auto", predictor, max_batch_size=32, max_inflight="auto")]
             with Gateway(ctx.log_dir, "gateway-inflight", models).start() as gateway:
                 for model in ("fixed-1", "fixed-2", "auto"):
-                    url = f"{gateway.http_url}/v1/models/{model}:predict"
+                    if kind == simulated:
+                        url, body = f"{gateway.http_url}/v1/models/{model}:predict", V1_BODY
+                    else:
+                        url, body = f"{gateway.http_url}/v2/models/{model}/infer", oip_http_body
                     ctx.say(f"  inflight: {case}, {clients} clients, {model}")
                     # Not recorded: warm connections, and give auto the time to learn.
-                    load(url, V1_BODY, concurrency=clients, duration=learn_s if model == "auto" else 1.0,
-                         timeout=10)
-                    predictor.reset_stats()
-                    result = load(url, V1_BODY, concurrency=clients, duration=ctx.duration,
-                                  progress=ctx.progress)
-                    row = run_row(f"{case}, {clients} clients: {model}", result, predictor=predictor,
-                                  case=case, model=model)
+                    load(url, body, concurrency=clients, duration=learn_s if model == "auto" else 1.0, timeout=10)
+                    predictor.settle()
+                    batches = _metric(gateway, "gateway_batch_size_count", model) or 0.0
+                    rows = _metric(gateway, "gateway_batch_size_sum", model) or 0.0
+                    result = load(url, body, concurrency=clients, duration=ctx.duration, progress=ctx.progress)
+                    row = run_row(f"{case}, {clients} clients: {model}", result, case=case, model=model)
+                    batches = (_metric(gateway, "gateway_batch_size_count", model) or 0.0) - batches
+                    rows = (_metric(gateway, "gateway_batch_size_sum", model) or 0.0) - rows
+                    row["mean_batch"] = rows / batches if batches else None
                     row["inflight_limit"] = _metric(gateway, "gateway_batches_in_flight_limit", model)
                     runs.append(row)
         finally:
             predictor.stop()
     checks = []
     by = {(r["case"], r["model"]): r for r in runs}
-    for case, _, clients in cases:
+    for case, _, _, clients in cases:
         best = max(by[(case, "fixed-1")]["rps"], by[(case, "fixed-2")]["rps"])
         auto = by[(case, "auto")]
         checks.append(check(f"{case}, {clients} clients: auto vs the better fixed value", ">= 95%",
@@ -795,17 +925,19 @@ def inflight(ctx: Context) -> dict[str, Any]:
                             bool(best) and auto["rps"] >= 0.95 * best))
     ideal = 32 / ((20.0 + 32 * 0.25) / 1000.0)
     saturation_auto = by[(cases[0][0], "auto")]["instances_per_s"]
-    checks.append(check("auto in the saturation setup (1 slot, 128 clients) vs ideal", ">= 95%",
+    checks.append(check("auto in the saturation setup (simulated, 1 slot, 128 clients) vs ideal", ">= 95%",
                         f"{saturation_auto / ideal:.0%} of {ideal:.0f}", saturation_auto >= 0.95 * ideal))
     four = by[(cases[1][0], "auto")]["inflight_limit"]
     checks.append(check("auto in front of a predictor with 4 slots", "finds more than 2",
                         f"{four:g}" if four is not None else "n/a", four is not None and four > 2))
     return {
         "title": 'max_inflight = "auto" vs 1 and 2',
-        "setup": f"The simulated predictor with 1 or 4 slots; closed-loop clients with one v1 instance each; "
-                 f"max_batch_size 32, adaptive policy. Each run {ctx.duration:g} s after a warm-up ({learn_s:g} s "
-                 f"for auto, so that it has learned; it keeps learning during the run). `learned` is auto's "
-                 f"in-flight limit at the end of its run.",
+        "setup": f"The simulated predictor with 1 or 4 slots (v1 requests), and the real Triton 2.51 serving a "
+                 f"Python-backend model started directly or a PyTriton model, its own batching off (OIP REST "
+                 f"requests); closed-loop clients with one row each; max_batch_size 32, adaptive policy. Each "
+                 f"run {ctx.duration:g} s after a warm-up ({learn_s:g} s for auto, so that it has learned; it "
+                 f"keeps learning during the run). `learned` is auto's in-flight limit at the end of its run; "
+                 f"`mean batch` is the gateway's.",
         "tables": [{"title": "", "rows": runs, "columns": [
             ["case", "predictor", "s"], ["clients", "clients", "d"], ["model", "max_inflight", "s"],
             ["rps", "req/s", ".0f"], ["p50_ms", "p50 ms", ".1f"], ["p99_ms", "p99 ms", ".1f"],
@@ -984,7 +1116,7 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "latency-curve": (latency_curve, "p50/p99 vs req/s for direct, window and adaptive (plot)"),
     "memory": (memory, "RSS with 10,000 requests queued, and across 200,000 requests"),
     "loadgen-ceiling": (loadgen_ceiling, "the load generator's own cost per request against trivial servers"),
-    "goodput": (goodput, "answers within a 200 ms SLO per second, adaptive vs deadline, at 1x/2x/4x capacity"),
+    "goodput": (goodput, "answers within a 200 ms SLO per second: adaptive, window, deadline, Triton's batcher"),
     "perf-analyzer": (perf_analyzer_scenario, "Triton's perf_analyzer as the load: HTTP, gRPC, streaming at 1 and 16"),
     "variable-length": (variable_length, "log-normal lengths 8..512: padding off vs pad to longest vs buckets"),
     "inflight": (inflight, 'max_inflight 1 vs 2 vs "auto" in front of predictors that want different values'),

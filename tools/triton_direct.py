@@ -15,6 +15,9 @@ PID) on SIGTERM or SIGINT. Models, each input `INPUT0` FP32 `[-1, 4]`, output `O
   so each request (or gateway batch) is one execution.
 - `cost_batched`: the same model with Triton's own dynamic batcher on (its defaults: no
   queue delay, batches up to max_batch_size), so one execution may carry several requests.
+- `cost_deadline`: the same cost with the dynamic batcher, `max_batch_size` 8 and a queue
+  policy that REJECTs a request after 200 ms in Triton's queue: the nearest Triton has to
+  deadline-aware batching (the `goodput` scenario compares it with the gateway's).
 - `free`: no cost, no dynamic batcher: what one request costs Triton's front ends alone.
 """
 from __future__ import annotations
@@ -57,7 +60,7 @@ class TritonPythonModel:
 
 CONFIG = '''name: "{name}"
 backend: "python"
-max_batch_size: 64
+max_batch_size: {max_batch_size}
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
@@ -65,7 +68,8 @@ parameters {{ key: "call_ms" value: {{ string_value: "{call_ms}" }} }}
 parameters {{ key: "per_row_ms" value: {{ string_value: "{per_row_ms}" }} }}
 {batching}'''
 
-MODELS = ("cost", "cost_batched", "free")
+MODELS = ("cost", "cost_batched", "cost_deadline", "free")
+DEADLINE_BATCH = 8  # cost_deadline: the goodput scenario's batch size
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 
@@ -76,15 +80,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_repository(root: pathlib.Path, call_ms: float, per_row_ms: float) -> None:
+def write_repository(root: pathlib.Path, call_ms: float, per_row_ms: float, queue_timeout_ms: float = 200.0) -> None:
+    # cost_deadline: Triton's nearest to deadline-aware batching, a queue policy that rejects a
+    # request once it has waited queue_timeout_ms (a client may ask for less), batches of 8.
+    deadline_batching = ("dynamic_batching { default_queue_policy { timeout_action: REJECT "
+                         f"default_timeout_microseconds: {int(queue_timeout_ms * 1000)} "
+                         "allow_timeout_override: true } }\n")
+    batching = {"cost_batched": "dynamic_batching { }\n", "cost_deadline": deadline_batching}
     for name in MODELS:
         model = root / name
         (model / "1").mkdir(parents=True, exist_ok=True)
         (model / "1" / "model.py").write_text(MODEL_CODE)
         cost = (0.0, 0.0) if name == "free" else (call_ms, per_row_ms)
         (model / "config.pbtxt").write_text(CONFIG.format(
-            name=name, call_ms=cost[0], per_row_ms=cost[1],
-            batching="dynamic_batching { }\n" if name == "cost_batched" else ""))
+            name=name, call_ms=cost[0], per_row_ms=cost[1], batching=batching.get(name, ""),
+            max_batch_size=DEADLINE_BATCH if name == "cost_deadline" else 64))
 
 
 def backend_dir(site_packages: pathlib.Path, workdir: pathlib.Path) -> pathlib.Path:
