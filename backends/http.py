@@ -161,6 +161,9 @@ class _Connection(asyncio.Protocol):
             self.chunk_at = line_end + 2 + size + 2
 
     def _answer(self, status: int, headers: ResponseHeaders, body: bytes) -> None:
+        # An idle connection keeps no copy of its last answer (a batch's answer may be large).
+        self.buffer.clear()
+        self.chunks = []
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result((status, headers, body))
