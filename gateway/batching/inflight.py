@@ -70,7 +70,7 @@ class InflightTuner:
         self._interval = PROBE_EVERY  # epochs at home before the next probe
         self._wins = 0          # epochs the current probe has won so far ...
         self._won = 0.0         # ... and their latencies, summed
-        self.probes = 0         # probes tried and levels moved to, for metrics and tests
+        self.probes = 0         # probes tried, and levels moved to: for tests and debugging
         self.moves = 0
         self._begin(now)
 
