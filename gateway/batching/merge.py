@@ -47,6 +47,10 @@ class Mergeable(Protocol):
     def padded(self) -> int:
         """The length the part travels at alone (read only with a `max_cost`)."""
 
+    @property
+    def level(self) -> int:
+        """Its request's priority level, 1 the highest (read only `by_level`)."""
+
 
 PartT = TypeVar("PartT", bound=Mergeable)
 
@@ -109,10 +113,12 @@ class Reassembly:
 
 
 def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = None,
-                      max_cost: int = 0) -> list[PartT]:
+                      max_cost: int = 0, by_level: bool = False) -> list[PartT]:
     """Remove and return the next batch from `pending`: the parts sharing the signature of
     the oldest live part (or of `leader`), oldest first, while they fit in `limit` rows
-    (and, if `max_cost`, in that many padded elements).
+    (and, if `max_cost`, in that many padded elements). `by_level`: the group is taken in
+    priority order instead, the highest level first and oldest first within a level, so
+    lower levels fill only the room the higher ones leave.
 
     A part of another signature, or one that would overflow the cap, keeps its place in
     the queue (so a later, smaller part of the group may still join); parts that are no
@@ -122,6 +128,8 @@ def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = 
     if not pending:
         return []
     signature = (leader or pending[0]).signature
+    if by_level:
+        return _take_by_level(pending, signature, limit, max_cost)
     taken: list[PartT] = []
     skipped: list[PartT] = []
     rows = padded = 0
@@ -138,4 +146,28 @@ def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = 
         if max_cost:
             padded = max(padded, part.padded)
     pending.extendleft(reversed(skipped))
+    return taken
+
+
+def _take_by_level(pending: deque[PartT], signature: Hashable, limit: int, max_cost: int) -> list[PartT]:
+    """`take_oldest_group` in priority order (see there); one pass to choose, one to rebuild."""
+    group = sorted((index for index, part in enumerate(pending) if part.live and part.signature == signature),
+                   key=lambda index: (pending[index].level, index))
+    taken: list[PartT] = []
+    chosen: set[int] = set()
+    rows = padded = 0
+    for index in group:
+        part = pending[index]
+        if rows + part.size > limit or (max_cost and taken and cost(rows + part.size, max(padded, part.padded)) > max_cost):
+            continue
+        taken.append(part)
+        chosen.add(index)
+        rows += part.size
+        if max_cost:
+            padded = max(padded, part.padded)
+        if rows >= limit:
+            break
+    kept = [part for index, part in enumerate(pending) if index not in chosen and part.live]
+    pending.clear()
+    pending.extend(kept)
     return taken

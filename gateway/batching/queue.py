@@ -4,7 +4,9 @@ Semantics
 ---------
 * Requests merge only with requests of the same model and signature, in arrival order
   (see `merge.take_oldest_group` for the one exception: a part too big for the room left
-  in a batch lets a smaller, later one of its group go first).
+  in a batch lets a smaller, later one of its group go first). With priority levels, a
+  batch forms around the oldest part of the highest level queued and is filled in
+  priority order, oldest first within a level.
 * At most `max_inflight` batches are at the executor at once (with "auto", as many as
   `inflight.InflightTuner` has learned). Whenever a slot is free and a live request
   waits, the policy decides: ship now, or wait until a given time.
@@ -149,8 +151,6 @@ class ModelQueue:
         tensors_key = pad.signature(inputs, config.padding, shape) if config.padding and shape else signature_key(inputs)
         # Parameters are part of what must agree for requests to share a batch.
         signature = (tensors_key, tuple(sorted(parameters.items()))) if parameters else tensors_key
-        if level:
-            signature = (signature, level)  # a batch holds one priority level
         request = Request(signature, size, now + timeout, loop.create_future(), len(pieces), client, now, parameters,
                           level)
         if level:
@@ -245,7 +245,8 @@ class ModelQueue:
         assert leader is not None  # pump ships only when a live part waits
         policy_limit = self.policy.batch_limit(self, now)
         limit = max(policy_limit, leader.size)
-        parts = take_oldest_group(self.pending, limit, leader, self.config.max_batch_cost)
+        parts = take_oldest_group(self.pending, limit, leader, self.config.max_batch_cost,
+                                  by_level=bool(self.config.priority_levels))
         for part in parts:
             part.request.sent = True
             self._unqueue(part.request, part.size)

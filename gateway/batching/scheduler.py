@@ -103,8 +103,9 @@ class BatchScheduler:
                      client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
                      priority: int = 0, lengths: np.ndarray | None = None) -> BatchResult:
         """Queue a request and wait for its rows of the batch result. Safe from any loop.
-        Requests merge only with requests of the same signature, `parameters` and priority
-        level (Triton's `priority`: 1 is the highest, 0 the model's default). `lengths`:
+        Requests merge only with requests of the same signature and `parameters`; with
+        priority levels (Triton's `priority`: 1 is the highest, 0 the model's default) a
+        batch is filled highest level first. `lengths`:
         each row's real length along a padded model's variable dims (ragged v1 instances)."""
         if asyncio.get_running_loop() is self._loop:
             # The queue's own coroutine, awaited here: no frame of ours between (a queued request holds each).

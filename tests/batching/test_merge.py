@@ -103,6 +103,7 @@ class Queued:
     size: int
     signature: str = "a"
     live: bool = True
+    level: int = 0
 
 
 def names(parts) -> list[str]:
@@ -125,6 +126,15 @@ def test_a_part_too_big_for_the_room_left_keeps_its_place_and_a_smaller_one_join
     pending = deque([Queued("1", 3), Queued("big", 3), Queued("small", 1), Queued("after", 1)])
     assert names(take_oldest_group(pending, 4)) == ["1", "small"]
     assert names(pending) == ["big", "after"]
+
+
+def test_by_level_the_group_is_taken_highest_level_first_and_lower_levels_fill_the_room():
+    pending = deque([Queued("low-1", 1, level=2), Queued("high-1", 2, level=1), Queued("x", 1, "b", level=1),
+                     Queued("low-2", 2, level=2), Queued("high-2", 1, level=1), Queued("low-3", 1, level=2)])
+    leader = pending[1]
+    # high-1 and high-2 (3 rows); low-1 fills the last row; low-2 (2 rows) no longer fits.
+    assert names(take_oldest_group(pending, 4, leader, by_level=True)) == ["high-1", "high-2", "low-1"]
+    assert names(pending) == ["x", "low-2", "low-3"]  # the rest keep their order
 
 
 def test_parts_no_longer_live_are_dropped_and_never_taken():

@@ -26,17 +26,19 @@ async def test_higher_levels_batch_first_and_fifo_within_a_level():
     assert served == [3, 5, 4, 1, 2, 6]  # level 1 (3, 5), level 2 (4), level 3 in arrival order (1, 2 by default, 6)
 
 
-async def test_levels_never_share_a_batch():
+async def test_lower_levels_fill_only_the_room_higher_levels_leave():
     executor = RecordingExecutor(delay_s=0.01)
-    scheduler = scheduler_with(executor, max_batch_size=8, priority_levels=2)
+    scheduler = scheduler_with(executor, max_batch_size=4, priority_levels=2)
     executor.release = asyncio.Event()
     blocker = asyncio.ensure_future(scheduler.submit("m", rows(100, 1)))
     await asyncio.sleep(0.005)
-    waiting = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1), priority=1 + i % 2)) for i in range(6)]
+    # Arrival order: rows 0..5 at levels 2, 1, 2, 1, 2, 1.
+    waiting = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1), priority=2 - i % 2)) for i in range(6)]
     await asyncio.sleep(0.005)
     executor.release.set()
     await asyncio.gather(blocker, *waiting)
-    assert [len(batch) for batch in executor.batches[1:]] == [3, 3]
+    served = [[int(row[0]) // 2 for row in batch] for batch in executor.batches[1:]]
+    assert served == [[1, 3, 5, 0], [2, 4]]  # level 1 in arrival order, then the oldest of level 2
 
 
 async def test_a_priority_beyond_the_levels_is_refused_naming_the_key():
