@@ -35,6 +35,7 @@ from tools.processes import ServerProcess, python_module_command, simulated_pred
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 15
 V1_BODY = b'{"instances": [[1, 2, 3, 4]]}'
+OIP_JSON_BODY = b'{"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}'
 
 
 def v1_body(rows: int) -> bytes:
@@ -723,8 +724,7 @@ def goodput(ctx: Context) -> dict[str, Any]:
     and in bursts: FIFO (adaptive), window, deadline, and the real Triton's own dynamic batcher."""
     slo_s, call_ms, per_row_ms, batch = 0.2, 50.0, 1.0, 8
     capacity = batch / ((call_ms + per_row_ms * batch) / 1000)  # rows per second
-    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4],
-                                   "data": [1, 2, 3, 4]}]}).encode()
+    body = OIP_JSON_BODY
     policies: dict[str, dict[str, Any]] = {
         "adaptive (FIFO)": {},
         "window (50 ms)": {"policy": "window", "max_latency_ms": 50},
@@ -885,8 +885,6 @@ def inflight(ctx: Context) -> dict[str, Any]:
         ("Triton Python backend, 5 ms", "direct", (5.0, 0.0, 1), 5),
         ("PyTriton, 5 ms", "pytriton", (5.0, 0.0, 1), 5),
     ]
-    oip_http_body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4],
-                                            "data": [1, 2, 3, 4]}]}).encode()
     runs: list[dict[str, Any]] = []
     for case, kind, (call_ms, per_row_ms, slots), clients in cases:
         predictor: Predictor | RealTriton
@@ -906,7 +904,7 @@ def inflight(ctx: Context) -> dict[str, Any]:
                     if kind == simulated:
                         url, body = f"{gateway.http_url}/v1/models/{model}:predict", V1_BODY
                     else:
-                        url, body = f"{gateway.http_url}/v2/models/{model}/infer", oip_http_body
+                        url, body = f"{gateway.http_url}/v2/models/{model}/infer", OIP_JSON_BODY
                     ctx.say(f"  inflight: {case}, {clients} clients, {model}")
                     # Not recorded: warm connections, and give auto the time to learn.
                     load(url, body, concurrency=clients, duration=learn_s if model == "auto" else 1.0, timeout=10)

@@ -14,35 +14,36 @@ from __future__ import annotations
 
 import json
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from tools.bench_scenarios import Context, Gateway, Server, _http, check, load, oip_body, run_row, warm_up
-from tools.processes import python_module_command
+from tools.bench_scenarios import (
+    OIP_JSON_BODY,
+    Context,
+    Gateway,
+    RealTriton,
+    _http,
+    check,
+    load,
+    oip_body,
+    run_row,
+    warm_up,
+)
 
 CALL_MS, PER_ROW_MS, MAX_BATCH = 20.0, 0.25, 64
 CLIENTS = (1, 5, 128)
 
 
-class Triton(Server):
-    """tritonserver on its own model repository in a short temporary folder (Triton's AF_UNIX
-    socket paths must stay short)."""
+class Triton(RealTriton):
+    """The real tritonserver on its plain Python-backend models, with their execution counts."""
 
     def __init__(self, log_dir: Path) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="bench-triton-", dir="/tmp"))
-        super().__init__("triton", python_module_command(
-            "tools.triton_direct", "--workdir", str(self.workdir), "--call-ms", f"{CALL_MS:g}",
-            "--per-row-ms", f"{PER_ROW_MS:g}"), log_dir)
+        super().__init__(log_dir, "direct", CALL_MS, PER_ROW_MS)
 
     def executions(self, model: str) -> tuple[int, int]:
         """(inferences, executions) Triton has counted for `model` so far."""
         stats = json.loads(_http("GET", f"{self.http_url}/v2/models/{model}/stats")[1])["model_stats"][0]
         return int(stats["inference_count"]), int(stats["execution_count"])
-
-
-def oip_json_body() -> bytes:
-    return json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
 
 
 def triton_scenario(ctx: Context) -> dict[str, Any]:
@@ -81,13 +82,13 @@ def triton_scenario(ctx: Context) -> dict[str, Any]:
                         runs.append(run_row(name, result, kind="throughput", clients_n=clients, repeat=rep,
                                             mean_batch=(after[0] - before[0]) / calls if calls else None))
             latency_plan = [
-                ("direct", "http", f"{triton.http_url}/v2/models/free/infer", oip_json_body(), False),
+                ("direct", "http", f"{triton.http_url}/v2/models/free/infer", OIP_JSON_BODY, False),
                 ("direct", "grpc", triton.grpc_address, oip_body("free"), True),
             ]
             for predictor in ("grpc", "http"):
                 latency_plan += [
                     (f"gateway -> {predictor}", "http", f"{gateway.http_url}/v2/models/free-{predictor}/infer",
-                     oip_json_body(), False),
+                     OIP_JSON_BODY, False),
                     (f"gateway -> {predictor}", "grpc", gateway.grpc_address, oip_body(f"free-{predictor}"), True),
                 ]
             for _, _, target, body, grpc in latency_plan:
