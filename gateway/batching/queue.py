@@ -119,9 +119,7 @@ class ModelQueue:
         shape = pad.measure(inputs, config.padding, lengths) if config.padding is not None else None
         level = self._level(priority)
         self.stats.requests += 1
-        counts = self._counts(level)
-        if counts is not None:
-            counts.requests += 1
+        self._count(level, "requests")
         if size > config.max_queue:
             # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
             raise PayloadTooLarge(
@@ -134,14 +132,12 @@ class ModelQueue:
         refusal = self.policy.admit(self, size, now + timeout, now, level)
         if refusal is not None:
             self.stats.refused_late += 1
-            if counts is not None:
-                counts.refused += 1
+            self._count(level, "refused")
             raise refusal
         # Only an admitted request may make room: lower levels never give way for nothing.
         if self.queued_rows + size > config.max_queue and not self._evict_below(level, size):
             self.stats.refused += 1
-            if counts is not None:
-                counts.refused += 1
+            self._count(level, "refused")
             raise Overloaded(
                 f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}); "
                 "try again later"
@@ -174,9 +170,7 @@ class ModelQueue:
         if request.done:
             return
         self.stats.expired += 1
-        counts = self._counts(request.level)
-        if counts is not None:
-            counts.expired += 1
+        self._count(request.level, "expired")
         where = "waiting for the predictor" if request.sent else "in the queue"
         request.fail(DeadlineExceeded(f"model '{self.name}': deadline of {timeout:g} s passed {where}"))
 
@@ -193,9 +187,7 @@ class ModelQueue:
         if succeeded:
             if self.tuner is not None:
                 self.tuner.on_answered(request.arrived, now)
-            counts = self._counts(request.level)
-            if counts is not None:
-                counts.answered += 1
+            self._count(request.level, "answered")
         if request.queued_rows:
             self._unqueue(request, request.queued_rows)  # its queued parts are skipped lazily
 
@@ -298,9 +290,7 @@ class ModelQueue:
             return False
         for request in victims:
             self.stats.refused += 1
-            counts = self._counts(request.level)
-            if counts is not None:
-                counts.refused += 1
+            self._count(request.level, "refused")
             self._unqueue(request, request.queued_rows)  # accounted now: the room is needed now
             request.fail(Overloaded(f"model '{self.name}': its queue is full and this request gave its place to "
                                     f"one of a higher priority level; try again later"))
@@ -314,14 +304,12 @@ class ModelQueue:
             return next(live, None)
         return min(live, key=lambda part: part.level, default=None)
 
-    def _counts(self, level: int) -> LevelCounts | None:
-        """The counts of priority `level` (None when the model has no levels)."""
-        if not level:
-            return None
-        counts = self.stats.by_level.get(level)
-        if counts is None:
-            counts = self.stats.by_level[level] = LevelCounts()
-        return counts
+    def _count(self, level: int, outcome: str) -> None:
+        """Count a request of priority `level` under `outcome`, a `LevelCounts` field
+        (nothing when the model has no levels)."""
+        if level:
+            counts = self.stats.by_level.setdefault(level, LevelCounts())
+            setattr(counts, outcome, getattr(counts, outcome) + 1)
 
     def rows_ahead(self, level: int) -> int:
         """Queued rows that a request of `level` waits behind: those of its level and higher."""
@@ -338,9 +326,7 @@ class ModelQueue:
 
     def _drop(self, request: Request, why: str) -> None:
         self.stats.dropped += 1
-        counts = self._counts(request.level)
-        if counts is not None:
-            counts.dropped += 1
+        self._count(request.level, "dropped")
         request.fail(DeadlineExceeded(f"model '{self.name}': {why}; it was dropped before reaching the predictor"))
 
     def _drop_doomed(self, now: float) -> None:

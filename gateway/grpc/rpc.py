@@ -50,7 +50,7 @@ def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Res
     def decorate(method: Method[Response]) -> Method[Response]:
         @functools.wraps(method)
         async def call(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Response:
-            status = 200
+            status: int | None = 200
             try:
                 if isinstance(request, Malformed):
                     raise request.error
@@ -60,9 +60,13 @@ def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Res
                 raise
             except Exception as error:
                 status, code, message = _classify(error, method.__name__)
+                # Counted before the abort: the client has its answer the moment abort sends it.
+                if front_end is not None:
+                    self.service.count_request(request.model_name, front_end, status)
+                status = None
                 await context.abort(code, message)
             finally:
-                if front_end is not None:
+                if front_end is not None and status is not None:
                     self.service.count_request(request.model_name, front_end, status)
             raise AssertionError("unreachable: context.abort raises")
         return call
