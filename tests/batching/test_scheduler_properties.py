@@ -1,5 +1,5 @@
-"""Property: whatever the mix of request sizes, signatures, caps, slots and splits, each
-request receives exactly its own rows, in order, and no batch exceeds the cap."""
+"""Property: whatever the mix of request sizes, signatures, priority levels, caps, slots and
+splits, each request receives exactly its own rows, in order, and no batch exceeds the cap."""
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +17,7 @@ request_strategy = st.tuples(
     st.sampled_from([1, 3]),                         # inner width: two signatures
     st.sampled_from(["FP32", "INT64"]),              # datatype: two more
     st.floats(min_value=0, max_value=0.003),         # arrival gap
+    st.integers(min_value=0, max_value=3),           # priority (0: the model's default level)
 )
 
 
@@ -24,12 +25,13 @@ request_strategy = st.tuples(
 @given(requests=st.lists(request_strategy, min_size=1, max_size=30),
        max_batch_size=st.integers(min_value=1, max_value=16),
        max_inflight=st.integers(min_value=1, max_value=3),
-       policy=st.sampled_from(["adaptive", "window"]))
-def test_every_request_gets_exactly_its_own_rows(requests, max_batch_size, max_inflight, policy):
-    asyncio.run(_scenario(requests, max_batch_size, max_inflight, policy))
+       policy=st.sampled_from(["adaptive", "window"]),
+       priority_levels=st.sampled_from([0, 3]))
+def test_every_request_gets_exactly_its_own_rows(requests, max_batch_size, max_inflight, policy, priority_levels):
+    asyncio.run(_scenario(requests, max_batch_size, max_inflight, policy, priority_levels))
 
 
-async def _scenario(requests, max_batch_size, max_inflight, policy):
+async def _scenario(requests, max_batch_size, max_inflight, policy, priority_levels):
     batch_rows: list[int] = []
     signatures_per_batch: list[int] = []
 
@@ -42,16 +44,18 @@ async def _scenario(requests, max_batch_size, max_inflight, policy):
 
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", executor, BatchingConfig(policy=policy, max_batch_size=max_batch_size,
-                                                      max_inflight=max_inflight, max_latency_s=0.002))
+                                                      max_inflight=max_inflight, max_latency_s=0.002,
+                                                      priority_levels=priority_levels,
+                                                      default_priority_level=priority_levels))
     counter = 0
     sent = []
     tasks = []
-    for rows, width, datatype, gap in requests:
+    for rows, width, datatype, gap, priority in requests:
         dtype = np.float32 if datatype == "FP32" else np.int64
         data = np.arange(counter, counter + rows * width, dtype=dtype).reshape(rows, width)
         counter += rows * width
         sent.append(data)
-        tasks.append(asyncio.ensure_future(scheduler.submit("m", [Tensor("IN", datatype, data)])))
+        tasks.append(asyncio.ensure_future(scheduler.submit("m", [Tensor("IN", datatype, data)], priority=priority)))
         await asyncio.sleep(gap)
     results = await asyncio.wait_for(asyncio.gather(*tasks), 30)
     for data, result in zip(sent, results, strict=True):
