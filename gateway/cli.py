@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="DEBUG adds one line per batch")
     serve.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line")
     serve.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop", "auto"],
-                       help="event loop: the standard one (default), uvloop, or uvloop when installed (auto)")
+                       help="event loop: the standard asyncio one (default), uvloop (pip install '.[uvloop]'), "
+                            "or uvloop when installed (auto)")
     check = commands.add_parser("check-config", help="validate a config file without starting")
     check.add_argument("file")
     args = parser.parse_args(argv)
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _runner(loop: str) -> asyncio.Runner:
-    """uvloop's event loop where available: both front ends and the scheduler share it."""
+    """The event loop both front ends and the scheduler share: asyncio's, or uvloop's when
+    `loop` asks for it ("auto": if it is installed)."""
     if loop != "asyncio":
         try:
             import uvloop

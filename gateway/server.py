@@ -185,7 +185,12 @@ async def serve(config: GatewayConfig, config_path: str | None = None) -> None:
         loop.add_signal_handler(signal.SIGHUP, on_hangup)
     # Only now: a signal sent as soon as READY is seen must find its handler installed.
     print(f"READY http={config.server.host}:{gateway.http_port} grpc={config.server.host}:{gateway.grpc_port} "
-          f"models={','.join(m.name for m in config.models)}", flush=True)
+          f"models={','.join(m.name for m in config.models)} loop={_loop_name(loop)}", flush=True)
     await stopping.wait()
     log.info("stopping: finishing queued and in-flight requests (grace %s s)", config.server.grace_s)
     await gateway.stop()
+
+
+def _loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """"uvloop" or "asyncio": which event loop the gateway runs on (see `gateway.cli`)."""
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"

@@ -41,6 +41,7 @@ def test_serve_with_no_arguments_but_ports_answers_on_the_embedded_demo_model():
     try:
         ready = read_ready_line(process)
         assert ready["models"] == "demo"
+        assert ready["loop"] == "asyncio"  # the default; uvloop is opt-in
         url = "http://" + ready["http"]
         status, body = http_json("POST", f"{url}/v1/models/demo:predict", {"instances": [[1, 2, 3, 4]]})
         assert status == 200 and body["predictions"] == [[2, 4, 6, 8]]
@@ -58,6 +59,17 @@ def test_serve_with_a_config_file(tmp_path):
         assert ready["models"] == "twice"
         status, body = http_json("POST", f"http://{ready['http']}/v1/models/twice:predict", {"instances": [[3]]})
         assert status == 200 and body["predictions"] == [[6]]
+    finally:
+        assert stop(process) == 0
+
+
+def test_serve_on_uvloop_when_asked():
+    process = start("serve", "--loop", "uvloop", "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING")
+    try:
+        ready = read_ready_line(process)
+        assert ready["loop"] == "uvloop"
+        status, body = http_json("POST", f"http://{ready['http']}/v1/models/demo:predict", {"instances": [[1, 2]]})
+        assert status == 200 and body["predictions"] == [[2, 4]]
     finally:
         assert stop(process) == 0
 

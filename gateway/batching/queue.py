@@ -67,7 +67,8 @@ class ModelQueue:
         self.queued_rows = 0  # rows of live requests not yet taken into a batch
         self.rows_by_level: dict[int, int] = {}  # the same, by priority level (kept only when there are levels)
         self.inflight = 0     # batches at the executor
-        self.wake: asyncio.TimerHandle | None = None  # when the policy asked to be asked again
+        self.wake: asyncio.Handle | None = None  # the policy's wake-up, due at `wake_at`
+        self.wake_at = 0.0
         self._woken = False  # this pump was the policy's own wake-up (a hold or window ended)
         self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
         self.stats = ModelStats()
@@ -217,10 +218,12 @@ class ModelQueue:
 
     def _wake_at(self, when: float) -> None:
         """Pump again at `when` (keeping an earlier wake-up if one is set)."""
-        if self.wake is None or self.wake.when() > when:
+        # The time is kept beside the handle: uvloop answers call_at with a time already
+        # past with a plain Handle, which has no when().
+        if self.wake is None or self.wake_at > when:
             if self.wake is not None:
                 self.wake.cancel()
-            self.wake = self._loop.call_at(when, self._on_wake)
+            self.wake, self.wake_at = self._loop.call_at(when, self._on_wake), when
 
     def _on_wake(self) -> None:
         self.wake = None
@@ -281,7 +284,9 @@ class ModelQueue:
         lower = {id(part.request): part.request for part in self.pending
                  if part.live and not part.request.sent and part.request.level > level}
         victims, freed = [], 0
-        for request in sorted(lower.values(), key=lambda r: (-r.level, -r.arrived)):
+        # Newest by queue order, not by arrival time: two requests can share a loop time
+        # (uvloop's clock moves in whole milliseconds, once per pass of the loop).
+        for request in sorted(reversed(lower.values()), key=lambda r: -r.level):
             if freed >= needed:
                 break
             victims.append(request)

@@ -47,8 +47,8 @@ class Request:
         self.size = size
         self.deadline = deadline
         self.future = future
-        self.timer: asyncio.TimerHandle | None = None  # its deadline's expiry, cancelled once answered
-        self.start_timer: asyncio.TimerHandle | None = None  # its latest start (policy deadline), likewise
+        self.timer: asyncio.Handle | None = None  # its deadline's expiry, cancelled once answered
+        self.start_timer: asyncio.Handle | None = None  # its latest start (policy deadline), likewise
         self.level = level  # its priority level: 1 is the highest; 0 when the model has no levels
         self.queued_rows = size  # rows not yet taken into a batch
         self.answers = Reassembly(parts)
