@@ -6,7 +6,9 @@
   `{"predictions": 2 x instances, "batchId": "0"}` itself, and a minimal grpc.aio servicer of
   `inference.GRPCInferenceService/ModelInfer` that decodes INPUT0 (typed or raw contents)
   and answers OUTPUT0 = 2 x INPUT0 as raw contents. The `overhead` scenario compares the
-  gateway's requests/s with these.
+  gateway's requests/s with these. A request for model `hold` is parsed the same way and then
+  held, unanswered, until the server stops: the `memory` scenario's floor, what Tornado and
+  grpc.aio themselves keep for a request that waits.
 - `trivial`: the cheapest possible answers, to measure the load generator's own ceiling:
   an asyncio.Protocol HTTP/1.1 server that answers every request with a fixed 200 `{}`
   (keep-alive, Content-Length bodies), and a grpc.aio server whose generic handler answers
@@ -53,19 +55,36 @@ class _V1Predict(tornado.web.RequestHandler):
         self.finish(orjson.dumps({"predictions": predictions, "batchId": "0"}))
 
 
+HOLD_MODEL = "hold"
+
+
+class _V1Hold(tornado.web.RequestHandler):
+    """Parse like _V1Predict, then wait for the server to stop: a request kept waiting."""
+
+    async def post(self) -> None:
+        instances = orjson.loads(self.request.body)["instances"]
+        await self.settings["released"].wait()
+        self.finish(orjson.dumps({"predictions": instances}))
+
+
 class _Ready(tornado.web.RequestHandler):
     def get(self) -> None:
         self.finish(b'{"ready": true}')
 
 
-def make_minimal_app() -> tornado.web.Application:
+def make_minimal_app(released: asyncio.Event) -> tornado.web.Application:
+    """The minimal Tornado app; requests to the `hold` model wait for `released`."""
     return tornado.web.Application(
-        [(r"/v1/models/([^/:]+):predict", _V1Predict), (r"/v2/health/ready", _Ready)],
-        compress_response=False,
+        [(rf"/v1/models/{HOLD_MODEL}:predict", _V1Hold), (r"/v1/models/([^/:]+):predict", _V1Predict),
+         (r"/v2/health/ready", _Ready)],
+        compress_response=False, released=released,
     )
 
 
 class MinimalInference(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, released: asyncio.Event) -> None:
+        self.released = released  # requests to the `hold` model wait for it
+
     async def ModelInfer(self, request: pb.ModelInferRequest,
                          context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
         if len(request.inputs) != 1:
@@ -75,6 +94,8 @@ class MinimalInference(pb_grpc.GRPCInferenceServiceServicer):
             data = np.frombuffer(request.raw_input_contents[0], dtype="<f4")
         else:
             data = np.asarray(tensor.contents.fp32_contents, dtype=np.float32)
+        if request.model_name == HOLD_MODEL:
+            await self.released.wait()
         response = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
         response.outputs.add(name="OUTPUT0", datatype="FP32", shape=tensor.shape)
         response.raw_output_contents.append((data * 2).astype("<f4").tobytes())
@@ -131,9 +152,10 @@ class _EmptyAnswers(grpc.GenericRpcHandler):
 
 async def serve(kind: str, host: str, http_port: int, grpc_port: int) -> None:
     loop = asyncio.get_running_loop()
+    released = asyncio.Event()  # set when the server stops: held requests are answered
     if kind == "minimal":
         sockets = tornado.netutil.bind_sockets(http_port, host, family=socket.AF_INET)
-        http_server = tornado.httpserver.HTTPServer(make_minimal_app())
+        http_server = tornado.httpserver.HTTPServer(make_minimal_app(released))
         http_server.add_sockets(sockets)
         bound_http = sockets[0].getsockname()[1]
         closer = http_server.stop
@@ -143,7 +165,7 @@ async def serve(kind: str, host: str, http_port: int, grpc_port: int) -> None:
         closer = server.close
     grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     if kind == "minimal":
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(MinimalInference(), grpc_server)
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(MinimalInference(released), grpc_server)
     else:
         grpc_server.add_generic_rpc_handlers((_EmptyAnswers(),))
     bound_grpc = grpc_server.add_insecure_port(f"{host}:{grpc_port}")
@@ -155,6 +177,7 @@ async def serve(kind: str, host: str, http_port: int, grpc_port: int) -> None:
     try:
         await stop.wait()
     finally:
+        released.set()
         closer()
         await grpc_server.stop(0.5)
 

@@ -110,13 +110,13 @@ class Predictor(Server):
 class Gateway(Server):
     """The gateway serving `models` (written to a TOML config), ready once it says so."""
 
-    def __init__(self, log_dir: Path, name: str, models: list[dict[str, Any]]) -> None:
+    def __init__(self, log_dir: Path, name: str, models: list[dict[str, Any]], loop: str = "asyncio") -> None:
         self.config_path = log_dir / f"{name}.toml"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(to_toml(models))
         super().__init__(name, python_module_command(
             "gateway", "serve", "--config", str(self.config_path), "--host", "127.0.0.1", "--http-port", "0",
-            "--grpc-port", "0", "--log-level", "WARNING"), log_dir)
+            "--grpc-port", "0", "--log-level", "WARNING", "--loop", loop), log_dir)
 
     def wait_ready(self) -> None:
         super().wait_ready()
@@ -451,35 +451,41 @@ def saturation(ctx: Context) -> dict[str, Any]:
 
 
 def overhead(ctx: Context) -> dict[str, Any]:
-    """Gateway vs minimal servers doing the same front-end work, and added latency at 1 client."""
+    """Gateway vs minimal servers doing the same front-end work, and added latency at 1 client;
+    the gateway on its default loop (asyncio's) and on uvloop (`serve --loop uvloop`)."""
     clients = 32
     pairs = max(5, ctx.repeat)
     predictor = Predictor(ctx.log_dir, "predictor-free", call_ms=0).start()
+    models = [v1_model("v1", predictor, max_batch_size=32), grpc_model("oip", predictor, max_batch_size=32)]
     runs = []
     try:
-        with Gateway(ctx.log_dir, "gateway-overhead", [
-            v1_model("v1", predictor, max_batch_size=32), grpc_model("oip", predictor, max_batch_size=32),
-        ]).start() as gateway, Baseline(ctx.log_dir, "minimal").start() as baseline:
-            throughput: dict[tuple[str, str], dict[str, Any]] = {
-                ("http", "gateway"): dict(target=f"{gateway.http_url}/v1/models/v1:predict", body=V1_BODY),
-                ("http", "baseline"): dict(target=f"{baseline.http_url}/v1/models/demo:predict", body=V1_BODY),
-                ("grpc", "gateway"): dict(target=gateway.grpc_address, body=oip_body("oip"), grpc=True),
-                ("grpc", "baseline"): dict(target=baseline.grpc_address, body=oip_body("demo"), grpc=True),
-            }
+        with Gateway(ctx.log_dir, "gateway-overhead", models).start() as gateway, \
+                Gateway(ctx.log_dir, "gateway-overhead-uvloop", models, loop="uvloop").start() as on_uvloop, \
+                Baseline(ctx.log_dir, "minimal").start() as baseline:
+            servers: dict[str, Server] = {"gateway": gateway, "gateway-uvloop": on_uvloop, "baseline": baseline}
+            throughput: dict[tuple[str, str], dict[str, Any]] = {}
+            for side, server in servers.items():
+                v1, oip = ("demo", "demo") if side == "baseline" else ("v1", "oip")
+                throughput[("http", side)] = dict(target=f"{server.http_url}/v1/models/{v1}:predict", body=V1_BODY)
+                throughput[("grpc", side)] = dict(target=server.grpc_address, body=oip_body(oip), grpc=True)
             single: dict[tuple[str, str], dict[str, Any]] = {
                 ("http", "direct"): dict(target=f"{predictor.http_url}/v1/models/demo:predict", body=V1_BODY),
-                ("http", "gateway"): throughput[("http", "gateway")],
                 ("grpc", "direct"): dict(target=predictor.grpc_address, body=oip_body("demo"), grpc=True),
-                ("grpc", "gateway"): throughput[("grpc", "gateway")],
+                **{key: spec for key, spec in throughput.items() if key[1] != "baseline"},
             }
             for spec in throughput.values():
                 warm_up(spec["target"], spec["body"], 8, grpc=spec.get("grpc", False))
             for pair in range(pairs):
                 for (protocol, side), spec in throughput.items():
                     ctx.say(f"  overhead: {protocol} {side}, {clients} clients (pair {pair + 1}/{pairs})")
+                    server = servers[side]
+                    cpu_before, predictor_before = server.cpu_seconds(), predictor.cpu_seconds()
                     result = load(concurrency=clients, duration=ctx.duration, progress=ctx.progress, **spec)
-                    runs.append(run_row(f"{protocol} {side} c={clients}", result, kind="throughput",
-                                        side=side, pair=pair))
+                    answered = max(1, result.ok)
+                    runs.append(run_row(
+                        f"{protocol} {side} c={clients}", result, kind="throughput", side=side, pair=pair,
+                        server_cpu_us=(server.cpu_seconds() - cpu_before) / answered * 1e6,
+                        predictor_cpu_us=(predictor.cpu_seconds() - predictor_before) / answered * 1e6))
             for rep in range(ctx.repeat):
                 for (protocol, side), spec in single.items():
                     ctx.say(f"  overhead: {protocol} {side}, 1 client ({rep + 1}/{ctx.repeat})")
@@ -489,40 +495,51 @@ def overhead(ctx: Context) -> dict[str, Any]:
         predictor.stop()
     ratio_rows, latency_rows, checks = [], [], []
     for protocol in ("http", "grpc"):
-        gw = [r for r in runs if r["name"] == f"{protocol} gateway c={clients}"]
         base = [r for r in runs if r["name"] == f"{protocol} baseline c={clients}"]
-        ratios = [g["rps"] / b["rps"] for g, b in zip(gw, base, strict=False) if b["rps"]]
-        ratio_rows.append({
-            "name": protocol, "gateway_rps": statistics.median(g["rps"] for g in gw),
-            "baseline_rps": statistics.median(b["rps"] for b in base),
-            "ratio": statistics.median(ratios) if ratios else None,
-            "gateway_p50": statistics.median(g["p50_ms"] for g in gw),
-            "baseline_p50": statistics.median(b["p50_ms"] for b in base), "pairs": len(ratios),
-        })
         direct = [r for r in runs if r["name"] == f"{protocol} direct c=1"]
-        via = [r for r in runs if r["name"] == f"{protocol} gateway c=1"]
-        d50, g50 = statistics.median(r["p50_ms"] for r in direct), statistics.median(r["p50_ms"] for r in via)
-        d99, g99 = statistics.median(r["p99_ms"] for r in direct), statistics.median(r["p99_ms"] for r in via)
-        latency_rows.append({"name": protocol, "direct_p50": d50, "gateway_p50": g50, "added_p50": g50 - d50,
-                             "direct_p99": d99, "gateway_p99": g99})
-        checks.append(check(f"{protocol}: gateway req/s vs minimal baseline (median of {len(ratios)} pairs)",
-                            "report", f"{ratio_rows[-1]['ratio']:.0%}" if ratios else "n/a", None))
-        checks.append(check(f"{protocol}: added p50 at 1 client vs calling the predictor directly", "report",
-                            f"{g50 - d50:+.2f} ms", None))
+        d50 = statistics.median(r["p50_ms"] for r in direct)
+        d99 = statistics.median(r["p99_ms"] for r in direct)
+        for side, label in (("gateway", "gateway"), ("gateway-uvloop", "gateway --loop uvloop")):
+            gw = [r for r in runs if r["name"] == f"{protocol} {side} c={clients}"]
+            ratios = [g["rps"] / b["rps"] for g, b in zip(gw, base, strict=False) if b["rps"]]
+            cpu_ratios = [g["server_cpu_us"] / b["server_cpu_us"] for g, b in zip(gw, base, strict=False)
+                          if b["server_cpu_us"]]
+            ratio_rows.append({
+                "name": f"{protocol}: {label}", "gateway_rps": statistics.median(g["rps"] for g in gw),
+                "baseline_rps": statistics.median(b["rps"] for b in base),
+                "ratio": statistics.median(ratios) if ratios else None,
+                "gateway_cpu_us": statistics.median(g["server_cpu_us"] for g in gw),
+                "baseline_cpu_us": statistics.median(b["server_cpu_us"] for b in base),
+                "cpu_ratio": statistics.median(cpu_ratios) if cpu_ratios else None,
+                "predictor_cpu_us": statistics.median(g["predictor_cpu_us"] for g in gw),
+                "gateway_p50": statistics.median(g["p50_ms"] for g in gw),
+                "baseline_p50": statistics.median(b["p50_ms"] for b in base), "pairs": len(ratios),
+            })
+            via = [r for r in runs if r["name"] == f"{protocol} {side} c=1"]
+            g50, g99 = statistics.median(r["p50_ms"] for r in via), statistics.median(r["p99_ms"] for r in via)
+            latency_rows.append({"name": f"{protocol}: {label}", "direct_p50": d50, "gateway_p50": g50,
+                                 "added_p50": g50 - d50, "direct_p99": d99, "gateway_p99": g99})
+            checks.append(check(f"{protocol}, {label}: req/s vs minimal baseline (median of {len(ratios)} pairs)",
+                                "report", f"{ratio_rows[-1]['ratio']:.0%}" if ratios else "n/a", None))
+            checks.append(check(f"{protocol}, {label}: added p50 at 1 client vs calling the predictor directly",
+                                "report", f"{g50 - d50:+.2f} ms", None))
     return {
         "title": "Overhead: gateway vs minimal servers; added latency",
         "setup": f"Simulated predictor with no cost (call-ms 0). Throughput: {clients} closed-loop clients, "
-                 f"{ctx.duration:g} s per run, {pairs} interleaved pairs (gateway, baseline), median ratio; the "
-                 f"baselines (tools/bench_baselines.py) are a minimal Tornado app that parses the v1 request and "
-                 f"answers it, and a minimal grpc.aio ModelInfer servicer. The gateway also forwards every batch "
-                 f"to the predictor process. Latency: 1 client, median of {ctx.repeat} run(s).",
+                 f"{ctx.duration:g} s per run, {pairs} interleaved rounds (gateway, gateway on uvloop, "
+                 f"baseline), median ratio; the baselines (tools/bench_baselines.py) are a minimal Tornado app that "
+                 f"parses the v1 request and answers it, and a minimal grpc.aio ModelInfer servicer. The gateway "
+                 f"also forwards every batch to the predictor process, on the same 2 cores. CPU is each process's "
+                 f"user + system time per answered request. Latency: 1 client, median of {ctx.repeat} run(s).",
         "tables": [
             {"title": "Throughput", "rows": ratio_rows, "columns": [
-                ["name", "protocol", "s"], ["gateway_rps", "gateway req/s", ".0f"],
+                ["name", "protocol: server", "s"], ["gateway_rps", "gateway req/s", ".0f"],
                 ["baseline_rps", "minimal server req/s", ".0f"], ["ratio", "gateway / minimal", ".0%"],
+                ["gateway_cpu_us", "gateway CPU us/req", ".0f"], ["baseline_cpu_us", "minimal CPU us/req", ".0f"],
+                ["cpu_ratio", "CPU gateway / minimal", ".2f"], ["predictor_cpu_us", "predictor CPU us/req", ".0f"],
                 ["gateway_p50", "gateway p50 ms", ".2f"], ["baseline_p50", "minimal p50 ms", ".2f"]]},
             {"title": "Latency at 1 client", "rows": latency_rows, "columns": [
-                ["name", "protocol", "s"], ["direct_p50", "direct p50 ms", ".2f"],
+                ["name", "protocol: server", "s"], ["direct_p50", "direct p50 ms", ".2f"],
                 ["gateway_p50", "gateway p50 ms", ".2f"], ["added_p50", "added p50 ms", "+.2f"],
                 ["direct_p99", "direct p99 ms", ".2f"], ["gateway_p99", "gateway p99 ms", ".2f"]]},
         ],
@@ -546,6 +563,7 @@ def memory(ctx: Context) -> dict[str, Any]:
     fast = Predictor(ctx.log_dir, "predictor-fast", call_ms=0).start()
     try:
         for protocol in ("grpc", "http"):
+            label = "gRPC" if protocol == "grpc" else "HTTP v1"
             with Gateway(ctx.log_dir, f"gateway-memory-queue-{protocol}", [
                 grpc_model("hung", hung, max_batch_size=32, max_queue=queued * 2, timeout_s=600),
                 v1_model("hung-v1", hung, max_batch_size=32, max_queue=queued * 2, timeout_s=600),
@@ -553,22 +571,33 @@ def memory(ctx: Context) -> dict[str, Any]:
             ]).start() as gateway:
                 warm_up(f"{gateway.http_url}/v1/models/warm:predict", V1_BODY, 16)
                 warm_up(gateway.grpc_address, oip_body("warm-grpc"), 16, grpc=True)
-                idle = gateway.rss_kb()
                 ctx.say(f"  memory: queueing {queued} {protocol} requests behind a hung predictor")
-                held = asyncio.run(_hold(gateway, queued, protocol))
-                label = "gRPC" if protocol == "grpc" else "HTTP v1"
-                rows += [
-                    {"name": f"{label}: gateway RSS idle (after warm-up)", "value": f"{idle / 1024:.1f} MiB"},
-                    {"name": f"{label}: gateway RSS with {held['inflight']} requests queued",
-                     "value": f"{held['rss_kb'] / 1024:.1f} MiB"},
-                    {"name": f"{label}: per queued request",
-                     "value": f"{(held['rss_kb'] - idle) / queued:.1f} KiB"},
-                    {"name": f"{label}: gateway RSS after the clients went away",
-                     "value": f"{held['after_kb'] / 1024:.1f} MiB"},
-                ]
-                checks.append(check(f"{label}: {queued} requests queued", "all held, none refused",
-                                    f"{held['inflight']} in flight, {held['answered']} answered early",
-                                    held["inflight"] == queued))
+                held = asyncio.run(_hold(gateway, queued, protocol, "hung" if protocol == "grpc" else "hung-v1"))
+            # The floor: the minimal Tornado app / grpc.aio servicer holding as many requests
+            # (parsed, then awaiting an event), which is what the frameworks themselves keep.
+            with Baseline(ctx.log_dir, f"minimal-memory-{protocol}").start() as baseline:
+                warm_up(f"{baseline.http_url}/v1/models/demo:predict", V1_BODY, 16)
+                warm_up(baseline.grpc_address, oip_body("demo"), 16, grpc=True)
+                ctx.say(f"  memory: holding {queued} {protocol} requests in the minimal server")
+                floor = asyncio.run(_hold(baseline, queued, protocol, "hold"))
+            own, bare = held["per_request_kb"], floor["per_request_kb"]
+            rows += [
+                {"name": f"{label}: gateway RSS idle (after warm-up)", "value": f"{held['idle_kb'] / 1024:.1f} MiB"},
+                {"name": f"{label}: gateway RSS with {held['inflight']} requests queued",
+                 "value": f"{held['rss_kb'] / 1024:.1f} MiB"},
+                {"name": f"{label}: per queued request", "value": f"{own:.1f} KiB"},
+                {"name": f"{label}: minimal server, per held request (the framework's floor)",
+                 "value": f"{bare:.1f} KiB"},
+                {"name": f"{label}: the gateway's own share (gateway - floor)", "value": f"{own - bare:.1f} KiB"},
+                {"name": f"{label}: gateway RSS after the clients went away",
+                 "value": f"{held['after_kb'] / 1024:.1f} MiB"},
+            ]
+            checks.append(check(f"{label}: {queued} requests queued", "all held, none refused",
+                                f"{held['inflight']} in flight, {held['answered']} answered early",
+                                held["inflight"] == queued))
+            checks.append(check(f"{label}: minimal server holding {queued} requests", "all held",
+                                f"{floor['inflight']} in flight, {floor['answered']} answered early",
+                                floor["inflight"] == queued))
     finally:
         hung.stop()
         fast.stop()
@@ -614,7 +643,9 @@ def memory(ctx: Context) -> dict[str, Any]:
         "title": "Memory: gateway RSS",
         "setup": f"Gateway RSS (VmRSS) with {queued} requests queued (predictor of 1 slot, 60 s per call; "
                  f"max_queue {queued * 2}): {queued} gRPC calls in flight on {max(1, queued // 100)} connections, "
-                 f"then {queued} HTTP clients with a connection each, each through a fresh gateway; "
+                 f"then {queued} HTTP clients with a connection each, each through a fresh gateway; the same "
+                 f"requests held by the minimal Tornado app and grpc.aio servicer of tools/bench_baselines.py "
+                 f"(parsed, then waiting), the floor the frameworks themselves set; "
                  f"then across {total} requests "
                  f"through a fresh gateway (no-cost predictor, 64 clients, alternating HTTP v1 and gRPC in "
                  f"chunks of {chunk}), sampled after each chunk.",
@@ -624,24 +655,26 @@ def memory(ctx: Context) -> dict[str, Any]:
     }
 
 
-async def _hold(gateway: Gateway, queued: int, protocol: str) -> dict[str, Any]:
-    """Open `queued` requests to the hung model, measure RSS once it is steady, let them go."""
+async def _hold(server: Server, queued: int, protocol: str, model: str) -> dict[str, Any]:
+    """Open `queued` requests to `model`, which never answers in time, measure the server's
+    RSS once it is steady, let them go."""
+    idle = server.rss_kb()
     live = loadgen.Live()
     if protocol == "grpc":
         config = loadgen.Config(
-            target=gateway.grpc_address, grpc=True, call="inference.GRPCInferenceService/ModelInfer",
-            body=oip_body("hung"), concurrency=queued, requests=queued, timeout=300,
+            target=server.grpc_address, grpc=True, call="inference.GRPCInferenceService/ModelInfer",
+            body=oip_body(model), concurrency=queued, requests=queued, timeout=300,
             connections=max(1, queued // 100), duration=240)
     else:
         config = loadgen.Config(
-            target=f"{gateway.http_url}/v1/models/hung-v1:predict", body=V1_BODY, concurrency=queued,
+            target=f"{server.http_url}/v1/models/{model}:predict", body=V1_BODY, concurrency=queued,
             requests=queued, timeout=300, duration=240)
     task = asyncio.get_running_loop().create_task(loadgen.run(config, live))
     steady_since, last, deadline = None, 0, time.monotonic() + 120
     rss = 0
     while time.monotonic() < deadline and not task.done():
         await asyncio.sleep(0.5)
-        rss = gateway.rss_kb()
+        rss = server.rss_kb()
         if live.sent >= queued and abs(rss - last) <= max(256, last // 200):
             steady_since = steady_since or time.monotonic()
             if time.monotonic() - steady_since >= 2.0:
@@ -653,7 +686,8 @@ async def _hold(gateway: Gateway, queued: int, protocol: str) -> dict[str, Any]:
     live.stop()
     await task
     await asyncio.sleep(1.0)
-    return {"rss_kb": rss, "after_kb": gateway.rss_kb(), "inflight": inflight, "answered": answered}
+    return {"idle_kb": idle, "rss_kb": rss, "per_request_kb": (rss - idle) / queued, "after_kb": server.rss_kb(),
+            "inflight": inflight, "answered": answered}
 
 
 # -- the load generator's own ceiling ---------------------------------------------------------------
