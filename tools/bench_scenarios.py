@@ -129,8 +129,10 @@ class Gateway(Server):
 
 
 class Baseline(Server):
-    def __init__(self, log_dir: Path, kind: str) -> None:
-        super().__init__(f"baseline-{kind}", python_module_command("tools.bench_baselines", kind), log_dir)
+    """A server of `tools.bench_baselines` (`kind`: minimal or trivial), logging as `name`."""
+
+    def __init__(self, log_dir: Path, kind: str, name: str | None = None) -> None:
+        super().__init__(name or f"baseline-{kind}", python_module_command("tools.bench_baselines", kind), log_dir)
 
 
 def _http(method: str, url: str, body: bytes | None = None, timeout: float = 10) -> tuple[int, bytes]:
@@ -575,7 +577,7 @@ def memory(ctx: Context) -> dict[str, Any]:
                 held = asyncio.run(_hold(gateway, queued, protocol, "hung" if protocol == "grpc" else "hung-v1"))
             # The floor: the minimal Tornado app / grpc.aio servicer holding as many requests
             # (parsed, then awaiting an event), which is what the frameworks themselves keep.
-            with Baseline(ctx.log_dir, f"minimal-memory-{protocol}").start() as baseline:
+            with Baseline(ctx.log_dir, "minimal", f"baseline-minimal-memory-{protocol}").start() as baseline:
                 warm_up(f"{baseline.http_url}/v1/models/demo:predict", V1_BODY, 16)
                 warm_up(baseline.grpc_address, oip_body("demo"), 16, grpc=True)
                 ctx.say(f"  memory: holding {queued} {protocol} requests in the minimal server")
