@@ -195,16 +195,36 @@ def conventional_outputs(rows: list[Any]) -> list[Tensor]:
 
 
 def _inferred_column(name: str, rows: list[Any]) -> Tensor:
-    try:
-        kind = np.asarray(rows).dtype.kind
-    except ValueError:
-        kind = "O"  # ragged
-    datatype = _DATATYPE_OF_KIND.get(kind)
+    datatype = _inferred_datatype(rows)
     if datatype is None:
         raise BadPredictorAnswer(
             f"the predictions for '{name}' are not one tensor (ragged or mixed values); declare "
             f"the model's outputs ([[models.outputs]]) if they are, or use a v1 client")
     return Tensor(name, datatype, json_to_array(name, datatype, rows))
+
+
+def _inferred_datatype(rows: list[Any]) -> str | None:
+    """The datatype KServe would give these JSON values; None if they are not one tensor."""
+    try:
+        kind = np.asarray(rows).dtype.kind
+    except ValueError:
+        kind = "O"  # ragged
+    return _DATATYPE_OF_KIND.get(kind)
+
+
+UNNAMED_INPUT = "input-0"  # KServe's and MLServer's name for the input of a model that describes none
+
+
+def unnamed_instances_to_tensors(instances: list[Any]) -> list[Tensor]:
+    """Instances for a tensor model that describes no inputs, by the twin of KServe's
+    `output-0` convention: one input `input-0`, its datatype taken from the values."""
+    datatype = _inferred_datatype(instances)
+    if datatype is None:
+        raise InvalidInput(
+            f"the model describes no inputs, so the instances travel as one tensor '{UNNAMED_INPUT}', and these are "
+            f"not one tensor (ragged, objects or mixed values); declare the model's inputs ([[models.inputs]] with "
+            f"name, datatype and shape), or send an OIP request")
+    return [Tensor(UNNAMED_INPUT, datatype, json_to_array(UNNAMED_INPUT, datatype, instances))]
 
 
 def _rows(tensor: Tensor) -> list[Any]:

@@ -6,7 +6,7 @@ TorchServe predictors). Clients of every front end reach every model, so each re
 converted to its model's form before it is queued, and the model's answer is converted
 back to the form its client speaks. That is what a served model owns, in one place:
 
-- `batch_inputs_from_tensors` / `batch_inputs_from_instances`: an OIP or a v1 request in the
+- `batch_inputs_from_tensors` / `_instances` / `_upload`: an OIP, v1 or TorchServe request in the
   model's batch form, checked against the model's signature (names, datatypes, shapes);
 - `tensors_from_outputs` / `predictions_from_outputs`: the batch result as OIP output
   tensors or v1 predictions;
@@ -18,9 +18,13 @@ A model that describes no tensors (a custom `kserve.Model`, KServe's sklearn and
 runtimes, every v1 predictor) is served all the same: its readiness is its predictor's,
 OIP requests pass through with their own names and datatypes, and an OIP client of a v1
 predictor gets KServe's own convention for the predictions (`output-0`, the datatype taken
-from the values). Only a conversion that needs a name nobody gave (v1 instances for a
-tensor predictor that lists no inputs) is refused, at request time, with 400 naming the
-config key that would supply it.
+from the values), and v1 instances for a tensor predictor that lists no inputs travel as
+its twin (`input-0`). Only a conversion that needs a name nobody gave is refused, at
+request time, with 400 naming the config key that would supply it.
+
+A TorchServe upload (a raw body, form parts or gRPC entries: `wire.upload`) is one row:
+`batch_inputs_from_upload` (`gateway.uploads`) makes it an instance of named values for a
+v1 or TorchServe predictor, or BYTES tensors for a tensor predictor.
 
 A model with variable-length inputs (`batching.padding`) takes typed tensors whatever its
 predictor: requests of different lengths are padded together in the scheduler, so its v1
@@ -54,10 +58,13 @@ from gateway.instances import (
     padded_instances_to_tensors,
     predictions_to_outputs,
     tensors_to_instances,
+    unnamed_instances_to_tensors,
 )
+from gateway.uploads import upload_to_instance, upload_to_tensors
 from wire.codecs.v1 import rows_tensor
 from wire.errors import InvalidInput, ModelNotFound
 from wire.tensors import ModelSignature, Tensor, TensorSpec, shape_fits
+from wire.upload import Upload
 
 log = logging.getLogger(__name__)
 METADATA_RETRY_S = 1.0     # until the predictor first answers
@@ -98,6 +105,10 @@ class ServedModel(ABC):
     @abstractmethod
     def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
         """A v1 request's instances in this model's batch form."""
+
+    @abstractmethod
+    def batch_inputs_from_upload(self, row: Upload) -> BatchInputs:
+        """A TorchServe upload (one row of named parts) in this model's batch form."""
 
     @abstractmethod
     def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
@@ -229,16 +240,16 @@ class TensorModel(ServedModel):
 
     def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
         if not self.described_inputs:
-            raise InvalidInput(
-                f"model '{self.name}' describes no inputs (its predictor's metadata lists none), so v1 "
-                f"instances have no tensor name or datatype to travel as; declare them in the config "
-                f"([[models.inputs]] with name, datatype and shape), or send an OIP request")
+            return BatchInputs(unnamed_instances_to_tensors(instances))
         padding = self.padding
         if padding is None:
             return BatchInputs(instances_to_tensors(instances, self.described_inputs))
         padded = {spec.name: (spec.dim, spec.value) for spec in padding.inputs}
         tensors, lengths = padded_instances_to_tensors(instances, self.client_inputs, padded)
         return BatchInputs(tensors, lengths)
+
+    def batch_inputs_from_upload(self, row: Upload) -> BatchInputs:
+        return BatchInputs(upload_to_tensors(self.name, row, self.client_inputs))
 
     def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
         return outputs
@@ -260,6 +271,9 @@ class InstanceModel(ServedModel):
 
     def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
         return BatchInputs([rows_tensor(instances)])
+
+    def batch_inputs_from_upload(self, row: Upload) -> BatchInputs:
+        return BatchInputs([rows_tensor([upload_to_instance(row)])])
 
     def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
         return predictions_to_outputs(outputs[0].data.tolist(), self.described_outputs)

@@ -23,11 +23,12 @@ from gateway import __version__, triton
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import GatewayConfig, ModelConfig
 from gateway.metrics import Metrics
-from gateway.models import SERVER_NAME, ServedModel, served_model
+from gateway.models import SERVER_NAME, BatchInputs, ServedModel, served_model
 from wire.errors import ModelNotFound
 from wire.request import OipRequest
 from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
+from wire.upload import Upload
 
 log = logging.getLogger(__name__)
 EXTENSIONS = ("binary_tensor_data", "model_batching", *triton.EXTENSIONS)
@@ -171,9 +172,25 @@ class InferenceService:
         the front end's header, as the OIP `priority` parameter)."""
         self.active_requests += 1
         try:
-            batch = served.batch_inputs_from_instances(instances)
-            result = await self.scheduler.submit(served.name, batch.tensors, timeout_s, client, priority=priority,
-                                                 lengths=batch.lengths)
-            return served.predictions_from_outputs(result.outputs, batch.lengths), ",".join(result.batch_ids)
+            return await self._predict(served, served.batch_inputs_from_instances(instances), timeout_s, client,
+                                       priority)
         finally:
             self.active_requests -= 1
+
+    async def infer_upload(self, served: ServedModel, row: Upload, timeout_s: float | None = None,
+                           client: ClientContext = NO_CONTEXT, priority: int = 0) -> tuple[Any, str]:
+        """A TorchServe upload (a raw body, form parts or gRPC entries): one row in, its
+        prediction out."""
+        self.active_requests += 1
+        try:
+            predictions, batch_id = await self._predict(served, served.batch_inputs_from_upload(row), timeout_s,
+                                                        client, priority)
+            return predictions[0], batch_id
+        finally:
+            self.active_requests -= 1
+
+    async def _predict(self, served: ServedModel, batch: BatchInputs, timeout_s: float | None, client: ClientContext,
+                       priority: int) -> tuple[list[Any], str]:
+        result = await self.scheduler.submit(served.name, batch.tensors, timeout_s, client, priority=priority,
+                                             lengths=batch.lengths)
+        return served.predictions_from_outputs(result.outputs, batch.lengths), ",".join(result.batch_ids)

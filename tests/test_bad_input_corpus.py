@@ -1,4 +1,5 @@
-"""A corpus of bad inputs across v1 HTTP, OIP JSON, OIP binary and OIP gRPC. Each gets a
+"""A corpus of bad inputs across v1 HTTP, OIP JSON, OIP binary, OIP gRPC and TorchServe's
+uploads (raw bodies, multipart and url-encoded forms, gRPC input maps). Each gets a
 4xx / INVALID_ARGUMENT (or the documented code) with a message naming the problem, and
 never a 200, while good requests keep flowing through the same gateway the whole time."""
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 from tests.harness import config_for, http, http_json, running_gateway
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from wire.generated.torchserve import inference_pb2 as ts_pb
+from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 
 LIMITS = {"max_body_bytes": 200_000, "max_instances": 100, "max_tensor_elements": 10_000}
 FP32_1x2 = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}
@@ -197,6 +200,65 @@ def test_bad_binary_input(gw, good_traffic, case_id, model, body, headers, messa
     assert message in orjson.loads(payload)["error"]
 
 
+def form(*parts: bytes, boundary: str = "b") -> bytes:
+    """A multipart/form-data body of fields a, b, c... with these values."""
+    fields = [f'--{boundary}\r\nContent-Disposition: form-data; name="f{i}"\r\n\r\n'.encode() + part + b"\r\n"
+              for i, part in enumerate(parts)]
+    return b"".join(fields) + f"--{boundary}--\r\n".encode()
+
+
+MULTIPART = "multipart/form-data; boundary=b"
+TS_TEXT = "/predictions/text"
+# TorchServe's uploads (wire.codecs.torchserve): raw bodies and forms, parsed by Tornado's
+# bounded parser. (id, method, path, body, content type, status, message)
+UPLOAD_CASES = [
+    ("ts-no-final-boundary", "POST", TS_TEXT, form(b"v")[:-9], MULTIPART, 400, "no final boundary"),
+    ("ts-no-boundary", "POST", TS_TEXT, form(b"v"), "multipart/form-data", 400, "boundary not found"),
+    ("ts-empty-boundary", "POST", TS_TEXT, form(b"v"), "multipart/form-data; boundary=", 400, "boundary not found"),
+    ("ts-part-without-name", "POST", TS_TEXT, b"--b\r\nContent-Disposition: form-data\r\n\r\nv\r\n--b--\r\n",
+     MULTIPART, 400, "missing name"),
+    ("ts-part-without-headers", "POST", TS_TEXT, b"--b\r\nv\r\n--b--\r\n", MULTIPART, 400, "missing headers"),
+    ("ts-part-header-huge", "POST", TS_TEXT,
+     b'--b\r\nContent-Disposition: form-data; name="a"\r\nX: ' + b"p" * 20_000 + b"\r\n\r\nv\r\n--b--\r\n",
+     MULTIPART, 400, "header too large"),
+    ("ts-too-many-parts", "POST", TS_TEXT, form(*[b"x"] * 65), MULTIPART, 400, "too many parts"),
+    ("ts-no-fields", "POST", TS_TEXT, b"--b--\r\n", MULTIPART, 400, "no fields"),
+    ("ts-urlencoded-too-many", "POST", TS_TEXT, b"&".join(b"k%d=1" % i for i in range(65)),
+     "application/x-www-form-urlencoded", 400, "malformed"),
+    ("ts-empty-put", "PUT", TS_TEXT, b"", "image/png", 400, "no body"),
+    ("ts-over-body-limit", "PUT", TS_TEXT, b"\xff" * 200_001, "image/png", 413, "exceeds the limit"),
+    ("ts-two-parts-one-input", "POST", TS_TEXT, form(b"a", b"b"), MULTIPART, 400, "named like"),
+    ("ts-upload-to-fp32-model", "PUT", "/predictions/demo", b"\x89PNG", "image/png", 400, 'datatype = "BYTES"'),
+    ("ts-declared-json-not-json", "POST", TS_TEXT, b"\x89PNG", "application/json", 400, "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize("case_id, method, path, body, content_type, status, message", UPLOAD_CASES,
+                         ids=[c[0] for c in UPLOAD_CASES])
+def test_bad_torchserve_upload(gw, good_traffic, case_id, method, path, body, content_type, status, message):
+    got_status, _, payload = http(method, gw.http_url + path, body, headers={"Content-Type": content_type})
+    answer = orjson.loads(payload)
+    assert (got_status, answer["code"]) == (status, status), answer
+    assert message in answer["message"]
+
+
+TS_SERVICE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions"
+TS_GRPC_CASES = [
+    ("ts-grpc-empty-map", {}, "input map is empty"),
+    ("ts-grpc-too-many-entries", {f"k{i}": b"x" for i in range(65)}, "at most 64"),
+    ("ts-grpc-raw-to-fp32", {"data": b"\x89PNG"}, "is an upload"),
+]
+
+
+@pytest.mark.parametrize("case_id, entries, message", TS_GRPC_CASES, ids=[c[0] for c in TS_GRPC_CASES])
+def test_bad_torchserve_grpc_upload(gw, good_traffic, case_id, entries, message):
+    with grpc.insecure_channel(gw.grpc_address) as channel, pytest.raises(grpc.RpcError) as caught:
+        ts_grpc.InferenceAPIsServiceStub(channel).Predictions(
+            ts_pb.PredictionsRequest(model_name="demo", input=entries), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in (caught.value.details() or "")
+
+
 def grpc_request(*inputs, raw: list[bytes] | None = None, model: str = "demo") -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name=model)
     for name, datatype, shape, fp32 in inputs:
@@ -264,7 +326,7 @@ def test_a_message_that_is_not_protobuf_is_invalid_argument(gw, good_traffic):
 
 
 def test_corpus_size():
-    assert len(HTTP_CASES) + len(BINARY_CASES) + len(GRPC_CASES) >= 60
+    assert len(HTTP_CASES) + len(BINARY_CASES) + len(GRPC_CASES) + len(UPLOAD_CASES) + len(TS_GRPC_CASES) >= 75
 
 
 def test_good_requests_all_succeeded_while_the_corpus_ran(good_traffic):

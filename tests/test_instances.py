@@ -48,3 +48,16 @@ def test_undescribed_predictions_follow_kserves_convention():
 def test_undescribed_predictions_that_are_not_a_tensor_say_what_would_fix_it():
     with pytest.raises(BadPredictorAnswer, match=r"\[\[models.outputs\]\]"):
         instances.conventional_outputs([[1, 2], [3]])
+
+
+def test_instances_for_a_model_that_describes_no_inputs_travel_as_input_0():
+    [ints] = instances.unnamed_instances_to_tensors([[1, 2], [3, 4]])
+    assert (ints.name, ints.datatype, ints.data.tolist()) == ("input-0", "INT64", [[1, 2], [3, 4]])
+    [floats] = instances.unnamed_instances_to_tensors([[0.5, 1]])
+    assert floats.datatype == "FP64"
+    [texts] = instances.unnamed_instances_to_tensors(["a", "b"])
+    assert texts.datatype == "BYTES" and texts.data.tolist() == [b"a", b"b"]
+    with pytest.raises(InvalidInput, match=r"not one tensor .*\[\[models.inputs\]\]"):
+        instances.unnamed_instances_to_tensors([[1, 2], [3]])
+    with pytest.raises(InvalidInput, match="not one tensor"):
+        instances.unnamed_instances_to_tensors([{"a": 1}])

@@ -51,8 +51,11 @@ def test_a_model_that_describes_nothing_is_ready_and_passes_oip_tensors_through(
         assert await model.ready()
         sent = [Tensor("anything", "INT8", np.zeros((2, 5), np.int8))]
         assert model.batch_inputs_from_tensors(sent) == sent
+        # v1 instances travel as KServe's unnamed input, typed by their values.
+        [unnamed] = model.batch_inputs_from_instances([[1, 2]]).tensors
+        assert (unnamed.name, unnamed.datatype, unnamed.data.tolist()) == ("input-0", "INT64", [[1, 2]])
         with pytest.raises(InvalidInput, match=r"describes no inputs.*\[\[models.inputs\]\]"):
-            model.batch_inputs_from_instances([[1, 2]])
+            model.batch_inputs_from_instances([[1, 2], [3]])
         await model.close()
 
     asyncio.run(scenario())

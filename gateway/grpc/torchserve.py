@@ -2,10 +2,12 @@
 ``org.pytorch.serve.grpc.inference.InferenceAPIsService`` with ``Ping`` and ``Predictions``
 (the streaming methods answer UNIMPLEMENTED).
 
-``Predictions`` reads the body from ``input["data"]`` (or ``"body"``), in the forms of
-``wire.codecs.torchserve``, and goes through ``InferenceService.infer_instances``, so
-it batches with every other client of the model. Errors are gRPC status codes, the code
-the gateway error carries (`gateway.grpc.rpc`); the batch id is in the trailing metadata ``batch-id``.
+``Predictions`` reads the ``input`` map as ``wire.codecs.torchserve`` says: the JSON forms
+in ``input["data"]`` (or ``"body"``) go through ``InferenceService.infer_instances``, any
+other map (raw bytes, several entries) is one upload row for
+``InferenceService.infer_upload``; either way it batches with every other client of the
+model. Errors are gRPC status codes, the code the gateway error carries
+(`gateway.grpc.rpc`); the batch id is in the trailing metadata ``batch-id``.
 """
 from __future__ import annotations
 
@@ -17,12 +19,10 @@ from gateway.grpc.rpc import Servicer, add_servicer, client_context, priority, r
 from gateway.service import InferenceService
 from wire.codecs import torchserve
 from wire.codecs.limits import Limits
-from wire.errors import InvalidInput
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 
 TORCHSERVE_SERVICE = ts_pb.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
-BODY_KEYS = ("data", "body")  # the entries TorchServe's handlers read
 
 
 class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
@@ -40,14 +40,17 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
     async def Predictions(self, request: ts_pb.PredictionsRequest,
                           context: grpc.aio.ServicerContext) -> ts_pb.PredictionResponse:
         served = self.service.model(request.model_name, request.model_version)
-        body = next((request.input[key] for key in BODY_KEYS if key in request.input), None)
-        if body is None:
-            raise InvalidInput(f"the request's input map has no 'data' entry (keys: {sorted(request.input)})")
-        instances, single = torchserve.decode_body(body, self.limits)
-        predictions, batch_id = await self.service.infer_instances(
-            served, instances, context.time_remaining(), client_context(context), priority(context))
+        decoded = torchserve.decode_grpc(request.input, self.limits)
+        timeout_s, client, level = context.time_remaining(), client_context(context), priority(context)
+        if decoded.upload is not None:
+            prediction, batch_id = await self.service.infer_upload(served, decoded.upload, timeout_s, client, level)
+            predictions = [prediction]
+        else:
+            assert decoded.instances is not None
+            predictions, batch_id = await self.service.infer_instances(
+                served, decoded.instances, timeout_s, client, level)
         context.set_trailing_metadata((("batch-id", batch_id),))
-        return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(predictions, single))
+        return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(predictions, decoded.single)[0])
 
 
 def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> str:

@@ -1,11 +1,14 @@
-"""TorchServe-style HTTP endpoints for TorchServe users: ``POST /predictions/<m>[/<version>]``
-and ``GET /ping``.
+"""TorchServe's HTTP inference API for TorchServe users: ``PUT`` and ``POST
+/predictions/<m>[/<version>]`` and ``GET /ping``.
 
-Bodies and answers follow ``wire.codecs.torchserve``; the request goes through
-``InferenceService.infer_instances`` (v1 instance semantics), so it batches with every
-other client of the model. The batch id travels in the ``X-Batch-Id`` header (the body
-keeps TorchServe's shape). Errors carry TorchServe's ``code``/``type``/``message`` and the
-gateway's own ``error``, with the status of the gateway error.
+Bodies follow ``wire.codecs.torchserve``: the JSON forms go through
+``InferenceService.infer_instances`` (v1 instance semantics); any other body (a raw file
+of any content type, as ``curl -T`` sends it, or a multipart or url-encoded form, as
+``curl -F`` sends it) is one upload row for ``InferenceService.infer_upload``. Either way
+the request batches with every other client of the model. The batch id travels in the
+``X-Batch-Id`` header (the body keeps TorchServe's shape). Errors carry TorchServe's
+``code``/``type``/``message`` and the gateway's own ``error``, with the status of the
+gateway error.
 """
 from __future__ import annotations
 
@@ -23,12 +26,22 @@ class PredictionsHandler(BodyHandler):
 
     async def post(self, model: str, version: str | None = None) -> None:
         served = self.service.model(model, version or "")  # unknown model or version: 404 whatever the body
-        instances, single = torchserve.decode_body(self.body, self.limits)
-        predictions, batch_id = await self.service.infer_instances(
-            served, instances, self.timeout_s(), self.client_context(), self.priority())
-        self.set_header("Content-Type", "application/json")
+        request = torchserve.decode_http(self.body, self.header("Content-Type"), self.request.query_arguments,
+                                         self.limits)
+        if request.upload is not None:
+            prediction, batch_id = await self.service.infer_upload(
+                served, request.upload, self.timeout_s(), self.client_context(), self.priority())
+            predictions = [prediction]
+        else:
+            assert request.instances is not None
+            predictions, batch_id = await self.service.infer_instances(
+                served, request.instances, self.timeout_s(), self.client_context(), self.priority())
+        body, content_type = torchserve.encode_answer(predictions, request.single)
+        self.set_header("Content-Type", content_type)
         self.set_header(BATCH_ID_HEADER, batch_id)
-        self.finish(torchserve.encode_answer(predictions, single))
+        self.finish(body)
+
+    put = post  # `curl -T file` uploads with PUT; TorchServe takes both
 
     def error_document(self, error: GatewayError) -> dict[str, Any]:
         return {"code": error.http_status, "type": type(error).__name__, "message": error.message,

@@ -4,8 +4,8 @@ KServe's sklearn and xgboost runtimes). No signature is declared in the gateway'
 
 It is ready as soon as KServe is; OIP clients (tritonclient HTTP and gRPC) pass through
 with their own tensor names and still share batches; an OIP client of the v1 predictor
-gets KServe's own convention (`output-0`); and the one conversion nobody can name (v1
-instances for a tensor predictor) is a 400 naming the config key, never a 503."""
+gets KServe's own convention (`output-0`); and v1 instances for the tensor predictor travel
+as its twin, `input-0`."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -67,11 +67,18 @@ def test_an_undescribed_v2_model_is_ready_and_oip_clients_pass_through_in_shared
         assert len(calls) < N, "requests were not merged"
 
 
-def test_v1_instances_for_an_undescribed_tensor_model_are_a_400_naming_the_config_key(kserve_server):
-    with running_gateway(config_for(plain(kserve_server, "http", "v2"))) as gw:
-        status, body = http_json("POST", f"{gw.http_url}/v1/models/plain:predict", {"instances": [[1, 2]]})
-        assert status == 400
-        assert "describes no inputs" in body["error"] and "[[models.inputs]]" in body["error"]
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_v1_instances_for_an_undescribed_tensor_model_travel_as_input_0(kserve_server, protocol):
+    """KServe's and MLServer's name for an unnamed input, the twin of `output-0`: a custom
+    model reading `payload.inputs[0]` gets the instances, typed by their values."""
+    with running_gateway(config_for(plain(kserve_server, protocol, "v2"))) as gw:
+        status, body = http_json("POST", f"{gw.http_url}/v1/models/plain:predict", {"instances": [[1, 2], [3, 4]]})
+        assert (status, body["predictions"]) == (200, [[2, 4], [6, 8]])
+        status, body = http_json("POST", f"{gw.http_url}/v1/models/plain:predict", {"instances": [[0.5], [1.5]]})
+        assert (status, body["predictions"]) == (200, [[1.0], [3.0]])
+        # What is not one tensor is still a 400 naming the config key, never a 503.
+        status, body = http_json("POST", f"{gw.http_url}/v1/models/plain:predict", {"instances": [[1, 2], [3]]})
+        assert status == 400 and "input-0" in body["error"] and "[[models.inputs]]" in body["error"]
 
 
 def test_an_oip_client_of_an_undescribed_v1_model_gets_kserves_output_0(kserve_server):

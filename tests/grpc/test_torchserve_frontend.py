@@ -1,5 +1,6 @@
 """TorchServe's gRPC inference API on the gateway (embedded simulated model):
-`InferenceAPIsService/Ping` and `Predictions` with the body in `input["data"]`, errors as
+`InferenceAPIsService/Ping` and `Predictions` with the body in `input["data"]` (raw bytes
+are an upload: `wire.codecs.torchserve`), errors as
 gRPC status codes, reflection of the service (with google.rpc.Status), and batching with
 OIP gRPC clients of the same model."""
 from __future__ import annotations
@@ -66,8 +67,10 @@ def test_instances_form_and_the_body_key_and_a_version(stub):
 @pytest.mark.parametrize("request_kwargs, code, message", [
     ({"model_name": "nope", "input": {"data": b"[1]"}}, grpc.StatusCode.NOT_FOUND, "not served"),
     ({"model_name": "demo", "model_version": "9", "input": {"data": b"[1]"}}, grpc.StatusCode.NOT_FOUND, "version"),
-    ({"model_name": "demo", "input": {"image": b"[1]"}}, grpc.StatusCode.INVALID_ARGUMENT, "no 'data' entry"),
-    ({"model_name": "demo", "input": {"data": b"\x89PNG"}}, grpc.StatusCode.INVALID_ARGUMENT, "not valid JSON"),
+    # Raw bytes are an upload: to a model without a BYTES input, a 400 naming the config key.
+    ({"model_name": "demo", "input": {"image": b"[1]"}}, grpc.StatusCode.INVALID_ARGUMENT, 'datatype = "BYTES"'),
+    ({"model_name": "demo", "input": {"data": b"\x89PNG"}}, grpc.StatusCode.INVALID_ARGUMENT, "is an upload"),
+    ({"model_name": "demo", "input": {}}, grpc.StatusCode.INVALID_ARGUMENT, "input map is empty"),
     ({"model_name": "demo", "input": {"data": b'{"instances": []}'}}, grpc.StatusCode.INVALID_ARGUMENT, "empty"),
     ({"model_name": "demo", "input": {"data": b'["x"]'}}, grpc.StatusCode.INVALID_ARGUMENT, "datatype FP32"),
 ])

@@ -1,9 +1,11 @@
-"""TorchServe-style HTTP endpoints on the embedded simulated model: `POST /predictions/<m>`
-with each body form TorchServe users send, `GET /ping`, errors in TorchServe's shape with
+"""TorchServe-style HTTP endpoints on the embedded simulated model: `POST` and `PUT
+/predictions/<m>` with each JSON form TorchServe users send, uploads (`curl -T`, `curl -F`)
+refused by a model that has no BYTES input, `GET /ping`, errors in TorchServe's shape with
 the gateway's statuses, and batching with KServe v1 clients of the same model."""
 from __future__ import annotations
 
 import concurrent.futures
+import subprocess
 
 import orjson
 import pytest
@@ -56,7 +58,8 @@ def test_version_path(gw):
 
 @pytest.mark.parametrize("path, body, status, message", [
     ("/predictions/nope", [1, 2], 404, "not served"),
-    ("/predictions/demo", b"not json", 400, "not valid JSON"),
+    # Not JSON: an upload, as TorchServe takes it; this model has no BYTES input to carry it.
+    ("/predictions/demo", b"not json", 400, "is an upload"),
     ("/predictions/demo", {"inputs": [1]}, 400, '{"instances": [...]}'),
     ("/predictions/demo", 7, 400, "must be JSON"),
     ("/predictions/demo", {"instances": []}, 400, "empty"),
@@ -69,6 +72,40 @@ def test_bad_requests_get_torchserve_shaped_errors_with_the_right_status(gw, pat
     got, _, answer = predict(gw, body, path=path)
     assert got == status
     assert answer["code"] == status and message in answer["message"] and answer["error"] == answer["message"]
+
+
+def test_put_is_a_prediction_as_post_is(gw):
+    status, headers, answer = http("PUT", f"{gw.http_url}/predictions/demo", b"[1, 2]")
+    assert (status, orjson.loads(answer)) == (200, [2, 4]) and headers["Content-Type"] == "application/json"
+
+
+@pytest.mark.parametrize("args", [
+    ["-T", "{file}"],                                   # TorchServe's docs: a PUT of the raw bytes
+    ["-X", "POST", "--data-binary", "@{file}", "-H", "Content-Type: image/png"],
+    ["-F", "data=@{file}"],                             # multipart, TorchServe's other documented form
+])
+def test_curl_uploads_to_a_model_without_a_bytes_input_get_a_torchserve_shaped_400(gw, tmp_path, args):
+    image = tmp_path / "kitten.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 64)
+    command = ["curl", "-s", "-w", "\n%{http_code}", *[a.format(file=image) for a in args],
+               f"{gw.http_url}/predictions/demo"]
+    output = subprocess.run(command, capture_output=True, check=True, timeout=30).stdout
+    body, _, status = output.rpartition(b"\n")
+    answer = orjson.loads(body)
+    assert int(status) == 400 and answer["code"] == 400 and answer["type"] == "InvalidInput"
+    assert 'datatype = "BYTES"' in answer["message"] and "upload" in answer["message"]
+    assert predict(gw, [1, 2])[:3:2] == (200, [2, 4])  # and it keeps serving
+
+
+@pytest.mark.parametrize("body, content_type, message", [
+    (b"--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nv\r\n", "multipart/form-data; boundary=b",
+     "no final boundary"),
+    (b"anything", "multipart/form-data", "boundary not found"),
+    (b"", "image/png", "no body"),
+])
+def test_malformed_uploads_are_400(gw, body, content_type, message):
+    status, _, answer = predict(gw, body, headers={"Content-Type": content_type})
+    assert status == 400 and message in answer["message"]
 
 
 def test_get_is_not_a_prediction(gw):

@@ -1,43 +1,160 @@
-"""TorchServe-style bodies, as TorchServe users send them to ``POST /predictions/<m>`` and
-to gRPC ``InferenceAPIsService/Predictions`` (in ``input["data"]``).
+"""TorchServe's inference bodies, as TorchServe's clients send them to
+``PUT``/``POST /predictions/<m>`` and to gRPC ``InferenceAPIsService/Predictions``.
 
-A body is JSON, one of:
+A request is one of two things (`TorchServeRequest`):
 
-* ``{"instances": [i1, i2, ...]}``: several instances, answered ``{"predictions": [p1, p2, ...]}``;
-* ``{"data": i}``: one instance, answered with its prediction alone;
-* a JSON list ``i``: one instance (e.g. ``[1, 2, 3, 4]``), answered with its prediction alone.
+* **JSON instances**, the gateway's JSON forms (KServe v1 semantics, `wire.codecs.v1`):
+  ``{"instances": [i1, ...]}`` (several instances, answered ``{"predictions": [...]}``),
+  ``{"data": i}`` or a JSON list ``i`` (one instance, answered with its prediction alone).
+  A body is read this way when it is declared ``application/json``, or declares nothing
+  (or ``application/x-www-form-urlencoded``, what ``curl -d`` declares) and parses as JSON;
+  over gRPC, when the ``input`` map holds only ``data`` (or ``body``) and it parses as JSON.
+* **An upload** (`wire.upload`), every other body, as TorchServe's own front end takes it:
+  a raw body of any other content type (``curl -T kitten.jpg``, ``image/png``,
+  ``application/octet-stream``, ``text/plain``) is one part ``body``; ``multipart/form-data``
+  (``curl -F data=@kitten.jpg``) and url-encoded forms give one part per field; query
+  parameters are parts too; over gRPC each ``input`` entry is a part. One upload is one row,
+  answered with its prediction alone.
 
-Instances have KServe v1 semantics (``wire.codecs.v1``): they go through
-``InferenceService.infer_instances`` and batch with every other client of the model.
+Multipart and url-encoded forms are parsed by Tornado's own ``httputil`` parser, bounded by
+`MAX_PARTS` and its part-header limit, on a body already bounded by ``max_body_bytes``. A
+malformed form, a missing boundary, an empty body or too many parts is InvalidInput (400).
+
+An answer of one row is TorchServe's: text when the prediction is a string, else JSON.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from tornado.httputil import (
+    HTTPInputError,
+    ParseBodyConfig,
+    ParseMultipartConfig,
+    ParseUrlEncodedConfig,
+    parse_body_arguments,
+)
 
 from wire.codecs.json_data import loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.codecs.v1 import check_instances
 from wire.errors import InvalidInput
+from wire.upload import BODY, JSON_MEDIA_TYPE, Part, Upload
 
 FORMS = '{"instances": [...]}, {"data": <one instance>} or one instance as a JSON list'
+MULTIPART = "multipart/form-data"
+URLENCODED = "application/x-www-form-urlencoded"
+# A row is one request's parameters; TorchServe's handlers read one or two. The bound keeps a
+# body of a million empty fields from becoming a million dict entries.
+MAX_PARTS = 64
+_FORM_LIMITS = ParseBodyConfig(multipart=ParseMultipartConfig(max_parts=MAX_PARTS),
+                               urlencoded=ParseUrlEncodedConfig(max_arguments=MAX_PARTS))
+GRPC_BODY_KEYS = ("data", "body")  # the input entries TorchServe's handlers read
+TEXT_ANSWER = "text/plain; charset=utf-8"
+JSON_ANSWER = "application/json"
 
 
-def decode_body(body: bytes | memoryview, limits: Limits = DEFAULT_LIMITS) -> tuple[list[Any], bool]:
-    """Return (instances, single): `single` when the body was one instance."""
-    document = loads(body)
+@dataclass(slots=True)
+class TorchServeRequest:
+    """JSON `instances` (`single`: the body was one instance), or one `upload` row."""
+    instances: list[Any] | None = None
+    single: bool = True
+    upload: Upload | None = None
+
+
+def media_type(content_type: str | None) -> str:
+    """``Image/PNG; q=1`` -> ``image/png``; "" when none was declared."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def decode_http(body: bytes, content_type: str | None, query: Mapping[str, list[bytes]] | None = None,
+                limits: Limits = DEFAULT_LIMITS) -> TorchServeRequest:
+    """A ``/predictions`` body with its Content-Type header and the URL's query arguments."""
+    media = media_type(content_type)
+    if media == JSON_MEDIA_TYPE:
+        return _json_forms(loads(body), limits)
+    if media in ("", URLENCODED):
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # not JSON: an upload, as TorchServe takes it
+        else:
+            return _json_forms(document, limits)
+    if media in (MULTIPART, URLENCODED):
+        parts = _form_parts(content_type or "", body)
+    else:
+        if not body:
+            raise InvalidInput("the request has no body: send the file (curl -T <file>) or a JSON body")
+        parts = {BODY: Part(body, media)}
+    return TorchServeRequest(upload=_with_query(parts, query or {}))
+
+
+def decode_grpc(entries: Mapping[str, bytes], limits: Limits = DEFAULT_LIMITS) -> TorchServeRequest:
+    """A gRPC ``Predictions`` ``input`` map: JSON forms in ``data`` (or ``body``) alone, else
+    an upload of every entry (gRPC declares no media types: TorchServe hands bytes)."""
+    if not entries:
+        raise InvalidInput("the request's input map is empty: put the body in input['data']")
+    if len(entries) > MAX_PARTS:
+        raise InvalidInput(f"the request's input map has {len(entries)} entries; at most {MAX_PARTS} are accepted")
+    if len(entries) == 1:
+        key, body = next(iter(entries.items()))
+        if key in GRPC_BODY_KEYS:
+            try:
+                document = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                pass
+            else:
+                return _json_forms(document, limits)
+    return TorchServeRequest(upload={key: Part(value) for key, value in entries.items()})
+
+
+def _json_forms(document: Any, limits: Limits) -> TorchServeRequest:
     if isinstance(document, list):
-        return [document], True
+        return TorchServeRequest(instances=[document])
     if isinstance(document, dict):
         if "instances" in document:
-            return check_instances(document["instances"], limits), False
+            return TorchServeRequest(instances=check_instances(document["instances"], limits), single=False)
         if "data" in document:
-            return [document["data"]], True
+            return TorchServeRequest(instances=[document["data"]])
     raise InvalidInput(f"the body must be JSON: {FORMS}")
 
 
-def encode_answer(predictions: list[Any], single: bool) -> bytes:
-    """TorchServe's answer: the one prediction alone, or ``{"predictions": [...]}``."""
-    return orjson.dumps(predictions[0] if single else {"predictions": predictions},
-                        option=orjson.OPT_SERIALIZE_NUMPY)
+def _form_parts(content_type: str, body: bytes) -> Upload:
+    arguments: dict[str, list[bytes]] = {}
+    files: dict[str, list[Any]] = {}
+    try:
+        parse_body_arguments(content_type, body, arguments, files, config=_FORM_LIMITS)
+    except HTTPInputError as exc:
+        raise InvalidInput(f"the {media_type(content_type)} body is malformed: {exc}") from None
+    parts: Upload = {}
+    # A field sent twice keeps its last value, as TorchServe's parameter map does.
+    for name, values in arguments.items():
+        parts[name] = Part(values[-1])
+    for name, uploads in files.items():
+        parts[name] = Part(uploads[-1].body, media_type(uploads[-1].content_type))
+    if not parts:
+        raise InvalidInput(f"the {media_type(content_type)} body has no fields")
+    return parts
+
+
+def _with_query(parts: Upload, query: Mapping[str, list[bytes]]) -> Upload:
+    """Query parameters are parameters too (TorchServe adds them first); a part wins."""
+    if len(parts) + len(query) > MAX_PARTS:
+        raise InvalidInput(f"the request has {len(parts) + len(query)} parameters; at most {MAX_PARTS} are accepted")
+    merged = {name: Part(values[-1]) for name, values in query.items() if values}
+    merged.update(parts)
+    return merged
+
+
+def encode_answer(predictions: list[Any], single: bool) -> tuple[bytes, str]:
+    """TorchServe's answer and its content type: ``{"predictions": [...]}`` for the instances
+    form; one prediction alone otherwise, as text when it is a string (TorchServe sends a
+    handler's string as it is), else as JSON."""
+    if not single:
+        return orjson.dumps({"predictions": predictions}, option=orjson.OPT_SERIALIZE_NUMPY), JSON_ANSWER
+    prediction = predictions[0]
+    if isinstance(prediction, str):
+        return prediction.encode("utf-8"), TEXT_ANSWER
+    return orjson.dumps(prediction, option=orjson.OPT_SERIALIZE_NUMPY), JSON_ANSWER
