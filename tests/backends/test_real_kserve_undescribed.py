@@ -11,11 +11,12 @@ from __future__ import annotations
 import concurrent.futures
 
 import numpy as np
+import orjson
 import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
-from tests.harness import config_for, http_json, running_gateway
+from tests.harness import config_for, http, http_json, running_gateway
 
 N = 24
 
@@ -141,3 +142,28 @@ def test_the_timeout_parameter_becomes_the_deadline(kserve_server):
             "parameters": {"timeout": 50_000},  # 50 ms, Triton's microseconds; the window holds 2 s
             "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [1]}]})
         assert status == 504 and "deadline" in body["error"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_torchserve_uploads_reach_an_undescribed_oip_model_as_bytes_of_input_0_in_shared_batches(kserve_server,
+                                                                                                 protocol):
+    """Each upload is one BYTES element of `input-0` (shape [rows, 1]); `plain` doubles what
+    it gets (numpy repeats bytes), and each client gets its own row back."""
+    with running_gateway(config_for(plain(kserve_server, protocol, "v2"))) as gw:
+        before = [c for c in kserve_server.calls() if c.get("model") == "plain"]
+
+        def one(i: int) -> tuple[int, object]:
+            status, _, body = http("PUT", f"{gw.http_url}/predictions/plain", f"row {i};".encode(),
+                                   headers={"Content-Type": "text/plain"})
+            return status, orjson.loads(body)
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(one, range(N)))
+        assert answers == [(200, [f"row {i};row {i};"]) for i in range(N)]
+        calls = [c for c in kserve_server.calls() if c.get("model") == "plain"][len(before):]
+        assert sum(call["batch_size"] for call in calls) == N
+        assert len(calls) < N, "uploads were not merged"
+        if protocol == "grpc":  # bytes that are not text travel exactly (JSON answers them as KServe v1's b64)
+            status, _, body = http("PUT", f"{gw.http_url}/predictions/plain", b"\x89PNG\xff\x00",
+                                   headers={"Content-Type": "image/png"})
+            assert (status, orjson.loads(body)) == (200, [{"b64": "iVBOR/8AiVBOR/8A"}])
