@@ -109,14 +109,19 @@ SPECS: dict[str, EnvSpec] = {
             # torch's CPU build is the wheel on this disk (``local_wheels``), pinned WITH its
             # local version label: the index has no 2.13.0+cpu, so a missing file fails the
             # build instead of silently pulling the multi-GB CUDA torch. pyyaml and numpy are
-            # needed by torchserve but not declared by its wheel.
+            # needed by torchserve but not declared by its wheel. pillow: the test image model's
+            # handler decodes uploads with it (torchvision, what TorchServe's own image handlers
+            # use, has no wheel for this torch); named here, not left to torchserve's own
+            # dependency, because our handler imports it.
             requirements=("torch==2.13.0+cpu", "torchserve==0.12.0", "torch-model-archiver==0.12.0",
-                          "pyyaml", "numpy"),
+                          "pyyaml", "numpy", "pillow"),
             why="TorchServe 0.12 (Java frontend of the machine's JDK 17) with CPU torch 2.13.0 from the local wheel",
             warmup_imports=(
-                # What the worker (ts/model_service_worker.py) and the test handler load.
+                # What the worker (ts/model_service_worker.py) and the test handlers load.
                 "numpy", "yaml", "torch", "ts.model_service_worker", "ts.torch_handler.base_handler",
                 "ts.model_server", "model_archiver.model_packaging",
+                # The image handler's decoders (Image.open loads the format plugins on first use).
+                "PIL", "PIL.Image", "PIL.PngImagePlugin", "PIL.JpegImagePlugin",
             ),
             local_wheels=True,
         ),

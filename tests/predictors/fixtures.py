@@ -1,6 +1,8 @@
 """Session-scoped pytest fixtures for the REAL predictor servers: ``triton_server``,
-``kserve_server``, ``torchserve_server`` (envelope ``kserve``) and ``torchserve_oip_server``
-(envelope ``kservev2``, OIP gRPC).
+``kserve_server``, ``torchserve_server`` (envelope ``kserve``), ``torchserve_oip_server``
+(envelope ``kservev2``, OIP gRPC), ``torchserve_models_server`` (envelope ``kserve``, the
+computing models ``image`` and ``encoder``, batchSize 1) and ``torchserve_batching_server``
+(no envelope: TorchServe's own API and batching of ``image``, ``image_d50`` and ``encoder``).
 
 Registered from ``tests/conftest.py`` (``pytest_plugins = ["tests.predictors.fixtures"]``).
 Each fixture builds (or reuses) the predictor's cached venv (``tools.predictor_envs``),
@@ -61,6 +63,35 @@ def torchserve_oip_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     the Open Inference Protocol over gRPC (outputs flattened, FP64)."""
     server = TorchServeServer.start(ensure_env("torchserve"), tmp_path_factory.mktemp("torchserve-oip"),
                                     envelope="kservev2")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def torchserve_models_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServeServer]:
+    """A real TorchServe with ``service_envelope=kserve`` serving the computing models ``image``
+    (TinyCNN: ``{"instances": [{"data": "<base64 PNG/JPEG>"}]}`` -> one top-5
+    ``{"class_<k>": p}`` per instance) and ``encoder`` (token ids, e.g. the gateway's padded
+    ``{"input_ids": [...], "length": [n]}`` -> 64 floats per instance), ``batchSize`` 1: one
+    request is one handler call, what the gateway sits in front of."""
+    server = TorchServeServer.start(ensure_env("torchserve"), tmp_path_factory.mktemp("torchserve-models"),
+                                    envelope="kserve", models=("image", "encoder"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def torchserve_batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchServeServer]:
+    """A real TorchServe WITHOUT an envelope (its own ``/predictions/<m>`` API) batching on its
+    own: ``image`` and ``encoder`` with ``batchSize`` 8 and ``maxBatchDelay`` 10 ms, and
+    ``image_d50``, the same image model with ``maxBatchDelay`` 50 ms."""
+    server = TorchServeServer.start(ensure_env("torchserve"), tmp_path_factory.mktemp("torchserve-batching"),
+                                    envelope="none", models=("image", "image:d50", "encoder"),
+                                    batch_size=8, max_batch_delay=10)
     try:
         yield server
     finally:

@@ -14,8 +14,10 @@ its own predictor venv (``tools.predictor_envs``), as a separate process group.
   ``/v2/models/<m>/stats``;
   KServe: ``calls()`` from the model's call log).
 * ``TorchServeServer``: TorchServe 0.12 with one request envelope (``kserve``, or
-  ``kservev2`` with OIP gRPC), ``http_url``, ``management_url``, ``grpc_address`` and
-  ``calls()`` from its handler's call log.
+  ``kservev2`` with OIP gRPC, or ``none``: TorchServe's own API and batching) serving one or
+  more models (``double``, ``image``, ``encoder``: see ``torchserve_server.py``),
+  ``http_url``, ``management_url``, ``grpc_address`` and ``calls()`` from the handlers'
+  call log (one per server; each line names its model).
 
 Servers started here also exit by themselves if the test process dies without stopping
 them: they watch a stdin pipe that only the test process holds (``--exit-on-stdin-eof``).
@@ -515,11 +517,16 @@ _MAX_SOCKET_DIR = 80
 
 @dataclasses.dataclass
 class TorchServeServer:
-    """A running TorchServe 0.12 serving ``double`` (``nn.Linear``, weight 2*I) through one
-    request envelope: ``kserve`` (KServe v1 over HTTP, and TorchServe's own gRPC
-    ``Predictions`` with ``{"instances": [...]}`` in ``input["data"]``) or ``kservev2`` (Open
-    Inference Protocol over HTTP and gRPC; outputs come back flattened and FP64). The
-    envelope is global to a TorchServe server, hence one server per envelope."""
+    """A running TorchServe 0.12 serving ``double`` (``nn.Linear``, weight 2*I) and/or the
+    computing test models ``image`` and ``encoder`` (``torchserve_server.py`` describes their
+    inputs and outputs) through one request envelope: ``kserve`` (KServe v1 over HTTP, and
+    TorchServe's own gRPC ``Predictions`` with ``{"instances": [...]}`` in
+    ``input["data"]``), ``kservev2`` (Open Inference Protocol over HTTP and gRPC; outputs come
+    back flattened and FP64), or ``none`` (TorchServe's own ``/predictions/<m>`` with its own
+    batching). The envelope is global to a TorchServe server, hence one server per envelope.
+
+    ``models`` holds the served names (``image:d50`` is served as ``image_d50``); ``model``
+    is the first of them, the default of ``describe()``."""
 
     inference_port: int
     management_port: int
@@ -530,6 +537,7 @@ class TorchServeServer:
     call_log: pathlib.Path
     process: PredictorProcess
     model: str = MODEL
+    models: tuple[str, ...] = (MODEL,)
 
     @property
     def http_url(self) -> str:
@@ -545,10 +553,18 @@ class TorchServeServer:
 
     @classmethod
     def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, envelope: str = "kserve",
+              models: Sequence[str] = (MODEL,), batch_size: int = 1, max_batch_delay: int = 10,
               ready_timeout: float = 120.0) -> TorchServeServer:
         """Start ``torchserve_server.py`` with the TorchServe venv's ``python`` on free
-        loopback ports; return once the model's worker is READY."""
+        loopback ports; return once every model's worker is READY.
+
+        ``models``: ``--model`` specs, ``KIND[:bN][:dMS]`` with KIND ``double``, ``image`` or
+        ``encoder``; ``batch_size`` / ``max_batch_delay`` (ms): TorchServe's ``batchSize`` /
+        ``maxBatchDelay`` of the image and encoder models (a batch size above 1 needs
+        ``envelope="none"``; the script refuses it otherwise)."""
         workdir = pathlib.Path(workdir).resolve()
+        # The script's naming rule: a spec's options become part of the served name.
+        names = tuple(spec.replace(":", "_") for spec in models)
         ports = [free_port() for _ in range(5)]
         call_log = workdir / "calls.jsonl"
         management_url = f"http://127.0.0.1:{ports[1]}"
@@ -561,15 +577,17 @@ class TorchServeServer:
             cleanup.append(tmpdir)
 
         def ready() -> bool:
-            # /ping says Healthy seconds before the worker can serve: wait for READY.
-            return torchserve_model_ready(management_url, MODEL)
+            # /ping says Healthy seconds before the workers can serve: wait for READY.
+            return all(torchserve_model_ready(management_url, name) for name in names)
 
         process = PredictorProcess(
             "torchserve",
             [python, TORCHSERVE_SCRIPT, "--workdir", workdir, "--tmpdir", tmpdir,
              "--inference-port", ports[0], "--management-port", ports[1], "--metrics-port", ports[2],
              "--grpc-inference-port", ports[3], "--grpc-management-port", ports[4],
-             "--envelope", envelope, "--call-log", call_log, "--exit-on-stdin-eof"],
+             "--envelope", envelope, *(arg for spec in models for arg in ("--model", spec)),
+             "--batch-size", batch_size, "--max-batch-delay", max_batch_delay,
+             "--call-log", call_log, "--exit-on-stdin-eof"],
             workdir,
             ready,
             ready_timeout=ready_timeout,
@@ -577,7 +595,7 @@ class TorchServeServer:
             cleanup=cleanup,
         )
         process.start()
-        return cls(*ports, envelope=envelope, call_log=call_log, process=process)
+        return cls(*ports, envelope=envelope, call_log=call_log, process=process, model=names[0], models=names)
 
     def stop(self) -> int | None:
         """SIGTERM by PID: the script runs ``torchserve --stop`` with the same TMPDIR."""
@@ -587,9 +605,12 @@ class TorchServeServer:
         """``GET <management>/models/<model>`` (workers, batch size, ...)."""
         return http_json(f"{self.management_url}/models/{model or self.model}")
 
-    def calls(self) -> list[dict[str, Any]]:
-        """The handler calls so far, oldest first: ``{"envelope", "batch_size", "pid", "t"}``."""
-        return _read_call_log(self.call_log)
+    def calls(self, model: str | None = None) -> list[dict[str, Any]]:
+        """The handler calls so far (of ``model``, or of all models), oldest first:
+        ``{"model", "envelope", "batch_size", "pid", "t"}`` (the encoder adds ``lengths``, each
+        row's real length)."""
+        calls = _read_call_log(self.call_log)
+        return calls if model is None else [call for call in calls if call.get("model") == model]
 
     def memory(self) -> dict[int, int]:
         """{pid: RSS bytes} of the server's processes (supervisor, launcher, Java, worker)."""

@@ -15,8 +15,9 @@ is one call:
   result per input, and the envelope flattens it and calls it FP64 (plain lists).
 
 Every call appends ONE JSON line to the call log named in the model's config file
-(``handler.call_log`` in model-config.yaml):
-``{"envelope": "kserve"|"kservev2", "batch_size": <rows>, "pid": <worker pid>, "t": <time>}``.
+(``handler.call_log`` in model-config.yaml; the server's other models write there too):
+``{"model": "double", "envelope": "kserve"|"kservev2", "batch_size": <rows>, "pid": <worker pid>,
+"t": <time>}``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ import torch
 
 _model: torch.nn.Module | None = None
 _call_log: str | None = None
+_name = "double"
 
 
 def _initialize(context: Any) -> None:
-    global _model, _call_log
+    global _model, _call_log, _name
     torch.set_num_threads(1)  # a 2-core machine shared with the gateway and the tests
     model_dir = context.system_properties["model_dir"]
     serialized = context.manifest["model"]["serializedFile"]
@@ -42,13 +44,14 @@ def _initialize(context: Any) -> None:
     model.eval()
     _model = model
     _call_log = (context.model_yaml_config or {}).get("handler", {}).get("call_log")
+    _name = context.manifest["model"]["modelName"]
 
 
 def _record(envelope: str, rows: int) -> None:
     if _call_log:
         # Open/append/close per call so a test can read the log while the server runs.
         with open(_call_log, "a") as log:
-            entry = {"envelope": envelope, "batch_size": rows, "pid": os.getpid(), "t": time.time()}
+            entry = {"model": _name, "envelope": envelope, "batch_size": rows, "pid": os.getpid(), "t": time.time()}
             log.write(json.dumps(entry) + "\n")
 
 
