@@ -19,6 +19,7 @@ from wire.errors import (
     BadPredictorAnswer,
     DeadlineExceeded,
     GatewayError,
+    HandlerFailed,
     InvalidInput,
     PredictorFailed,
     PredictorRejected,
@@ -39,6 +40,20 @@ def from_http_status(model: str, status: int, body: bytes) -> GatewayError:
     if 400 <= status < 500:
         return PredictorRejected(f"model '{model}': the predictor rejected the batch ({status}: {detail})")
     return PredictorFailed(f"model '{model}': the predictor failed ({status}: {detail})")
+
+
+def from_torchserve_status(model: str, status: int, body: bytes) -> GatewayError:
+    """TorchServe's HTTP answers: an exception in the model's handler is a 503 (or 500)
+    ``{"type": "InternalServerException", "message": "Prediction failed"}``, not an
+    unavailable server: HandlerFailed, so one bad row does not fail its batch."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        document = None
+    if status in (500, 503) and isinstance(document, dict) and document.get("type") == "InternalServerException" \
+            and "Prediction failed" in str(document.get("message")):
+        return HandlerFailed(f"model '{model}': the predictor's handler failed ({status}: {_detail(body)})")
+    return from_http_status(model, status, body)
 
 
 def from_grpc_error(model: str, error: grpc.aio.AioRpcError) -> GatewayError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -179,9 +179,11 @@ class HttpPredictor:
     """A pool of keep-alive connections to one predictor base URL: at most `pool_size`
     requests at once (more wait for a free connection), idle connections reused newest first."""
 
-    def __init__(self, base_url: str, model: str, pool_size: int = 64, ca_file: str = "") -> None:
+    def __init__(self, base_url: str, model: str, pool_size: int = 64, ca_file: str = "",
+                 translate_status: Callable[[str, int, bytes], GatewayError] = errors.from_http_status) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self._translate_status = translate_status  # a predictor's own error conventions (TorchServe's)
         url = urllib.parse.urlsplit(self.base_url)
         self._tls = url.scheme == "https"
         self._host = url.hostname or "127.0.0.1"
@@ -273,7 +275,7 @@ class HttpPredictor:
         The batch's request ids and trace context go along (wire.tracing)."""
         status, response_headers, payload = await self.request("POST", path, body, {**headers, **predictor_headers()})
         if status != 200:
-            raise errors.from_http_status(self.model, status, payload)
+            raise self._translate_status(self.model, status, payload)
         return response_headers, payload
 
     async def probe(self, path: str) -> tuple[int, bytes]:

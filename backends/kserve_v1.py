@@ -6,20 +6,24 @@ client only; it knows nothing of the gateway.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import orjson
 
 from backends import errors
 from backends.base import Backend, BatchForm
 from backends.http import HttpPredictor
 from wire.codecs import v1
+from wire.errors import GatewayError
 from wire.tensors import Tensor
 
 
 class KServeV1Backend(Backend):
     batch_form = BatchForm.INSTANCES
 
-    def __init__(self, base_url: str, model: str, ca_file: str = "", ready_path: str = "") -> None:
-        self.http = HttpPredictor(base_url, model, ca_file=ca_file)
+    def __init__(self, base_url: str, model: str, ca_file: str = "", ready_path: str = "",
+                 translate_status: Callable[[str, int, bytes], GatewayError] = errors.from_http_status) -> None:
+        self.http = HttpPredictor(base_url, model, ca_file=ca_file, translate_status=translate_status)
         self.model = model
         self._predict_path = f"/v1/models/{model}:predict"
         # TorchServe answers 404 here: it passes "/ping" ({"status": "Healthy"}, 500 if not).

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import assert_never
 
+from backends import errors
 from backends.base import Backend
 from backends.kserve_v1 import KServeV1Backend
 from backends.oip_grpc import TORCHSERVE_OIP_SERVICE, OipGrpcBackend
@@ -40,7 +41,8 @@ def _create_one(settings: PredictorSettings) -> Backend:
             return KServeV1Backend(url, model, ca_file=ca_file)
         case PredictorProtocol.TORCHSERVE_KSERVE_HTTP:
             # TorchServe's inference port has no per-model readiness, only /ping.
-            return KServeV1Backend(url, model, ca_file=ca_file, ready_path="/ping")
+            return KServeV1Backend(url, model, ca_file=ca_file, ready_path="/ping",
+                                   translate_status=errors.from_torchserve_status)
         case PredictorProtocol.TORCHSERVE_PREDICTIONS_GRPC:
             return TorchServeGrpcBackend(url, model, tls=settings.tls, ca_file=ca_file)
         case PredictorProtocol.TORCHSERVE_OIP_GRPC:

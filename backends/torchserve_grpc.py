@@ -22,7 +22,7 @@ from backends import errors
 from backends.base import Backend, BatchForm
 from backends.grpc import GrpcPredictor
 from wire.codecs import v1
-from wire.errors import GatewayError, PredictorFailed, Unavailable
+from wire.errors import GatewayError, HandlerFailed, Unavailable
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 from wire.tensors import Tensor
@@ -77,5 +77,5 @@ def from_torchserve_error(model: str, error: grpc.aio.AioRpcError) -> GatewayErr
     if "ModelNotFoundException" in details or "ModelVersionNotFoundException" in details:
         return Unavailable(f"model '{model}': the predictor does not serve it ({first_line})")
     if "InternalServerException" in details and "Prediction failed" in details:
-        return PredictorFailed(f"model '{model}': the predictor failed ({first_line})")
+        return HandlerFailed(f"model '{model}': the predictor's handler failed ({first_line})")
     return errors.from_grpc_error(model, error)

@@ -91,3 +91,9 @@ class PredictorFailed(GatewayError):
     """The predictor reported an internal error (5xx / INTERNAL) for the batch."""
     http_status = 502
     grpc_code = grpc.StatusCode.INTERNAL
+
+
+class HandlerFailed(PredictorFailed):
+    """The predictor's model code raised on the batch, which one row may have caused
+    (TorchServe answers any exception in a handler so, an undecodable upload among them):
+    the batch is bisected as a rejected one is, and a request alone gets a predictor failure."""

@@ -13,8 +13,10 @@ Semantics
 * An answer with the wrong number of rows is BadPredictorAnswer; any other unexpected
   exception is logged and answered as an internal error: no request is ever lost.
 * One request never fails the others in its batch: if the predictor rejects a merged
-  batch as bad input (PredictorRejected), the batch is bisected, in the same slot, until
-  the requests it rejects are alone; only they get the error.
+  batch as bad input (PredictorRejected), or its model code raises on it (HandlerFailed:
+  TorchServe's answer to any exception in a handler, an undecodable upload among them),
+  the batch is bisected, in the same slot, until the requests it fails are alone; only
+  they get the error.
 
 This module must not know queues, policies or slots; nor HTTP, gRPC or predictor
 protocols. It answers no request itself: it returns each group's outcome.
@@ -30,7 +32,7 @@ from gateway.batching.config import PaddingConfig
 from gateway.batching.merge import concatenate
 from gateway.batching.request import Part
 from gateway.batching.stats import Durations, ModelStats
-from wire.errors import BadPredictorAnswer, DeadlineExceeded, GatewayError, PredictorRejected
+from wire.errors import BadPredictorAnswer, DeadlineExceeded, GatewayError, HandlerFailed, PredictorRejected
 from wire.tensors import Tensor
 from wire.tracing import BatchContext, current_batch
 
@@ -50,7 +52,7 @@ async def execute(executor: Executor, parts: list[Part], batch_id: str, model: s
     if not live:
         return []
     outcome = await call(executor, live, batch_id, model, stats, padding)
-    if isinstance(outcome, PredictorRejected) and len({id(p.request) for p in live}) > 1:
+    if isinstance(outcome, (PredictorRejected, HandlerFailed)) and len({id(p.request) for p in live}) > 1:
         stats.isolations += 1
         middle = len(live) // 2
         return (await execute(executor, live[:middle], batch_id, model, stats, padding)

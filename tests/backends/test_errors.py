@@ -6,7 +6,7 @@ import pytest
 
 from backends import errors
 from wire.codecs import v1
-from wire.errors import BadPredictorAnswer, InvalidInput, Unavailable
+from wire.errors import BadPredictorAnswer, HandlerFailed, InvalidInput, PredictorFailed, Unavailable
 
 
 def test_a_malformed_answer_is_unusable_not_the_client_s_fault():
@@ -35,3 +35,13 @@ def test_other_errors_pass_through():
         raise Unavailable("gone")
     with errors.reading_answer("m"):
         assert v1.decode_predictions(b"[[2]]", 1, bare_list=True) == [[2]]
+
+
+def test_torchserves_handler_exception_is_a_handler_failure_not_an_unavailable_server():
+    body = b'{"code": 503, "type": "InternalServerException", "message": "Prediction failed"}'
+    error = errors.from_torchserve_status("image", 503, body)
+    assert isinstance(error, HandlerFailed) and error.http_status == 502 and "handler failed" in error.message
+    # Anything else is read as any predictor's status.
+    busy = b'{"code": 503, "type": "ServiceUnavailableException", "message": "Model \\"image\\" has no worker"}'
+    assert type(errors.from_torchserve_status("image", 503, busy)) is Unavailable
+    assert type(errors.from_torchserve_status("image", 500, b"oops")) is PredictorFailed

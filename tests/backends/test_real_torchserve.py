@@ -110,7 +110,7 @@ def test_a_batch_torchserve_fails_is_an_error_never_a_200(torchserve_server):
     with running_gateway(config_for(model)) as gw:
         status, body = http_json("POST", f"{gw.http_url}/v1/models/double:predict", {"instances": ["not a number"]})
         assert status == 502
-        assert "the predictor failed" in body["error"]
+        assert "the predictor's handler failed" in body["error"]
         status, body = http_json("POST", f"{gw.http_url}/v1/models/double:predict", {"instances": [[1, 2, 3, 4]]})
         assert (status, body["predictions"]) == (200, [[2.0, 4.0, 6.0, 8.0]])
 

@@ -10,7 +10,7 @@ import pytest
 from gateway.batching.config import BatchingConfig
 from gateway.batching.scheduler import BatchScheduler
 from tests.batching.support import RecordingExecutor, rows, scheduler_with
-from wire.errors import BadPredictorAnswer, DeadlineExceeded, ModelNotFound, PredictorRejected
+from wire.errors import BadPredictorAnswer, DeadlineExceeded, HandlerFailed, ModelNotFound, PredictorRejected
 from wire.tensors import Tensor
 
 
@@ -47,14 +47,17 @@ async def test_executor_errors_reach_every_member_and_wrong_row_counts_are_caugh
         await scheduler.submit("absent", rows(0, 1))
 
 
-async def test_a_request_the_predictor_rejects_does_not_fail_the_others_in_its_batch():
+@pytest.mark.parametrize("failure", [PredictorRejected, HandlerFailed])
+async def test_a_request_the_predictor_rejects_does_not_fail_the_others_in_its_batch(failure):
+    """A rejection (400 / INVALID_ARGUMENT) and a handler's exception (TorchServe's 503
+    "Prediction failed") are both bisected: either may be one row's fault."""
     calls: list[int] = []
 
     async def rejects_negative_rows(inputs):
         calls.append(len(inputs[0].data))
         await asyncio.sleep(0.01)
         if (inputs[0].data < 0).any():
-            raise PredictorRejected("negative values are not allowed")
+            raise failure("negative values are not allowed")
         return [Tensor("OUTPUT0", "FP32", inputs[0].data * 2)]
 
     scheduler = BatchScheduler(asyncio.get_running_loop())
@@ -65,7 +68,7 @@ async def test_a_request_the_predictor_rejects_does_not_fail_the_others_in_its_b
     requests[5] = [Tensor("INPUT0", "FP32", -np.ones((1, 2), np.float32))]
     outcomes = await asyncio.gather(*(scheduler.submit("m", r) for r in requests), return_exceptions=True)
     await blocker
-    assert isinstance(outcomes[5], PredictorRejected)
+    assert isinstance(outcomes[5], failure)
     for i, outcome in enumerate(outcomes):
         if i != 5:
             np.testing.assert_array_equal(outcome.outputs[0].data, requests[i][0].data * 2)
