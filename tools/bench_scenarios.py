@@ -1139,6 +1139,12 @@ def triton(ctx: Context) -> dict[str, Any]:
     return triton_scenario(ctx)
 
 
+def torchserve(ctx: Context) -> dict[str, Any]:
+    from tools.bench_torchserve import torchserve_scenario  # its own module, as triton's
+
+    return torchserve_scenario(ctx)
+
+
 SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "kserve-docs": (kserve_docs, "5 clients, window vs adaptive vs direct (KServe's documented example)"),
     "saturation": (saturation, "128 clients on a 20 ms + 0.25 ms/instance predictor; HTTP and gRPC; inflight 1/2"),
@@ -1150,5 +1156,6 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "perf-analyzer": (perf_analyzer_scenario, "Triton's perf_analyzer as the load: HTTP, gRPC, streaming at 1 and 16"),
     "variable-length": (variable_length, "log-normal lengths 8..512: padding off vs pad to longest vs buckets"),
     "inflight": (inflight, 'max_inflight 1 vs 2 vs "auto" in front of predictors that want different values'),
+    "torchserve": (torchserve, "TorchServe's own batching vs the gateway in front of it: a CNN on PNG uploads, an encoder"),
     "triton": (triton, "the real Triton's dynamic batcher vs the gateway in front of it: 1, 5, 128 clients; added latency"),
 }

@@ -200,6 +200,23 @@ class ServerProcess:
             fields = stat.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime in ticks
 
+    def group_cpu_seconds(self) -> float:
+        """The CPU time of the server's whole process group so far (a server that starts
+        others, e.g. TorchServe's Java front end and its Python workers, is all of them);
+        processes that already exited are not counted."""
+        total = 0.0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # it exited meanwhile
+            if int(fields[2]) == self.pid:  # its process group: the server runs in its own session
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
     def _running(self) -> subprocess.Popen[str]:
         if self.popen is None:
             raise RuntimeError(f"{self.name} was never started")

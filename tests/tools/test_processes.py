@@ -3,6 +3,7 @@ exit code, and stopping twice is harmless."""
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -43,3 +44,27 @@ def test_a_server_that_ignores_sigterm_is_killed():
                 "print('READY http=1', flush=True); time.sleep(60)")
     server = ServerProcess([sys.executable, "-c", stubborn], stop_timeout=0.5).start()
     assert server.stop() == -9
+
+
+# Starts a child in its own process group (as TorchServe's launcher starts Java and workers),
+# both burning CPU, then says READY.
+BUSY_FAMILY = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+signal.signal(signal.SIGTERM, lambda *_: (child.kill(), sys.exit(0)))
+print("READY", flush=True)
+end = time.monotonic() + 30
+while time.monotonic() < end:
+    pass
+"""
+
+
+def test_group_cpu_counts_the_server_and_what_it_started(tmp_path):
+    server = ServerProcess([sys.executable, "-c", BUSY_FAMILY], log_path=tmp_path / "busy.log").start()
+    try:
+        time.sleep(0.5)
+        own, group = server.cpu_seconds(), server.group_cpu_seconds()
+        assert group > own > 0  # the child's CPU is the group's too
+    finally:
+        server.stop()
