@@ -16,15 +16,21 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import json
+import os
 import pathlib
+import re
+import subprocess
+import sys
 
 import grpc
 import orjson
 import pytest
 
 from tests.harness import config_for, http_json, running_gateway
+from tests.processes import ROOT
 from tests.predictors import images
 from tests.predictors.torchserve_clients import (
+    CURL_ENV,
     JSON,
     assert_close,
     assert_same_top5,
@@ -170,3 +176,33 @@ def test_the_encoder_padded_by_the_gateway_answers_as_torchserves_own_batching(g
         {"name": "input_ids", "datatype": "INT64", "shape": [1, len(ROWS[2])], "data": ROWS[2]}]})
     assert status == 200 and body["outputs"][0]["shape"] == [1, 64]
     assert_close(body["outputs"][0]["data"], own[2])
+
+
+def readme_commands() -> list[str]:
+    """The shell block of the README's "Coming from TorchServe", one command per line."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Coming from TorchServe"):]
+    block = section[section.index("```sh") + 5:section.index("```", section.index("```sh") + 5)]
+    commands = re.sub(r"\\\n\s*", " ", block).splitlines()
+    return [c.strip() for c in commands if c.strip() and not c.strip().startswith("#")]
+
+
+def test_the_readme_commands_for_torchserve_users_work_as_written(gw, torchserve_batching_server, pictures):
+    commands = readme_commands()
+    assert {c.split()[0] for c in commands} == {"curl", "grpcurl"} and len(commands) >= 6
+    (pictures / "kitten.jpg").write_bytes(images.jpeg(2, size=(320, 240)))
+    expected = ok(curl(f"{torchserve_batching_server.http_url}/predictions/image", "-T", "kitten.jpg", cwd=pictures))
+    env = {**CURL_ENV, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for command in commands:
+        runnable = command.replace("localhost:8080", gw.http_url.removeprefix("http://")).replace(
+            "localhost:8081", gw.grpc_address)
+        result = subprocess.run(["bash", "-c", runnable], capture_output=True, cwd=pictures, env=env, timeout=60)
+        assert result.returncode == 0, (command, result.stderr)
+        answer = orjson.loads(result.stdout)
+        if "encoder" in command:
+            assert len(answer) == 64, (command, answer)
+            continue
+        if command.startswith("grpcurl"):
+            answer = orjson.loads(base64.b64decode(answer["prediction"]))
+        prediction = answer["predictions"][0] if "predictions" in answer else answer
+        assert_same_top5(prediction, expected)
