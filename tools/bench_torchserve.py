@@ -225,7 +225,7 @@ def _report(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
                  f"encoder: a 2-layer TransformerEncoder (d_model 64), {ENCODER_CLIENTS} closed-loop clients, "
                  f"log-normal lengths (median 48, 8..512), JSON token ids. TorchServe's batching: batch_size "
                  f"{MAX_BATCH}, max_batch_delay {DELAY_MS} ms (and 50 ms); the gateway: max_batch_size {MAX_BATCH}, "
-                 f"adaptive, in front of TorchServe's kserve envelope with batchSize 1; the encoder padded by the "
+                 f"adaptive, max_inflight {INFLIGHT}, in front of TorchServe's kserve envelope with batchSize 1; the encoder padded by the "
                  f"gateway to buckets {ENCODER_BUCKETS}. CPU is the whole path's (gateway + TorchServe's Java front "
                  f"end and Python workers) per answered request. Medians of {ctx.repeat} run(s).",
         "tables": [{"title": "image classifier (hey, PUT of a PNG)", "rows": image, "columns": columns},

@@ -207,3 +207,21 @@ def test_the_server_script_refuses_what_torchserve_would_serve_wrongly(
                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert not (tmp_path / "store").exists()  # refused before building anything
+
+
+def test_its_own_batching_fails_every_upload_of_a_batch_that_holds_one_bad_one(
+        torchserve_batching_server: TorchServeServer, tmp_path: pathlib.Path) -> None:
+    """What the gateway's bisection spares a TorchServe user (README, Coming from TorchServe):
+    TorchServe answers a handler's exception for the whole call, good uploads included."""
+    (tmp_path / "notes.txt").write_text("not a picture\n")
+    (tmp_path / "kitten.png").write_bytes(images.png(5))
+    url = f"{torchserve_batching_server.http_url}/predictions/image_d50"  # 50 ms: eight curls share a call
+    names = ["kitten.png"] * 3 + ["notes.txt"] + ["kitten.png"] * 4
+    for _ in range(3):
+        statuses = [status for status, _ in curl_at_once([(url, "-T", name) for name in names], tmp_path)]
+        assert statuses[3] != 200
+        if statuses.count(200) < len(names) - 1:
+            break
+    else:
+        pytest.fail(f"the bad upload never shared a call with good ones: {statuses}")
+    assert set(statuses) <= {200, 500, 503}

@@ -247,7 +247,7 @@ def archive(build: pathlib.Path, store: pathlib.Path, models: list[ServedModel],
     # torch is imported in a short-lived child: this process stays small (~15 MB, not ~240)
     # while it supervises TorchServe.
     subprocess.run([sys.executable, __file__, "--build-model", build, *kinds], check=True, env=env,
-                   stdin=subprocess.DEVNULL)
+                   stdin=subprocess.DEVNULL, stdout=sys.stderr)
     archiver = pathlib.Path(sys.executable).parent / "torch-model-archiver"
     running = []
     for model in models:
@@ -270,7 +270,7 @@ def archive(build: pathlib.Path, store: pathlib.Path, models: list[ServedModel],
         if extra:
             cmd += ["--extra-files", ",".join(map(str, extra))]
         # The archivers run at once: each is a Python start and a small zip.
-        running.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
+        running.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr))
     failed = [proc.args for proc in running if proc.wait() != 0]
     if failed:
         raise RuntimeError(f"torch-model-archiver failed: {failed}")
@@ -349,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         [torchserve, "--start", "--ncs", "--foreground", "--ts-config", config, "--model-store", store,
          "--disable-token-auth", "--enable-model-api"],
         cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+        stdout=sys.stderr,  # stdout is the READY line's alone
     )
     threading.Thread(target=announce_when_ready, args=(args, models, stop), daemon=True).start()
     try:
@@ -362,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             # The pid file in this TMPDIR names the Java frontend; --foreground waits for it.
             with contextlib.suppress(subprocess.TimeoutExpired):
                 subprocess.run([torchserve, "--stop", "--foreground"], cwd=workdir, env=env,
-                               stdin=subprocess.DEVNULL, timeout=STOP_TIMEOUT_S, check=False)
+                               stdin=subprocess.DEVNULL, stdout=sys.stderr, timeout=STOP_TIMEOUT_S, check=False)
         try:
             launcher.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
