@@ -27,7 +27,6 @@ import orjson
 import pytest
 
 from tests.harness import config_for, http_json, running_gateway
-from tests.processes import ROOT
 from tests.predictors import images
 from tests.predictors.torchserve_clients import (
     CURL_ENV,
@@ -39,6 +38,7 @@ from tests.predictors.torchserve_clients import (
     curl_at_once,
     ok,
 )
+from tests.processes import ROOT
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 
