@@ -4,7 +4,6 @@ ghz is not packaged for this machine, so its command is the one not run here."""
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -12,16 +11,13 @@ from pathlib import Path
 
 import orjson
 
-from tests.processes import ROOT, python_module
+from tests.processes import python_module
+from tests.readme import commands_after
 from tools.client_tools import perf_analyzer
 
 
 def quick_start_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("Then, against the running gateway"):]
-    block = section[section.index("```sh") + 5:section.index("```", section.index("```sh") + 5)]
-    commands = re.sub(r"\\\n\s*", " ", block).splitlines()
-    return [c.strip() for c in commands if c.strip() and not c.strip().startswith("#")]
+    return commands_after("Then, against the running gateway")
 
 
 def test_quick_start_commands_work_as_written(tmp_path):

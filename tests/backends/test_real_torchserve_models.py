@@ -18,7 +18,6 @@ import concurrent.futures
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 
@@ -38,7 +37,7 @@ from tests.predictors.torchserve_clients import (
     curl_at_once,
     ok,
 )
-from tests.processes import ROOT
+from tests.readme import commands_after
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 
@@ -178,17 +177,8 @@ def test_the_encoder_padded_by_the_gateway_answers_as_torchserves_own_batching(g
     assert_close(body["outputs"][0]["data"], own[2])
 
 
-def readme_commands() -> list[str]:
-    """The shell block of the README's "Coming from TorchServe", one command per line."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Coming from TorchServe"):]
-    block = section[section.index("```sh") + 5:section.index("```", section.index("```sh") + 5)]
-    commands = re.sub(r"\\\n\s*", " ", block).splitlines()
-    return [c.strip() for c in commands if c.strip() and not c.strip().startswith("#")]
-
-
 def test_the_readme_commands_for_torchserve_users_work_as_written(gw, torchserve_batching_server, pictures):
-    commands = readme_commands()
+    commands = commands_after("## Coming from TorchServe")
     assert {c.split()[0] for c in commands} == {"curl", "grpcurl"} and len(commands) >= 6
     (pictures / "kitten.jpg").write_bytes(images.jpeg(2, size=(320, 240)))
     expected = ok(curl(f"{torchserve_batching_server.http_url}/predictions/image", "-T", "kitten.jpg", cwd=pictures))
