@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import orjson
-
 from backends import errors
 from backends.base import Backend, BatchForm
 from backends.http import HttpPredictor
 from wire.codecs import v1
 from wire.errors import GatewayError
-from wire.tensors import Tensor
+from wire.tensors import Tensor, rows_tensor
 
 
 class KServeV1Backend(Backend):
@@ -31,11 +29,10 @@ class KServeV1Backend(Backend):
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         rows = inputs[0].data
-        body = orjson.dumps({"instances": rows.tolist()}, option=orjson.OPT_SERIALIZE_NUMPY)
-        _, payload = await self.http.post(self._predict_path, body, {"Content-Type": "application/json"})
+        _, payload = await self.http.post(self._predict_path, v1.encode_request(rows), {"Content-Type": "application/json"})
         with errors.reading_answer(self.model):
             predictions = v1.decode_predictions(payload, len(rows))
-        return [v1.rows_tensor(predictions)]
+        return [rows_tensor(predictions)]
 
     async def ready(self) -> bool:
         document = await self.http.probe_json(self._ready_path)  # None: not 200, or not JSON

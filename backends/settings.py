@@ -10,10 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from backends.simulated.model import Cost
 from wire.tensors import ModelSignature
-
-__all__ = ["Cost", "PredictorProtocol", "PredictorSettings"]
 
 
 class PredictorProtocol(enum.Enum):
@@ -40,6 +37,15 @@ class PredictorProtocol(enum.Enum):
 
 _OVER_GRPC = frozenset({PredictorProtocol.OIP_GRPC, PredictorProtocol.TORCHSERVE_PREDICTIONS_GRPC,
                         PredictorProtocol.TORCHSERVE_OIP_GRPC})
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What one call of the simulated model costs."""
+    call_ms: float = 5.0
+    per_instance_ms: float = 0.0
+    slots: int = 1
+    per_element_us: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from wire.codecs import v1
 from wire.errors import GatewayError, HandlerFailed, Unavailable
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
-from wire.tensors import Tensor
+from wire.tensors import Tensor, rows_tensor
 
 
 class TorchServeGrpcBackend(Backend):
@@ -41,10 +41,9 @@ class TorchServeGrpcBackend(Backend):
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         rows = inputs[0].data
-        body = orjson.dumps({"instances": rows.tolist()}, option=orjson.OPT_SERIALIZE_NUMPY)
-        request = ts_pb.PredictionsRequest(model_name=self.model, input={"data": body})
+        request = ts_pb.PredictionsRequest(model_name=self.model, input={"data": v1.encode_request(rows)})
         response = await self.grpc.call("Predictions", request)
-        return [v1.rows_tensor(decode_predictions(self.model, response.prediction, len(rows)))]
+        return [rows_tensor(decode_predictions(self.model, response.prediction, len(rows)))]
 
     async def ready(self) -> bool:
         # TorchServe's Ping is the only probe on its inference port. It says Healthy a few

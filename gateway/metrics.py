@@ -10,19 +10,27 @@ can live in one process (tests do).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from gateway.batching.scheduler import BatchScheduler
 
-if TYPE_CHECKING:
-    from gateway.rest.connections import ConnectionStats
-
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The status counted (nginx's convention) for a request whose client went away before its answer.
 CLIENT_CLOSED_REQUEST = 499
+
+
+@dataclass(slots=True)
+class ConnectionStats:
+    """What the HTTP front end's connection layer refused or closed since start
+    (`gateway.rest.connections` counts; /metrics exports)."""
+    open: int = 0
+    refused_over_capacity: int = 0
+    accept_failures: int = 0
+    timed_out: int = 0             # closed by the header, idle or body timeout
+    bad_heads: int = 0             # answered 414 or 431
 
 
 class Metrics:

@@ -61,9 +61,8 @@ from gateway.instances import (
     unnamed_instances_to_tensors,
 )
 from gateway.uploads import upload_to_instance, upload_to_tensors
-from wire.codecs.v1 import rows_tensor
 from wire.errors import InvalidInput, ModelNotFound
-from wire.tensors import ModelSignature, Tensor, TensorSpec, shape_fits
+from wire.tensors import ModelSignature, Tensor, TensorSpec, rows_tensor, shape_fits
 from wire.upload import Upload
 
 log = logging.getLogger(__name__)

@@ -70,6 +70,17 @@ class Tensor:
         return list(self.data.shape)
 
 
+INSTANCES_TENSOR = "instances"  # the name of the one JSON tensor that carries opaque instances
+
+
+def rows_tensor(rows: list[Any]) -> Tensor:
+    """Opaque rows (KServe v1 instances, predictions) as one JSON tensor, one value per row."""
+    data = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):
+        data[i] = row
+    return Tensor(INSTANCES_TENSOR, JSON, data)
+
+
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
     """A tensor as a model declares it; -1 marks a variable dimension (batch first)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from backends.settings import Cost
 from wire.errors import InvalidInput
 from wire.tensors import ModelSignature, Tensor, TensorSpec
 
@@ -21,15 +22,6 @@ SIGNATURE = ModelSignature(
     inputs=(TensorSpec("INPUT0", "FP32", (-1, -1)),),
     outputs=(TensorSpec("OUTPUT0", "FP32", (-1, -1)),),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Cost:
-    """What one call of the simulated model costs."""
-    call_ms: float = 5.0
-    per_instance_ms: float = 0.0
-    slots: int = 1
-    per_element_us: float = 0.0
 
 
 @dataclass(slots=True)
@@ -51,9 +43,9 @@ class CallLog:
 class SimulatedModel:
     signature = SIGNATURE
 
-    def __init__(self, name: str = "demo", cost: Cost = Cost()) -> None:
+    def __init__(self, name: str = "demo", cost: Cost | None = None) -> None:
         self.name = name
-        self.cost = cost
+        self.cost = cost or Cost()
         self.log = CallLog()
         self._slots: asyncio.Semaphore | None = None
 

@@ -16,7 +16,7 @@ Tornado's HTTPServer, with the guards a production proxy puts in front of an app
   RFC 9112 says servers must accept) is served as its path.
 
 It must not know handlers, models or the service: it hands each request to the Tornado
-application it wraps. Every refusal here is counted in `ConnectionStats` and logged through
+application it wraps. Every refusal here is counted in `gateway.metrics.ConnectionStats` and logged through
 the ordinary loggers, whose repeats `gateway.logs` rate-limits.
 """
 from __future__ import annotations
@@ -36,6 +36,8 @@ import tornado.httputil
 import tornado.ioloop
 import tornado.iostream
 import tornado.web
+
+from gateway.metrics import ConnectionStats
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +63,6 @@ class ConnectionLimits:
     body_timeout_s: float
     idle_timeout_s: float
     max_connections: int
-
-
-@dataclass(slots=True)
-class ConnectionStats:
-    """What the connection layer refused or closed since start; read by /metrics."""
-    open: int = 0
-    refused_over_capacity: int = 0
-    accept_failures: int = 0
-    timed_out: int = 0             # closed by the header, idle or body timeout
-    bad_heads: int = 0             # answered 414 or 431
 
 
 @dataclass(slots=True)

@@ -41,7 +41,8 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from backends.simulated.model import CallLog, Cost, SimulatedModel
+from backends.settings import Cost
+from backends.simulated.model import CallLog, SimulatedModel
 from wire.codecs import json_data, oip_grpc, oip_json, v1
 from wire.codecs.limits import DEFAULT_LIMITS
 from wire.errors import (

@@ -1,10 +1,12 @@
 """KServe v1 bodies: `{"instances": [...]}` requests and `{"predictions": [...]}` answers.
 
 A v1 request is `{"instances": [...]}`, one instance per row; the answer is
-`{"predictions": [...], "batchId": "..."}`, one prediction per instance, in order. Instances
-travel through the gateway as opaque JSON values, one per row of a JSON tensor
-(`rows_tensor`). Turning them into typed tensors, or back, depends on a model's signature:
-that is the gateway's business (`gateway.instances`), not this codec's.
+`{"predictions": [...], "batchId": "..."}`, one prediction per instance, in order. Both
+directions live here: a client's request and a predictor's answer are decoded, a
+predictor's request (`encode_request`) and a client's answer encoded. Instances travel
+through the gateway as opaque JSON values, one per row of a JSON tensor
+(`wire.tensors.rows_tensor`). Turning them into typed tensors, or back, depends on a
+model's signature: that is the gateway's business (`gateway.instances`), not this codec's.
 """
 from __future__ import annotations
 
@@ -16,9 +18,6 @@ import orjson
 from wire.codecs.json_data import loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.errors import InvalidInput
-from wire.tensors import JSON, Tensor
-
-INSTANCES_TENSOR = "instances"  # the name of the one JSON tensor that carries opaque instances
 
 
 def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> list[Any]:
@@ -39,6 +38,12 @@ def check_instances(instances: Any, limits: Limits = DEFAULT_LIMITS) -> list[Any
     if len(instances) > limits.max_instances:
         raise InvalidInput(f"{len(instances)} instances exceed the limit of {limits.max_instances}")
     return instances
+
+
+def encode_request(instances: list[Any] | np.ndarray) -> bytes:
+    """A predictor's v1 request: `{"instances": [...]}` (a JSON tensor's rows as they are)."""
+    rows = instances.tolist() if isinstance(instances, np.ndarray) else instances
+    return orjson.dumps({"instances": rows}, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def encode_response(predictions: list[Any], batch_id: str) -> bytes:
@@ -64,11 +69,3 @@ def decode_predictions(body: bytes, expected: int, *, bare_list: bool = False) -
     if len(predictions) != expected:
         raise InvalidInput(f"predictor returned {len(predictions)} predictions for {expected} instances")
     return predictions
-
-
-def rows_tensor(rows: list[Any]) -> Tensor:
-    """Opaque instances as one JSON tensor (one object per row)."""
-    data = np.empty(len(rows), dtype=object)
-    for i, row in enumerate(rows):
-        data[i] = row
-    return Tensor(INSTANCES_TENSOR, JSON, data)
