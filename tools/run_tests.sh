@@ -6,7 +6,8 @@
 #    dependency list and the Python version; marked complete only at the end, so a missing
 #    or half-built cache rebuilds itself. The gateway itself is imported from this checkout, not installed.
 # 2. Each real predictor's own venv (Triton via nvidia-pytriton, KServe), same caching.
-# 3. ruff (lint, import order) and mypy over the code, configured in pyproject.toml: both clean.
+# 3. ruff (lint, import order), mypy and lint-imports (which way the rooms depend) over the code,
+#    configured in pyproject.toml: all clean.
 # 4. pytest over tests/ (extra arguments are passed through).
 #
 # The tests also drive `hey` (Debian package `hey`) against the v1 endpoint: it is
@@ -59,6 +60,7 @@ fi
 
 "$venv/bin/python" -m ruff check .
 "$venv/bin/python" -m mypy
+"$venv/bin/lint-imports"  # the rooms' import contracts, [tool.importlinter] in pyproject.toml
 
 # KServe starts in ~2 s with bytecode cached, 6-8 s without (BACKENDS.md).
 unset PYTHONDONTWRITEBYTECODE
