@@ -18,6 +18,7 @@ import tornado.web
 
 from gateway import metrics
 from gateway.auth import check_bearer
+from gateway.models import ServedModel
 from gateway.service import InferenceService
 from wire.codecs import content_encoding, oip_json, v1
 from wire.codecs.limits import Limits
@@ -178,14 +179,21 @@ class BaseHandler(tornado.web.RequestHandler):
 
 @tornado.web.stream_request_body
 class BodyHandler(BaseHandler):
-    """A POST endpoint whose body is refused with 413 before it is read if it is too large,
-    and with 415 if its Content-Encoding is not one `wire.codecs.content_encoding` decodes."""
+    """An inference endpoint of one model, `<model>[/<version>]` in its path, whose body is
+    streamed: before any of it is read, an unknown model or version is refused with 404, a
+    body declared too large with 413, and a Content-Encoding that
+    `wire.codecs.content_encoding` does not decode with 415. The verb method finds the
+    model in `self.served`."""
+
+    served: ServedModel
 
     def prepare(self) -> None:
         self._chunks: list[bytes] = []
         self._received = 0
         self._coding: str | None = None
         super().prepare()
+        model, *version = self.path_args
+        self.served = self.service.model(model, (version[0] if version else None) or "")
         declared = self.header("Content-Length")
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
             raise PayloadTooLarge(
@@ -216,10 +224,9 @@ class V1PredictHandler(BodyHandler):
     front_end = "v1"
 
     async def post(self, model: str) -> None:
-        served = self.service.model(model)  # an unknown model is a 404 whatever the body
         instances = v1.decode_request(self.body, self.limits)
         predictions, batch_id = await self.service.infer_instances(
-            served, instances, self.timeout_s(), self.client_context(), self.priority())
+            self.served, instances, self.timeout_s(), self.client_context(), self.priority())
         self.set_header("Content-Type", "application/json")
         self.finish(v1.encode_response(predictions, batch_id))
 
@@ -279,10 +286,9 @@ class InferHandler(BodyHandler):
     front_end = "oip_http"
 
     async def post(self, model: str, version: str | None = None) -> None:
-        served = self.service.model(model, version or "")  # 404 whatever the body
         length = oip_json.json_length(self.header(oip_json.HEADER_LENGTH))
         request = oip_json.decode_request(self.body, length, self.limits)
-        outcome = await self.service.infer_tensors(served, request, self.timeout_s(), self.client_context(request.id))
+        outcome = await self.service.infer_tensors(self.served, request, self.timeout_s(), self.client_context(request.id))
         body, length = oip_json.encode_response(
             model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
         for header, value in oip_json.body_headers(length).items():

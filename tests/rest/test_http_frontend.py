@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import socket
 
 import numpy as np
 import pytest
@@ -137,6 +138,19 @@ def test_bad_requests_get_the_right_status_and_never_200(gw, path, body, status,
     got_status, got = http_json("POST", gw.http_url + path, body)
     assert got_status == status
     assert message in got["error"]
+
+
+@pytest.mark.parametrize("path", ["/v1/models/nope:predict", "/v2/models/nope/infer", "/v2/models/demo/versions/9/infer",
+                                  "/predictions/nope", "/predictions/demo/9"])
+def test_an_unknown_model_or_version_is_a_404_before_the_body_is_sent(gw, path):
+    """The head alone is answered: a client uploading a large file to a wrong name learns at
+    once, and the gateway reads none of it."""
+    host, port = gw.http_url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: gw\r\nContent-Length: 50000000\r\n\r\n" % path.encode())
+        head = sock.recv(65536)  # no byte of the body was sent
+    assert head.startswith(b"HTTP/1.1 404"), head[:200]
+    assert b"not served" in head or b"no version" in head
 
 
 def test_request_timeout_header_is_validated(gw):
