@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from gateway.batching.scheduler import BatchScheduler
@@ -20,6 +20,7 @@ from gateway.batching.scheduler import BatchScheduler
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The status counted (nginx's convention) for a request whose client went away before its answer.
 CLIENT_CLOSED_REQUEST = 499
+REQUEST_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 @dataclass(slots=True)
@@ -38,11 +39,15 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._requests = Counter("gateway_requests", "Inference requests answered, by model, protocol and status code",
                                  ["model", "protocol", "code"], registry=self.registry)
+        self._durations = Histogram("gateway_request_duration_seconds",
+                                    "Inference requests from arrival to answer (or error), by model and protocol",
+                                    ["model", "protocol"], buckets=REQUEST_BUCKETS_S, registry=self.registry)
         self.registry.register(_SchedulerCollector(scheduler))
 
-    def count_request(self, model: str, front_end: str, code: str) -> None:
+    def count_request(self, model: str, front_end: str, code: str, seconds: float) -> None:
         # The label keeps its published name, `protocol`: the protocol the client spoke.
         self._requests.labels(model, front_end, code).inc()
+        self._durations.labels(model, front_end).observe(seconds)
 
     def watch_connections(self, stats: ConnectionStats) -> None:
         """Export the HTTP front end's connection counts, read when /metrics is scraped."""

@@ -3,12 +3,15 @@
 It holds the served models (`gateway.models`) and the shared scheduler. For each request
 it asks the model to put the decoded request in the model's batch form, submits it, and
 asks the model to turn its rows of the result back into the client's form, so a KServe v1
-client and an OIP client of the same model land in the same batch. It also keeps the
-models' lifecycle (start, reload, close), readiness, server metadata, and the one count
-of answered requests.
+client and an OIP client of the same model land in the same batch. Each request is a
+`gateway.lifecycle.Call` that a front end opens here (`open`) and closes once: the one
+place requests are counted and timed, and the call is all the service reads of the
+client's deadline, priority and context. It also keeps the models' lifecycle (start,
+reload, close), readiness and server metadata.
 
-Front ends know only this module, `gateway.models` and their own codec; it knows no front
-end and no wire format, and reaches predictors only through `backends.registry`.
+Front ends know only this module, `gateway.lifecycle`, `gateway.models` and their own
+codec; it knows no front end and no wire format, and reaches predictors only through
+`backends.registry`.
 """
 from __future__ import annotations
 
@@ -22,12 +25,12 @@ from backends.registry import create_backend
 from gateway import __version__, triton
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import GatewayConfig, ModelConfig
+from gateway.lifecycle import Call
 from gateway.metrics import Metrics
 from gateway.models import SERVER_NAME, BatchInputs, ServedModel, served_model
 from wire.errors import ModelNotFound
 from wire.request import OipRequest
 from wire.tensors import Tensor
-from wire.tracing import NO_CONTEXT, ClientContext
 from wire.upload import Upload
 
 log = logging.getLogger(__name__)
@@ -140,57 +143,57 @@ class InferenceService:
 
     # -- requests --------------------------------------------------------------------
 
-    def count_request(self, model: str, front_end: str, status: int) -> None:
-        """Count one answered request. Every front end calls this once per request, from its
-        one error path, with the HTTP status of the outcome (the same vocabulary for gRPC
-        clients: `wire.errors` pairs each gRPC code with one), so rates add up across
-        protocols. Unknown model names are counted as "unknown" to bound the cardinality."""
-        self.metrics.count_request(model if model in self.models else "unknown", front_end, str(status))
+    def open(self, front_end: str, model: str) -> Call:
+        """A request has arrived at `front_end` for `model` (`gateway.lifecycle`). Every front
+        end opens one per inference request, before checking anything, and closes it once
+        with the HTTP status of the outcome (the same vocabulary for gRPC clients:
+        `wire.errors` pairs each gRPC code with one), so rates add up across protocols."""
+        return Call(front_end, model, self._closed)
 
-    async def infer_tensors(self, served: ServedModel, request: OipRequest, timeout_s: float | None = None,
-                            client: ClientContext = NO_CONTEXT) -> InferenceOutcome:
+    def _closed(self, call: Call) -> None:
+        # Counted and timed once; an unknown model name counts as "unknown" (bounded cardinality).
+        model = call.model if call.model in self.models else "unknown"
+        self.metrics.count_request(model, call.front_end, str(call.status), call.elapsed_s)
+
+    async def infer_tensors(self, served: ServedModel, request: OipRequest, call: Call) -> InferenceOutcome:
         """An OIP request (REST or gRPC): tensors in, tensors out. Its `timeout` parameter
-        tightens the deadline (`timeout_s`: the front end's own, a header or the gRPC
-        deadline); its other parameters, but the gateway's own, travel with its batch."""
+        tightens the call's deadline and its `priority` parameter is the call's priority;
+        its other parameters, but the gateway's own, travel with its batch."""
         # A counter, not a context manager: a queued request would hold its generator frame.
         self.active_requests += 1
         try:
             requested = [output.name for output in request.outputs]
             batch_inputs = served.batch_inputs_from_tensors(request.inputs)
             served.check_requested_outputs(requested)
-            deadlines = [s for s in (timeout_s, request.timeout_s) if s is not None]
-            result = await self.scheduler.submit(served.name, batch_inputs, min(deadlines, default=None), client,
-                                                 request.forwarded_parameters(), request.priority)
+            call.tighten(request.timeout_s)
+            call.priority = request.priority
+            result = await self.scheduler.submit(served.name, batch_inputs, call.timeout_s, call.client,
+                                                 request.forwarded_parameters(), call.priority)
             outputs = served.select_outputs(served.tensors_from_outputs(result.outputs), requested)
             return InferenceOutcome(outputs, ",".join(result.batch_ids))
         finally:
             self.active_requests -= 1
 
-    async def infer_instances(self, served: ServedModel, instances: list[Any], timeout_s: float | None = None,
-                              client: ClientContext = NO_CONTEXT, priority: int = 0) -> tuple[list[Any], str]:
-        """A KServe v1 or TorchServe request: instances in, predictions out (`priority` from
-        the front end's header, as the OIP `priority` parameter)."""
+    async def infer_instances(self, served: ServedModel, instances: list[Any], call: Call) -> tuple[list[Any], str]:
+        """A KServe v1 or TorchServe request: instances in, predictions out (the call's
+        priority from the front end's header, as the OIP `priority` parameter)."""
         self.active_requests += 1
         try:
-            return await self._predict(served, served.batch_inputs_from_instances(instances), timeout_s, client,
-                                       priority)
+            return await self._predict(served, served.batch_inputs_from_instances(instances), call)
         finally:
             self.active_requests -= 1
 
-    async def infer_upload(self, served: ServedModel, row: Upload, timeout_s: float | None = None,
-                           client: ClientContext = NO_CONTEXT, priority: int = 0) -> tuple[Any, str]:
+    async def infer_upload(self, served: ServedModel, row: Upload, call: Call) -> tuple[Any, str]:
         """A TorchServe upload (a raw body, form parts or gRPC entries): one row in, its
         prediction out."""
         self.active_requests += 1
         try:
-            predictions, batch_id = await self._predict(served, served.batch_inputs_from_upload(row), timeout_s,
-                                                        client, priority)
+            predictions, batch_id = await self._predict(served, served.batch_inputs_from_upload(row), call)
             return predictions[0], batch_id
         finally:
             self.active_requests -= 1
 
-    async def _predict(self, served: ServedModel, batch: BatchInputs, timeout_s: float | None, client: ClientContext,
-                       priority: int) -> tuple[list[Any], str]:
-        result = await self.scheduler.submit(served.name, batch.tensors, timeout_s, client, priority=priority,
-                                             lengths=batch.lengths)
+    async def _predict(self, served: ServedModel, batch: BatchInputs, call: Call) -> tuple[list[Any], str]:
+        result = await self.scheduler.submit(served.name, batch.tensors, call.timeout_s, call.client,
+                                             priority=call.priority, lengths=batch.lengths)
         return served.predictions_from_outputs(result.outputs, batch.lengths), ",".join(result.batch_ids)

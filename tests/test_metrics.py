@@ -5,6 +5,7 @@ import concurrent.futures
 import contextlib
 
 import grpc
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import config_for, http, http_json, running_gateway
@@ -12,8 +13,9 @@ from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 
 
-def scrape(gw) -> dict[tuple[str, tuple], float]:
-    status, headers, body = http("GET", f"{gw.http_url}/metrics")
+def scrape(gw, token: str = "") -> dict[tuple[str, tuple], float]:
+    status, headers, body = http("GET", f"{gw.http_url}/metrics",
+                                 headers={"Authorization": f"Bearer {token}"} if token else None)
     assert status == 200 and headers["Content-Type"].startswith("text/plain")
     samples = {}
     for family in text_string_to_metric_families(body.decode()):
@@ -105,6 +107,57 @@ def test_every_front_end_counts_its_requests_with_one_status_vocabulary():
         assert value("gateway_requests_total", model="unknown", protocol="torchserve_grpc", code="404") == 1
         codes = {labels for (name, labels) in samples if name == "gateway_requests_total"}
         assert all(dict(labels)["code"].isdigit() for labels in codes)
+
+
+def test_requests_refused_for_their_token_are_counted_on_every_front_end(monkeypatch):
+    """A request is a Call from its arrival, so one refused before its handler or method
+    runs (the bearer token) is counted, and timed, like any other: over HTTP and gRPC alike."""
+    from wire.generated.inference import grpc_service_pb2 as pb
+    from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+    from wire.generated.torchserve import inference_pb2 as ts_pb
+    from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
+
+    monkeypatch.setenv("GATEWAY_TOKEN", "s3cret")
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}},
+                        server={"auth_token_env": "GATEWAY_TOKEN"})
+    with running_gateway(config) as gw, grpc.insecure_channel(gw.grpc_address) as channel:
+        assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1]]})[0] == 401
+        request = pb.ModelInferRequest(model_name="demo")
+        request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1)
+        refused = [
+            lambda: pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10),
+            lambda: ts_grpc.InferenceAPIsServiceStub(channel).Predictions(
+                ts_pb.PredictionsRequest(model_name="demo", input={"data": b"[1.0]"}), timeout=10),
+            lambda: list(pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request]), timeout=10)),
+        ]
+        for attempt in refused:
+            with pytest.raises(grpc.RpcError) as caught:
+                attempt()
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        samples = scrape(gw, token="s3cret")
+
+    def value(name, **labels):
+        return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+    assert value("gateway_requests_total", model="demo", protocol="v1", code="401") == 1
+    assert value("gateway_requests_total", model="demo", protocol="oip_grpc", code="401") == 1
+    assert value("gateway_requests_total", model="demo", protocol="torchserve_grpc", code="401") == 1
+    # A stream is refused before any of its messages is read: no model to name.
+    assert value("gateway_requests_total", model="unknown", protocol="oip_grpc_stream", code="401") == 1
+    for protocol in ("v1", "oip_grpc", "torchserve_grpc"):
+        assert value("gateway_request_duration_seconds_count", model="demo", protocol=protocol) == 1
+
+
+def test_every_request_is_timed_from_arrival_to_answer():
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 30}})
+    with running_gateway(config) as gw:
+        for _ in range(3):
+            assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1]]})[0] == 200
+        samples = scrape(gw)
+    labels = (("model", "demo"), ("protocol", "v1"))
+    assert samples[("gateway_request_duration_seconds_count", labels)] == 3
+    assert samples[("gateway_request_duration_seconds_sum", labels)] >= 3 * 0.03  # the predictor's 30 ms each
+    assert samples[("gateway_request_duration_seconds_bucket", tuple(sorted((*labels, ("le", "0.025")))))] == 0
 
 
 def test_the_learned_latency_profile_is_exported():

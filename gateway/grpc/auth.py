@@ -12,6 +12,8 @@ from typing import Any
 import grpc
 
 from gateway.auth import check_bearer
+from gateway.grpc.rpc import refuse
+from gateway.service import InferenceService
 from wire.errors import Unauthenticated
 
 EXEMPT_PREFIX = "/grpc.health.v1.Health/"
@@ -23,8 +25,12 @@ EXEMPT_METHODS = frozenset({
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, token: str) -> None:
+    """Refuses a call without the token before its method runs; an inference call is
+    counted all the same (`gateway.grpc.rpc.refuse`)."""
+
+    def __init__(self, token: str, service: InferenceService) -> None:
         self.token = token
+        self.service = service
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[grpc.RpcMethodHandler]],
                                 details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
@@ -35,19 +41,32 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         try:
             check_bearer(self.token, metadata.get("authorization"))
         except Unauthenticated as error:
-            return _refusal(handler, error)
+            return self._refusal(handler, error)
         return handler
 
+    def _refusal(self, handler: grpc.RpcMethodHandler, error: Unauthenticated) -> grpc.RpcMethodHandler:
+        """A handler of the same streaming kind as `handler` that refuses with the error."""
+        behaviour = (handler.unary_unary or handler.unary_stream or handler.stream_unary
+                     or handler.stream_stream)
+        front_end = getattr(behaviour, "front_end", None)  # set by @rpc and @stream (gateway.grpc.rpc)
+        service = self.service
 
-def _refusal(handler: grpc.RpcMethodHandler, error: Unauthenticated) -> grpc.RpcMethodHandler:
-    """A handler of the same streaming kind as `handler` that aborts with the error."""
-    async def abort(request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(error.grpc_code, error.message)
+        async def abort(request: Any, context: grpc.aio.ServicerContext) -> None:
+            await refuse(service, front_end, request, context, error)
+        return _same_kind(handler, abort)
 
+
+def _same_kind(handler: grpc.RpcMethodHandler, abort: Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
+               ) -> grpc.RpcMethodHandler:
+    """`abort` as a handler of the same streaming kind as `handler`, reading the same
+    messages (so a refused call still names its model)."""
     if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(abort)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(abort)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(abort)
-    return grpc.unary_unary_rpc_method_handler(abort)
+        make = grpc.stream_stream_rpc_method_handler
+    elif handler.request_streaming:
+        make = grpc.stream_unary_rpc_method_handler
+    elif handler.response_streaming:
+        make = grpc.unary_stream_rpc_method_handler
+    else:
+        make = grpc.unary_unary_rpc_method_handler
+    return make(abort, request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)

@@ -1,10 +1,14 @@
-"""What every RPC of the gateway's gRPC front end shares: one error path and one count.
+"""What every RPC of the gateway's gRPC front end shares: one error path and one lifecycle.
 
 `@rpc()` wraps a servicer method: the method raises a GatewayError for anything wrong, and
-the decorator aborts the call with the gRPC code the error carries (an unexpected
-exception is logged and aborts INTERNAL, with no detail). `@rpc(front_end="...")` marks an
-inference method: its outcome is counted once, through the service, with the HTTP status
-the outcome pairs with (`wire.errors`), so one label vocabulary serves every front end.
+the decorator aborts the call with the gRPC code the error carries (`abort`, the one place
+a gRPC error is rendered; an unexpected exception is logged and aborts INTERNAL, with no
+detail). `@rpc(front_end="...")` marks an inference method: each request is a
+`gateway.lifecycle.Call`, opened before anything is checked (the client's deadline and
+context in it) and handed to the method, and closed once with the HTTP status the outcome
+pairs with (`wire.errors`), so one label vocabulary serves every front end. A stream's
+messages are calls of their own (`in_band`); a call refused before it reaches its method
+(the token, `gateway.grpc.auth`) is opened and closed by `refuse`.
 
 `add_servicer` registers a servicer so that a message that is not valid protobuf reaches
 `@rpc` too, and is answered INVALID_ARGUMENT like any other bad input.
@@ -24,6 +28,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
+from gateway.lifecycle import Call
 from gateway.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
 from wire.codecs import content_encoding
@@ -34,7 +39,8 @@ from wire.tracing import ClientContext
 log = logging.getLogger(__name__)
 
 Response = TypeVar("Response")
-Method = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[Response]]
+Method = Callable[..., Awaitable[Response]]  # (self, request, context[, call])
+StreamMethod = TypeVar("StreamMethod", bound=Callable[..., Any])
 
 
 class Servicer:
@@ -46,42 +52,66 @@ class Servicer:
 
 def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Response]]:
     """A unary method's one error path: a GatewayError aborts with its code and message,
-    anything else with INTERNAL (logged); an inference method (`front_end`) is counted once."""
+    anything else with INTERNAL (logged). An inference method (`front_end`) is called with
+    its request's Call as a third argument, closed once with the outcome."""
     def decorate(method: Method[Response]) -> Method[Response]:
         @functools.wraps(method)
-        async def call(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Response:
-            status: int | None = 200
+        async def wrapper(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Response:
+            call = open_call(self.service, front_end, request, context) if front_end is not None else None
+            status = 200
             try:
                 if isinstance(request, Malformed):
                     raise request.error
-                return await method(self, request, context)
+                return await (method(self, request, context, call) if call is not None
+                              else method(self, request, context))
             except asyncio.CancelledError:
                 status = CLIENT_CLOSED_REQUEST
                 raise
             except Exception as error:
                 status, code, message = _classify(error, method.__name__)
-                # Counted before the abort: the client has its answer the moment abort sends it.
-                if front_end is not None:
-                    self.service.count_request(request.model_name, front_end, status)
-                status = None
+                # Closed before the abort: the client has its answer the moment abort sends it.
+                if call is not None:
+                    call.close(status)
                 await context.abort(code, message)
             finally:
-                if front_end is not None and status is not None:
-                    self.service.count_request(request.model_name, front_end, status)
+                if call is not None:
+                    call.close(status)
             raise AssertionError("unreachable: context.abort raises")
-        return call
+        wrapper.front_end = front_end  # type: ignore[attr-defined]  # read by refuse's callers (auth)
+        return wrapper
     return decorate
 
 
-async def in_band(servicer: Servicer, front_end: str, request: Any, answer: Callable[[Any], Awaitable[Response]],
+def stream(front_end: str) -> Callable[[StreamMethod], StreamMethod]:
+    """Marks a streaming inference method's front end (its messages are counted by
+    `in_band`; a stream refused before it starts is counted by `refuse` under this name)."""
+    def mark(method: StreamMethod) -> StreamMethod:
+        method.front_end = front_end  # type: ignore[attr-defined]
+        return method
+    return mark
+
+
+def open_call(service: InferenceService, front_end: str, request: Any, context: grpc.aio.ServicerContext) -> Call:
+    """A gRPC inference request's Call: its model, the client's deadline and context (the
+    message's own id, else `x-request-id` metadata)."""
+    call = service.open(front_end, getattr(request, "model_name", ""))
+    call.tighten(context.time_remaining())
+    call.client = client_context(context, getattr(request, "id", ""))
+    return call
+
+
+async def in_band(servicer: Servicer, front_end: str, request: Any, context: grpc.aio.ServicerContext,
+                  answer: Callable[[Any, Call], Awaitable[Response]],
                   error_answer: Callable[[Any, str], Response]) -> Response:
-    """One message of a stream, the streaming twin of `rpc`: `answer(request)`, or, for any
-    error, `error_answer(request, message)` sent in band so the stream stays open; counted once."""
+    """One message of a stream, the streaming twin of `rpc`: `answer(request, call)`, or, for
+    any error, `error_answer(request, message)` sent in band so the stream stays open; each
+    message is a Call of its own, closed once."""
+    call = open_call(servicer.service, front_end, request, context)
     status = 200
     try:
         if isinstance(request, Malformed):
             raise request.error
-        return await answer(request)
+        return await answer(request, call)
     except asyncio.CancelledError:
         status = CLIENT_CLOSED_REQUEST
         raise
@@ -89,7 +119,17 @@ async def in_band(servicer: Servicer, front_end: str, request: Any, answer: Call
         status, _, message = _classify(error, answer.__name__)
         return error_answer(request, message)
     finally:
-        servicer.service.count_request(request.model_name, front_end, status)
+        call.close(status)
+
+
+async def refuse(service: InferenceService, front_end: str | None, request: Any, context: grpc.aio.ServicerContext,
+                 error: GatewayError) -> None:
+    """Answer a call refused before its method runs (the token): closed as any other call
+    of its front end, then aborted as `rpc` aborts."""
+    if front_end is not None:
+        call = service.open(front_end, getattr(request, "model_name", ""))
+        call.close(error.http_status)
+    await context.abort(error.grpc_code, error.message)
 
 
 def _classify(error: Exception, where: str) -> tuple[int, grpc.StatusCode, str]:

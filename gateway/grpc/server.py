@@ -18,7 +18,7 @@ INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_
 
 def build_server(service: InferenceService, limits: Limits, settings: ServerConfig,
                  max_connections: int) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-    interceptors = [BearerTokenInterceptor(settings.auth_token)] if settings.auth_token else []
+    interceptors = [BearerTokenInterceptor(settings.auth_token, service)] if settings.auth_token else []
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", limits.max_body_bytes),
         ("grpc.max_send_message_length", 2**31 - 1),

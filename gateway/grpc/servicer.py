@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 import grpc
 from google.protobuf import json_format
 
-from gateway.grpc.rpc import Servicer, add_servicer, client_context, in_band, rpc
+from gateway.grpc.rpc import Servicer, add_servicer, in_band, rpc, stream
+from gateway.lifecycle import Call
 from gateway.service import InferenceService
 from wire.codecs import oip_grpc
 from wire.codecs.limits import Limits
@@ -68,10 +69,11 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         return response
 
     @rpc(front_end="oip_grpc")
-    async def ModelInfer(self, request: pb.ModelInferRequest,
-                         context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
-        return await self._infer(request, context)
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext,
+                         call: Call) -> pb.ModelInferResponse:
+        return await self._infer(request, call)
 
+    @stream(front_end="oip_grpc_stream")
     async def ModelStreamInfer(self, requests: AsyncIterator[pb.ModelInferRequest],
                                context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Triton's bidirectional stream. Each request is submitted as it arrives, so it
@@ -80,14 +82,14 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         When the client closes or cancels the stream, what it still has queued is dropped."""
         answers: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None] = asyncio.Queue()
 
-        async def answer(request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
-            return pb.ModelStreamInferResponse(infer_response=await self._infer(request, context))
+        async def answer(request: pb.ModelInferRequest, call: Call) -> pb.ModelStreamInferResponse:
+            return pb.ModelStreamInferResponse(infer_response=await self._infer(request, call))
 
         async def read() -> None:
             try:
                 async for request in requests:
                     answers.put_nowait(asyncio.create_task(
-                        in_band(self, "oip_grpc_stream", request, answer, _stream_error)))
+                        in_band(self, "oip_grpc_stream", request, context, answer, _stream_error)))
             finally:
                 answers.put_nowait(None)
 
@@ -102,11 +104,10 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
                 if (task := answers.get_nowait()) is not None:
                     task.cancel()
 
-    async def _infer(self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelInferResponse:
         decoded = oip_grpc.decode_request(request, self.limits)
         outcome = await self.service.infer_tensors(
-            self.service.model(request.model_name, request.model_version), decoded, context.time_remaining(),
-            client_context(context, request.id))
+            self.service.model(request.model_name, request.model_version), decoded, call)
         return oip_grpc.encode_response(
             request.model_name, request.model_version, request.id, outcome.outputs, {"batch_id": outcome.batch_id})
 

@@ -15,7 +15,8 @@ import grpc
 import orjson
 from google.protobuf import empty_pb2
 
-from gateway.grpc.rpc import Servicer, add_servicer, client_context, priority, rpc
+from gateway.grpc.rpc import Servicer, add_servicer, priority, rpc
+from gateway.lifecycle import Call
 from gateway.service import InferenceService
 from wire.codecs import torchserve
 from wire.codecs.limits import Limits
@@ -37,18 +38,17 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
         return ts_pb.TorchServeHealthResponse(health=health.decode())
 
     @rpc(front_end="torchserve_grpc")
-    async def Predictions(self, request: ts_pb.PredictionsRequest,
-                          context: grpc.aio.ServicerContext) -> ts_pb.PredictionResponse:
+    async def Predictions(self, request: ts_pb.PredictionsRequest, context: grpc.aio.ServicerContext,
+                          call: Call) -> ts_pb.PredictionResponse:
+        call.priority = priority(context)
         served = self.service.model(request.model_name, request.model_version)
         decoded = torchserve.decode_grpc(request.input, self.limits)
-        timeout_s, client, level = context.time_remaining(), client_context(context), priority(context)
         if decoded.upload is not None:
-            prediction, batch_id = await self.service.infer_upload(served, decoded.upload, timeout_s, client, level)
+            prediction, batch_id = await self.service.infer_upload(served, decoded.upload, call)
             predictions = [prediction]
         else:
             assert decoded.instances is not None
-            predictions, batch_id = await self.service.infer_instances(
-                served, decoded.instances, timeout_s, client, level)
+            predictions, batch_id = await self.service.infer_instances(served, decoded.instances, call)
         context.set_trailing_metadata((("batch-id", batch_id),))
         return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(predictions, decoded.single)[0])
 

@@ -18,6 +18,7 @@ import tornado.web
 
 from gateway import metrics
 from gateway.auth import check_bearer
+from gateway.lifecycle import Call
 from gateway.models import ServedModel
 from gateway.service import InferenceService
 from wire.codecs import content_encoding, oip_json, v1
@@ -40,16 +41,18 @@ def _http_date() -> str:
 
 
 class BaseHandler(tornado.web.RequestHandler):
-    """One lifecycle for every endpoint: `prepare` checks the token, the verb method raises a
-    GatewayError for anything wrong, `write_error` renders it (and Tornado's own errors) as
-    `{"error": message}` with the status the error carries, and `on_finish` counts inference
-    requests, once, through the service. `finish` compresses a successful answer as the
-    client's Accept-Encoding allows (`wire.codecs.content_encoding`)."""
+    """One lifecycle for every endpoint: `prepare` opens an inference request's call
+    (`gateway.lifecycle`) and checks the token, the verb method raises a GatewayError for
+    anything wrong, `write_error` renders it (and Tornado's own errors) as
+    `{"error": message}` with the status the error carries, and `on_finish` closes the call
+    with the status that went out. `finish` compresses a successful answer as the client's
+    Accept-Encoding allows (`wire.codecs.content_encoding`)."""
 
     service: InferenceService
     limits: Limits
     requires_auth = True  # health probes opt out
-    front_end: str | None = None  # set on inference endpoints: counted in gateway_requests
+    front_end: str | None = None  # set on inference endpoints: each request is a Call
+    call: Call | None = None
 
     def initialize(self, service: InferenceService, limits: Limits, auth_token: str = "") -> None:
         self.service = service
@@ -70,6 +73,10 @@ class BaseHandler(tornado.web.RequestHandler):
     def prepare(self) -> None:
         # The task serving this request: cancelled if the client goes away (on_connection_close).
         self._task = asyncio.current_task()
+        if self.front_end is not None:
+            # No path_args when Tornado refused the path itself (not UTF-8): counted as "unknown".
+            model = self.path_args[0] if getattr(self, "path_args", None) else ""
+            self.call = self.service.open(self.front_end, model)
         if self.requires_auth:
             check_bearer(self.auth_token, self.header("Authorization"))
 
@@ -163,10 +170,10 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def on_finish(self) -> None:
         if self.front_end is not None:
-            # No path_args when Tornado refused the path itself (not UTF-8): count it as "unknown".
-            model = self.path_args[0] if getattr(self, "path_args", None) else ""
-            status = metrics.CLIENT_CLOSED_REQUEST if self._client_gone else self.get_status()
-            self.service.count_request(model, self.front_end, status)
+            if self.call is None:  # refused before prepare (Tornado's own 405, a path not UTF-8)
+                model = self.path_args[0] if getattr(self, "path_args", None) else ""
+                self.call = self.service.open(self.front_end, model)
+            self.call.close(metrics.CLIENT_CLOSED_REQUEST if self._client_gone else self.get_status())
 
     def on_connection_close(self) -> None:
         super().on_connection_close()  # ends a streamed body's pending read
@@ -194,6 +201,9 @@ class BodyHandler(BaseHandler):
         super().prepare()
         model, *version = self.path_args
         self.served = self.service.model(model, (version[0] if version else None) or "")
+        assert self.call is not None  # every body endpoint serves inference requests
+        self.call.tighten(self.timeout_s())
+        self.call.client = self.client_context()
         declared = self.header("Content-Length")
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
             raise PayloadTooLarge(
@@ -224,9 +234,10 @@ class V1PredictHandler(BodyHandler):
     front_end = "v1"
 
     async def post(self, model: str) -> None:
+        assert self.call is not None
+        self.call.priority = self.priority()
         instances = v1.decode_request(self.body, self.limits)
-        predictions, batch_id = await self.service.infer_instances(
-            self.served, instances, self.timeout_s(), self.client_context(), self.priority())
+        predictions, batch_id = await self.service.infer_instances(self.served, instances, self.call)
         self.set_header("Content-Type", "application/json")
         self.finish(v1.encode_response(predictions, batch_id))
 
@@ -288,7 +299,9 @@ class InferHandler(BodyHandler):
     async def post(self, model: str, version: str | None = None) -> None:
         length = oip_json.json_length(self.header(oip_json.HEADER_LENGTH))
         request = oip_json.decode_request(self.body, length, self.limits)
-        outcome = await self.service.infer_tensors(self.served, request, self.timeout_s(), self.client_context(request.id))
+        assert self.call is not None
+        self.call.client = self.client_context(request.id)
+        outcome = await self.service.infer_tensors(self.served, request, self.call)
         body, length = oip_json.encode_response(
             model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
         for header, value in oip_json.body_headers(length).items():

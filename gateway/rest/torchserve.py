@@ -25,16 +25,16 @@ class PredictionsHandler(BodyHandler):
     front_end = "torchserve_http"
 
     async def post(self, model: str, version: str | None = None) -> None:
+        assert self.call is not None
+        self.call.priority = self.priority()
         request = torchserve.decode_http(self.body, self.header("Content-Type"), self.request.query_arguments,
                                          self.limits)
         if request.upload is not None:
-            prediction, batch_id = await self.service.infer_upload(
-                self.served, request.upload, self.timeout_s(), self.client_context(), self.priority())
+            prediction, batch_id = await self.service.infer_upload(self.served, request.upload, self.call)
             predictions = [prediction]
         else:
             assert request.instances is not None
-            predictions, batch_id = await self.service.infer_instances(
-                self.served, request.instances, self.timeout_s(), self.client_context(), self.priority())
+            predictions, batch_id = await self.service.infer_instances(self.served, request.instances, self.call)
         body, content_type = torchserve.encode_answer(predictions, request.single)
         self.set_header("Content-Type", content_type)
         self.set_header(BATCH_ID_HEADER, batch_id)

@@ -1,0 +1,53 @@
+"""One inference request from its arrival to its answer: `Call`.
+
+Every front end opens a Call when an inference request arrives (`InferenceService.open`),
+before anything about it is checked, and closes it once when the answer or the error goes
+out. The Call carries what each concern attached to a request needs, as the front end's
+protocol gives it: the front end (the `protocol` label: the API the client spoke), the
+model's name, when it arrived, the client's own deadline (an HTTP header, the gRPC
+deadline, an OIP `timeout` parameter: the tightest wins), its priority, its request id and
+trace context. The service reads the deadline, the priority and the client context from it
+alone. `close(status)` hands it back to whoever opened it, once, whatever became of the
+request (answered, refused for its token or its input, shed, timed out, or its client
+gone): that is where it is counted and timed, and where a trace span would end.
+
+Statuses are HTTP's whatever the protocol (`wire.errors` pairs each gRPC code with one;
+499 when the client left). It knows no transport, no codec, no predictor and no metric.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from wire.tracing import NO_CONTEXT, ClientContext
+
+
+@dataclass(slots=True, eq=False)
+class Call:
+    front_end: str
+    model: str
+    on_close: Callable[[Call], None] | None = None
+    arrived_s: float = field(default_factory=time.monotonic)
+    timeout_s: float | None = None   # the client's own deadline, from its arrival
+    priority: int = 0                # 1 is the highest level, 0 the model's default
+    client: ClientContext = NO_CONTEXT
+    status: int | None = None        # set by close
+
+    def tighten(self, timeout_s: float | None) -> None:
+        """A deadline the client gave another way; the tightest one stands."""
+        if timeout_s is not None and (self.timeout_s is None or timeout_s < self.timeout_s):
+            self.timeout_s = timeout_s
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.arrived_s
+
+    def close(self, status: int) -> None:
+        """The request's outcome, once: a second close (an error path after an answer) is
+        ignored, so nothing is counted twice."""
+        if self.status is not None:
+            return
+        self.status = status
+        if self.on_close is not None:
+            self.on_close(self)
