@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from backends.settings import Cost, PredictorProtocol, PredictorSettings
+from gateway.batching import policies
 from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
-from gateway.batching.policies import POLICIES
 from wire.codecs.limits import Limits
 from wire.tensors import NUMPY_DTYPES, ModelSignature, TensorSpec, is_wire_datatype
 
@@ -160,24 +161,36 @@ def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> Pr
     return PredictorProtocol.KSERVE_V1_HTTP if api == "v1" else PredictorProtocol.OIP_HTTP
 
 
+# The [batching] keys every policy shares; each policy declares its own (policies.settings).
+BATCHING_KEYS = frozenset({"policy", "max_batch_size", "timeout_s", "max_inflight", "max_queue", "priority_levels",
+                           "default_priority_level", "inflight_ceiling"})
+
+
 def _batching(raw: dict, key: str) -> BatchingConfig:
-    _only(raw, key, {"policy", "max_batch_size", "max_latency_ms", "timeout_s", "max_inflight", "max_queue",
-                     "max_hold_ms", "slo_ms", "priority_levels", "default_priority_level", "inflight_ceiling"})
+    declared = policies.settings()
+    _only(raw, key, BATCHING_KEYS | declared.keys())
     levels = _number(raw, key, "priority_levels", 0, integer=True, minimum=0)
     # Triton's rule: the default level is one of the levels; here the lowest unless set.
     default_level = _number(raw, key, "default_priority_level", levels, integer=True, minimum=1 if levels else 0,
                             maximum=levels)
     default = BatchingConfig()
-    slo_s = None
-    if "slo_ms" in raw:
-        slo_s = _number(raw, key, "slo_ms", 0, minimum=0) / 1000
-        if not slo_s > 0:
-            raise ConfigError(f"{key}.slo_ms", "must be positive")
-    # Setting slo_ms is what turns deadline-aware batching on; policy "deadline" needs it.
-    policy = _choice(raw, key, "policy", POLICIES, "deadline" if slo_s is not None else default.policy)
-    if (policy == "deadline") != (slo_s is not None):
-        raise ConfigError(f"{key}.slo_ms" if slo_s is not None else f"{key}.policy",
-                          "policy \"deadline\" and slo_ms go together: set slo_ms (the latency objective) to use it")
+    # A policy's own settings, in milliseconds in TOML (seconds in BatchingConfig).
+    durations: dict[str, Any] = {}
+    for setting in declared.values():
+        if setting.key not in raw:
+            continue
+        seconds = _number(raw, key, setting.key, 0, minimum=0) / 1000
+        if setting.positive and not seconds > 0:
+            raise ConfigError(f"{key}.{setting.key}", "must be positive")
+        durations[setting.field] = seconds
+    # A setting that selects a policy (slo_ms: the deadline policy) chooses it, and that
+    # policy cannot run without it.
+    chosen = [name for setting_key, name in policies.selected_by().items() if setting_key in raw]
+    policy = _choice(raw, key, "policy", policies.names(), chosen[0] if chosen else default.policy)
+    for setting_key, name in policies.selected_by().items():
+        if (policy == name) != (setting_key in raw):
+            raise ConfigError(f"{key}.{setting_key}" if setting_key in raw else f"{key}.policy",
+                              f"policy \"{name}\" and {setting_key} go together: set {setting_key} to use it")
     # max_inflight is a number, or "auto" (learned, up to inflight_ceiling).
     auto_inflight = raw.get("max_inflight") == "auto"
     if isinstance(raw.get("max_inflight"), str) and not auto_inflight:
@@ -186,15 +199,13 @@ def _batching(raw: dict, key: str) -> BatchingConfig:
         raise ConfigError(f"{key}.inflight_ceiling", 'applies only to max_inflight = "auto"')
     fixed = {k: v for k, v in raw.items() if k != "max_inflight"} if auto_inflight else raw
     return BatchingConfig(
-        policy=policy, slo_s=slo_s, priority_levels=levels, default_priority_level=default_level,
+        policy=policy, priority_levels=levels, default_priority_level=default_level, **durations,
         auto_inflight=auto_inflight,
         inflight_ceiling=_number(raw, key, "inflight_ceiling", default.inflight_ceiling, integer=True, minimum=1),
         max_batch_size=_number(raw, key, "max_batch_size", default.max_batch_size, integer=True, minimum=1),
-        max_latency_s=_number(raw, key, "max_latency_ms", default.max_latency_s * 1000, minimum=0) / 1000,
         timeout_s=_number(raw, key, "timeout_s", default.timeout_s, minimum=0.001),
         max_inflight=_number(fixed, key, "max_inflight", default.max_inflight, integer=True, minimum=1),
         max_queue=_number(raw, key, "max_queue", default.max_queue, integer=True, minimum=1),
-        max_hold_s=_number(raw, key, "max_hold_ms", default.max_hold_s * 1000, minimum=0) / 1000,
     )
 
 
@@ -359,7 +370,7 @@ def _generated_input(spec: TensorSpec, item: dict, key: str) -> GeneratedInput:
 
 # -- small typed readers ---------------------------------------------------------------
 
-def _only(raw: dict, key: str, allowed: set[str]) -> None:
+def _only(raw: dict, key: str, allowed: Set[str]) -> None:
     for name in raw:
         if name not in allowed:
             where = f"{key}.{name}" if key else name

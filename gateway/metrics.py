@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -102,7 +103,7 @@ class _SchedulerCollector:
             labels=["model"])
         departures = CounterMetricFamily(
             "gateway_batch_departures",
-            "Batches by why they left the queue: full, slot_free, hold_expired, window_expired, deadline_sized",
+            f"Batches by why they left the queue: {', '.join(departure_reasons())}",
             labels=["model", "reason"])
         level_requests = CounterMetricFamily("gateway_priority_requests", "Requests received, by priority level",
                                              labels=["model", "level"])
@@ -125,8 +126,8 @@ class _SchedulerCollector:
             inflight.add_metric([model], self.scheduler.inflight(model))
             inflight_limit.add_metric([model], self.scheduler.inflight_limit(model))
             answered.add_metric([model], stats.succeeded.count)
-            for reason, count in stats.departures.items():
-                departures.add_metric([model, reason], count)
+            for reason in departure_reasons():
+                departures.add_metric([model, reason], stats.departures[reason])
             for level, counts in sorted(stats.by_level.items()):
                 level_requests.add_metric([model, str(level)], counts.requests)
                 for outcome in ("answered", "refused", "dropped", "expired"):

@@ -249,7 +249,7 @@ class ModelQueue:
         return parts
 
     def _departure(self, rows: int, policy_limit: int) -> str:
-        """Why a batch of `rows` rows is leaving now (see `stats.DEPARTURES`)."""
+        """Why a batch of `rows` rows is leaving now (see `policies.departures`)."""
         if rows >= self.config.max_batch_size:
             return "full"
         if policy_limit < self.config.max_batch_size and rows >= policy_limit:

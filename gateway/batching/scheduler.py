@@ -32,7 +32,7 @@ import numpy as np
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor
-from gateway.batching.policies import POLICIES
+from gateway.batching.policies import names as policy_names
 from gateway.batching.queue import ModelQueue
 from gateway.batching.request import NO_PARAMETERS, BatchResult
 from gateway.batching.stats import ModelStats
@@ -56,7 +56,7 @@ class BatchScheduler:
 
     def add_model(self, name: str, executor: Executor, config: BatchingConfig) -> None:
         """Register (or re-tune) a model. Call on the scheduler's loop."""
-        if config.policy not in POLICIES:
+        if config.policy not in policy_names():
             raise ValueError(f"unknown batching policy {config.policy!r}")
         existing = self._queues.get(name)
         if existing is not None:

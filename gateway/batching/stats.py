@@ -7,7 +7,7 @@ library on the hot path); `gateway.metrics` turns these into Prometheus families
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from gateway.batching.profile import LatencyProfile
@@ -63,11 +63,6 @@ class LevelCounts:
     expired: int = 0   # its deadline passed while queued or at the predictor
 
 
-DEPARTURES = ("full", "slot_free", "hold_expired", "window_expired", "deadline_sized")
-"""Why a batch left the queue: it reached max_batch_size; a slot was free and the policy
-said go; a learned hold ended; the window closed; the deadline policy sized it smaller."""
-
-
 @dataclass(slots=True)
 class ModelStats:
     """Counters a test or the metrics endpoint can read."""
@@ -80,7 +75,7 @@ class ModelStats:
     expired: int = 0
     isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
     holds: int = 0       # times a free slot waited for answered clients to return
-    departures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DEPARTURES, 0))
+    departures: Counter[str] = field(default_factory=Counter)  # why batches left (policies.departures())
     by_level: dict[int, LevelCounts] = field(default_factory=dict)  # only for models with priority levels
     recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
     batch_size: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BOUNDS))

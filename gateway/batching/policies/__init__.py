@@ -9,14 +9,17 @@ Modules
 * `deadline`: the most answers within their deadlines (`slo_ms`): refuse at admission what
   cannot make it, drop what no longer can, size batches for the oldest deadline.
 
-A new policy is a new module implementing `Policy`, named in `REGISTRY` below; the queue
-needs no change. Policies must not know the event loop, futures or executors.
+A new policy is a new module implementing `Policy`, named in `REGISTRY` below; the queue,
+the config and the metrics need no change: the config reads the `[batching]` keys the policy
+declares (`Policy.settings`, `Policy.selected_by`), and its `timer_reason` joins the
+departure reasons (`departures()`). Policies must not know the event loop, futures or
+executors.
 """
 from __future__ import annotations
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy
-from gateway.batching.policies.base import Policy
+from gateway.batching.policies.base import Policy, Setting
 from gateway.batching.policies.deadline import DeadlinePolicy
 from gateway.batching.policies.window import WindowPolicy
 
@@ -26,7 +29,29 @@ REGISTRY: dict[str, type[Policy]] = {
     "window": WindowPolicy,
     "deadline": DeadlinePolicy,
 }
-POLICIES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def names() -> tuple[str, ...]:
+    """The values `policy` may take, in the order the config's error message lists them."""
+    return tuple(REGISTRY)
+
+
+def departures() -> tuple[str, ...]:
+    """Why a batch leaves the queue: it reached max_batch_size; a slot was free and the
+    policy said go; the policy sized it smaller (the deadline policy, for the oldest
+    deadline); or a policy's own timer ended (an adaptive hold, a window)."""
+    return tuple(dict.fromkeys(("full", "slot_free", "deadline_sized",
+                                *(policy.timer_reason for policy in REGISTRY.values()))))
+
+
+def settings() -> dict[str, Setting]:
+    """Every `[batching]` key a policy reads, by key (a key two policies read is one setting)."""
+    return {setting.key: setting for policy in REGISTRY.values() for setting in policy.settings}
+
+
+def selected_by() -> dict[str, str]:
+    """Setting key -> the policy its presence chooses."""
+    return {policy.selected_by: name for name, policy in REGISTRY.items() if policy.selected_by}
 
 
 def make_policy(config: BatchingConfig) -> Policy:

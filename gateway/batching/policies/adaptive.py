@@ -16,8 +16,10 @@ Like every policy, this one knows only the time and the queue's state (see `base
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 from gateway.batching.config import BatchingConfig
-from gateway.batching.policies.base import Policy, QueueState
+from gateway.batching.policies.base import Policy, QueueState, Setting
 
 
 class ReturnTracker:
@@ -73,6 +75,9 @@ class ReturnTracker:
 
 
 class AdaptivePolicy(Policy):
+    # max_latency_ms also caps the learned hold (it is the window's bound too).
+    settings: ClassVar[tuple[Setting, ...]] = (Setting("max_hold_ms", "max_hold_s"), Setting("max_latency_ms", "max_latency_s"))
+
     def __init__(self, config: BatchingConfig) -> None:
         super().__init__(config)
         self.returns = ReturnTracker()

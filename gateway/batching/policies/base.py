@@ -10,12 +10,23 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.merge import Mergeable
 from gateway.batching.stats import ModelStats
 from wire.errors import GatewayError
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """A key of a model's `[batching]` table that a policy reads: the TOML `key` (in
+    milliseconds: every policy setting is a duration) into `BatchingConfig.<field>` (in
+    seconds). `positive`: 0 is refused."""
+    key: str
+    field: str
+    positive: bool = False
 
 
 class QueuedPart(Mergeable, Protocol):
@@ -66,7 +77,15 @@ class QueueState(Protocol):
 
 class Policy(ABC):
     """Decides when a model's queue ships its next batch. One instance per model queue,
-    so a policy may keep what it learns about that model's traffic."""
+    so a policy may keep what it learns about that model's traffic.
+
+    A policy declares what it reads of the config and what it counts: `settings` (the
+    `[batching]` keys `gateway.config` reads for it), `selected_by` (a setting whose
+    presence chooses this policy, and without which it cannot run) and `timer_reason` (what
+    a batch shipped at a `wait_until` time is counted as, one of the departure reasons)."""
+
+    settings: ClassVar[tuple[Setting, ...]] = ()
+    selected_by: ClassVar[str | None] = None
 
     def __init__(self, config: BatchingConfig) -> None:
         self.config = config  # replaced in place when the model is re-tuned under the same policy

@@ -43,11 +43,13 @@ import math
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy
-from gateway.batching.policies.base import QueuedPart, QueueState
+from gateway.batching.policies.base import QueuedPart, QueueState, Setting
 from wire.errors import GatewayError, Unavailable
 
 
 class DeadlinePolicy(AdaptivePolicy):
+    settings = (*AdaptivePolicy.settings, Setting("slo_ms", "slo_s", positive=True))
+    selected_by = "slo_ms"  # setting the latency objective is what turns this policy on
     drops_doomed = True
 
     def __init__(self, config: BatchingConfig) -> None:
