@@ -6,7 +6,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from gateway.config import ServerConfig
-from gateway.grpc import servicer, torchserve
+from gateway.grpc import oip, torchserve
 from gateway.grpc.auth import BearerTokenInterceptor
 from gateway.service import InferenceService
 from wire.codecs.limits import Limits
@@ -29,7 +29,7 @@ def build_server(service: InferenceService, limits: Limits, settings: ServerConf
         ("grpc.per_message_decompression", 0),
         *connection_options(settings, max_connections),
     ])
-    servicer.add_to_server(service, limits, server)
+    oip.add_to_server(service, limits, server)
     torchserve_service = torchserve.add_to_server(service, limits, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import tornado.web
 
-from gateway.rest import handlers as h
+from gateway.rest import oip, operations, v1
 from gateway.rest import torchserve as ts
+from gateway.rest.base import NotFoundHandler
 from gateway.service import InferenceService
 from wire.codecs.limits import Limits
 
@@ -15,24 +16,24 @@ VERSION = r"(?:/versions/([^/]+))?"
 def make_app(service: InferenceService, limits: Limits, auth_token: str = "") -> tornado.web.Application:
     context = {"service": service, "limits": limits, "auth_token": auth_token}
     routes = [
-        (rf"/v1/models/{MODEL}:predict", h.V1PredictHandler),
-        (rf"/v1/models/{MODEL}", h.V1ModelHandler),
-        (r"/metrics", h.MetricsHandler),
-        (r"/v2/health/live", h.LiveHandler),
-        (r"/v2/health/ready", h.ReadyHandler),
-        (r"/v2/?", h.ServerMetadataHandler),
-        (rf"/v2/models/{MODEL}{VERSION}/infer", h.InferHandler),
-        (rf"/v2/models/{MODEL}{VERSION}/ready", h.ModelReadyHandler),
-        (rf"/v2/models/{MODEL}{VERSION}/config", h.ModelConfigHandler),
-        (r"/v2/models/stats", h.ModelStatisticsHandler),
-        (rf"/v2/models/{MODEL}{VERSION}/stats", h.ModelStatisticsHandler),
-        (rf"/v2/models/{MODEL}{VERSION}", h.ModelMetadataHandler),
+        (rf"/v1/models/{MODEL}:predict", v1.V1PredictHandler),
+        (rf"/v1/models/{MODEL}", v1.V1ModelHandler),
+        (r"/metrics", operations.MetricsHandler),
+        (r"/v2/health/live", oip.LiveHandler),
+        (r"/v2/health/ready", oip.ReadyHandler),
+        (r"/v2/?", oip.ServerMetadataHandler),
+        (rf"/v2/models/{MODEL}{VERSION}/infer", oip.InferHandler),
+        (rf"/v2/models/{MODEL}{VERSION}/ready", oip.ModelReadyHandler),
+        (rf"/v2/models/{MODEL}{VERSION}/config", oip.ModelConfigHandler),
+        (r"/v2/models/stats", oip.ModelStatisticsHandler),
+        (rf"/v2/models/{MODEL}{VERSION}/stats", oip.ModelStatisticsHandler),
+        (rf"/v2/models/{MODEL}{VERSION}", oip.ModelMetadataHandler),
         (rf"/predictions/{MODEL}(?:/([^/]+))?", ts.PredictionsHandler),  # TorchServe style
         (r"/ping", ts.PingHandler),
     ]
     return tornado.web.Application(
         [(pattern, handler, context) for pattern, handler in routes],
-        default_handler_class=h.NotFoundHandler,
+        default_handler_class=NotFoundHandler,
         default_handler_args=context,
         compress_response=False,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.rest.handlers import BaseHandler, BodyHandler
+from gateway.rest.base import BaseHandler, BodyHandler
 from wire.codecs import torchserve
 from wire.errors import GatewayError
 

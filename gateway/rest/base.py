@@ -1,8 +1,15 @@
-"""Tornado handlers: decode with the wire format's codec, call the service, encode.
+"""What every HTTP endpoint shares: one request lifecycle and one error path.
 
-Handlers know the service and the codecs, never a backend protocol. A handler raises a
-GatewayError for anything wrong; `BaseHandler.write_error` is the one place that renders
-it, as `{"error": message}` with the status the error class carries.
+`BaseHandler` is the lifecycle (`prepare` opens an inference request's call and checks the
+token; the verb method raises a GatewayError for anything wrong; `write_error` is the one
+place that renders it, as `{"error": message}` with the status the error class carries;
+`on_finish` closes the call). `BodyHandler` adds the streamed body of an inference
+endpoint, refused before it is read when the model is unknown or the body too large.
+The endpoints of each protocol are modules of their own (`v1`, `oip`, `torchserve`,
+`operations`); `app` maps URLs to them.
+
+Handlers know the service, `gateway.lifecycle`, `gateway.models` and their codecs, never
+a backend protocol.
 """
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ from gateway.auth import check_bearer
 from gateway.lifecycle import Call
 from gateway.models import ServedModel
 from gateway.service import InferenceService
-from wire.codecs import content_encoding, oip_json, v1
+from wire.codecs import content_encoding
 from wire.codecs.limits import Limits
 from wire.errors import GatewayError, InvalidInput, NotFound, PayloadTooLarge
 from wire.request import PRIORITY_HEADER, priority_from_header
@@ -228,91 +235,6 @@ class BodyHandler(BaseHandler):
             self._chunks = [content_encoding.decode(self._coding, self._chunks, self.limits.max_body_bytes)]
             self._coding = None
         return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
-
-
-class V1PredictHandler(BodyHandler):
-    front_end = "v1"
-
-    async def post(self, model: str) -> None:
-        assert self.call is not None
-        self.call.priority = self.priority()
-        instances = v1.decode_request(self.body, self.limits)
-        predictions, batch_id = await self.service.infer_instances(self.served, instances, self.call)
-        self.set_header("Content-Type", "application/json")
-        self.finish(v1.encode_response(predictions, batch_id))
-
-
-class V1ModelHandler(BaseHandler):
-    async def get(self, model: str) -> None:
-        ready = await self.service.model(model).ready()
-        self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
-
-
-class LiveHandler(BaseHandler):
-    requires_auth = False
-
-    def get(self) -> None:
-        self.write_json({"live": True})
-
-
-class ReadyHandler(BaseHandler):
-    requires_auth = False
-
-    async def get(self) -> None:
-        ready = await self.service.ready()
-        self.write_json({"ready": ready}, 200 if ready else 503)
-
-
-class ServerMetadataHandler(BaseHandler):
-    def get(self) -> None:
-        self.write_json(self.service.server_metadata())
-
-
-class ModelMetadataHandler(BaseHandler):
-    async def get(self, model: str, version: str | None = None) -> None:
-        self.write_json(self.service.model(model, version or "").describe())
-
-
-class ModelConfigHandler(BaseHandler):
-    """Triton's model configuration extension (what perf_analyzer reads first)."""
-
-    async def get(self, model: str, version: str | None = None) -> None:
-        self.write_json(await self.service.model_config(self.service.model(model, version or "")))
-
-
-class ModelStatisticsHandler(BaseHandler):
-    """Triton's statistics extension: one model, or every model."""
-
-    async def get(self, model: str | None = None, version: str | None = None) -> None:
-        self.write_json(self.service.model_statistics(model or "", version or ""))
-
-
-class ModelReadyHandler(BaseHandler):
-    async def get(self, model: str, version: str | None = None) -> None:
-        ready = await self.service.model(model, version or "").ready()
-        self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
-
-
-class InferHandler(BodyHandler):
-    front_end = "oip_http"
-
-    async def post(self, model: str, version: str | None = None) -> None:
-        length = oip_json.json_length(self.header(oip_json.HEADER_LENGTH))
-        request = oip_json.decode_request(self.body, length, self.limits)
-        assert self.call is not None
-        self.call.client = self.client_context(request.id)
-        outcome = await self.service.infer_tensors(self.served, request, self.call)
-        body, length = oip_json.encode_response(
-            model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
-        for header, value in oip_json.body_headers(length).items():
-            self.set_header(header, value)
-        self.finish(body)
-
-
-class MetricsHandler(BaseHandler):
-    def get(self) -> None:
-        self.set_header("Content-Type", metrics.CONTENT_TYPE)
-        self.finish(self.service.metrics.exposition())
 
 
 class NotFoundHandler(BaseHandler):

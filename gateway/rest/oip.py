@@ -1,0 +1,70 @@
+"""The Open Inference Protocol over HTTP (KServe v2, Triton): health, server and model
+metadata, Triton's model configuration and statistics extensions, and `POST
+/v2/models/<m>[/versions/<v>]/infer` in JSON or with the binary tensor extension
+(`wire.codecs.oip_json`), through `InferenceService.infer_tensors`.
+"""
+from __future__ import annotations
+
+from gateway.rest.base import BaseHandler, BodyHandler
+from wire.codecs import oip_json
+
+
+class LiveHandler(BaseHandler):
+    requires_auth = False
+
+    def get(self) -> None:
+        self.write_json({"live": True})
+
+
+class ReadyHandler(BaseHandler):
+    requires_auth = False
+
+    async def get(self) -> None:
+        ready = await self.service.ready()
+        self.write_json({"ready": ready}, 200 if ready else 503)
+
+
+class ServerMetadataHandler(BaseHandler):
+    def get(self) -> None:
+        self.write_json(self.service.server_metadata())
+
+
+class ModelMetadataHandler(BaseHandler):
+    async def get(self, model: str, version: str | None = None) -> None:
+        self.write_json(self.service.model(model, version or "").describe())
+
+
+class ModelConfigHandler(BaseHandler):
+    """Triton's model configuration extension (what perf_analyzer reads first)."""
+
+    async def get(self, model: str, version: str | None = None) -> None:
+        self.write_json(await self.service.model_config(self.service.model(model, version or "")))
+
+
+class ModelStatisticsHandler(BaseHandler):
+    """Triton's statistics extension: one model, or every model."""
+
+    async def get(self, model: str | None = None, version: str | None = None) -> None:
+        self.write_json(self.service.model_statistics(model or "", version or ""))
+
+
+class ModelReadyHandler(BaseHandler):
+    async def get(self, model: str, version: str | None = None) -> None:
+        ready = await self.service.model(model, version or "").ready()
+        self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
+
+
+class InferHandler(BodyHandler):
+    front_end = "oip_http"
+
+    async def post(self, model: str, version: str | None = None) -> None:
+        length = oip_json.json_length(self.header(oip_json.HEADER_LENGTH))
+        request = oip_json.decode_request(self.body, length, self.limits)
+        assert self.call is not None
+        self.call.client = self.client_context(request.id)
+        outcome = await self.service.infer_tensors(self.served, request, self.call)
+        body, length = oip_json.encode_response(
+            model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
+        for header, value in oip_json.body_headers(length).items():
+            self.set_header(header, value)
+        self.finish(body)

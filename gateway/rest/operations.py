@@ -1,0 +1,11 @@
+"""What an operator reads over HTTP: `GET /metrics` (Prometheus text, `gateway.metrics`)."""
+from __future__ import annotations
+
+from gateway import metrics
+from gateway.rest.base import BaseHandler
+
+
+class MetricsHandler(BaseHandler):
+    def get(self) -> None:
+        self.set_header("Content-Type", metrics.CONTENT_TYPE)
+        self.finish(self.service.metrics.exposition())

@@ -1,0 +1,27 @@
+"""KServe v1 over HTTP: `POST /v1/models/<m>:predict` and `GET /v1/models/<m>`.
+
+Bodies follow `wire.codecs.v1`; a request's instances go through
+`InferenceService.infer_instances`, so they batch with every other client of the model.
+"""
+from __future__ import annotations
+
+from gateway.rest.base import BaseHandler, BodyHandler
+from wire.codecs import v1
+
+
+class V1PredictHandler(BodyHandler):
+    front_end = "v1"
+
+    async def post(self, model: str) -> None:
+        assert self.call is not None
+        self.call.priority = self.priority()
+        instances = v1.decode_request(self.body, self.limits)
+        predictions, batch_id = await self.service.infer_instances(self.served, instances, self.call)
+        self.set_header("Content-Type", "application/json")
+        self.finish(v1.encode_response(predictions, batch_id))
+
+
+class V1ModelHandler(BaseHandler):
+    async def get(self, model: str) -> None:
+        ready = await self.service.model(model).ready()
+        self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
