@@ -14,8 +14,11 @@
   (keep-alive, Content-Length bodies), and a grpc.aio server whose generic handler answers
   any unary method with an empty message without decoding anything.
 
-    python -m tools.bench_baselines minimal --http-port 0 --grpc-port 0
+    python -m tools.bench.baselines minimal --http-port 0 --grpc-port 0
     # prints: READY http=<port> grpc=<port>; stops on SIGTERM/SIGINT
+
+It must not know the harness, the scenarios or the gateway: the harness starts it by its
+module name (`Baseline`) and reads its READY line.
 """
 from __future__ import annotations
 
@@ -183,7 +186,7 @@ async def serve(kind: str, host: str, http_port: int, grpc_port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench_baselines", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.bench.baselines", description=__doc__.split("\n\n")[0])
     parser.add_argument("kind", choices=["minimal", "trivial"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--http-port", type=int, default=0)

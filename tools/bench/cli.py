@@ -6,10 +6,15 @@ file and PNG plots.
     python -m tools.bench --scenario kserve-docs --duration 1 --out /tmp/bench   # smoke run
     python -m tools.bench --scenario kserve-docs saturation overhead --duration 5 --repeat 3
 
-Scenarios: `tools/bench_scenarios.py` `SCENARIOS` (listed by --help). Output in --out
+Scenarios: `tools/bench/scenarios.py` `SCENARIOS` (listed by --help). Output in --out
 (default bench-results/): results.md, results.json, latency_vs_throughput.png,
 batch_sizes.png, saturation.png, goodput.png, memory.png (each plot when its scenario
-ran). Servers are stopped by PID at the end and on Ctrl-C.
+ran; written by `tools/bench/report.py`). Servers are stopped by PID at the end and on Ctrl-C.
+
+It holds the command line, the machine's description and the run of the chosen scenarios
+(`python -m tools.bench` is `tools/bench/__main__.py`, which calls `main`). It must not know
+any scenario's insides, nor how the report is laid out: it reads SCENARIOS and hands the
+results dict to the report.
 """
 from __future__ import annotations
 
@@ -26,8 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools import bench_scenarios
-from tools.bench_scenarios import SCENARIOS, Context
+from tools.bench import harness, report
+from tools.bench.harness import Context
+from tools.bench.scenarios import SCENARIOS
 from tools.processes import ROOT
 
 PACKAGES = ("grpcio", "protobuf", "tornado", "numpy", "orjson", "aiohttp", "matplotlib")
@@ -72,169 +78,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def machine_line(info: dict[str, Any]) -> str:
-    packages = ", ".join(f"{k} {v}" for k, v in info["packages"].items() if v)
-    load = ", ".join(f"{x:.2f}" for x in info["load_average_at_start"])
-    return (f"{info['cores']} cores ({info['cpu'] or 'unknown CPU'}), {info['memory_gib']} GiB, "
-            f"{info['os']}, Python {info['python']}; {packages}; load average at start {load}; "
-            f"commit {info['commit'] or 'unknown'}")
-
-
-# -- report ---------------------------------------------------------------------------------------
-
-
-def _cell(value: Any, fmt: str) -> str:
-    if value is None:
-        return "–"
-    if fmt == "s":
-        return str(value)
-    try:
-        return format(value, fmt)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def markdown_table(columns: list[list[str]], rows: list[dict[str, Any]]) -> str:
-    lines = ["| " + " | ".join(header for _, header, _ in columns) + " |",
-             "|" + "|".join("---" if fmt == "s" else "---:" for _, _, fmt in columns) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(_cell(row.get(key), fmt) for key, _, fmt in columns) + " |")
-    return "\n".join(lines)
-
-
-def markdown_report(results: dict[str, Any], plots: list[str], heading: str = "#") -> str:
-    out = [f"{heading} Benchmark results", "",
-           f"Machine: {machine_line(results['machine'])}.", "",
-           f"Command: `{results['command']}`", ""]
-    for name, scenario in results["scenarios"].items():
-        out += [f"{heading}# {name}: {scenario['title']}", "", scenario["setup"], ""]
-        for table in scenario["tables"]:
-            if table["title"]:
-                out += [f"**{table['title']}**", ""]
-            out += [markdown_table(table["columns"], table["rows"]), ""]
-        if scenario["checks"]:
-            for c in scenario["checks"]:
-                mark = {True: "PASS", False: "FAIL", None: "info"}[c["ok"]]
-                out.append(f"- {mark}: {c['what']}: {c['value']} (target {c['target']})")
-            out.append("")
-    if plots:
-        out += [f"{heading}# Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots] + [""]
-    return "\n".join(out)
-
-
-# -- plots ------------------------------------------------------------------------------------------
-
-
-def make_plots(results: dict[str, Any], out: Path) -> list[str]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    scenarios = results["scenarios"]
-    subtitle = f"{results['machine']['cores']} cores, Python {results['machine']['python']}"
-
-    curve = scenarios.get("latency-curve", {}).get("plots", {}).get("latency_curve")
-    if curve:
-        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=90)
-        colors = {"direct": "tab:gray", "window": "tab:red", "adaptive": "tab:blue"}
-        for mode in ("direct", "window", "adaptive"):
-            points = sorted((p for p in curve if p["mode"] == mode and p["rps"]), key=lambda p: p["clients"])
-            if not points:
-                continue
-            xs = [p["rps"] for p in points]
-            ax.plot(xs, [p["p50_ms"] for p in points], "o-", color=colors[mode], label=f"{mode} p50")
-            ax.plot(xs, [p["p99_ms"] for p in points], "s--", color=colors[mode], alpha=0.6, label=f"{mode} p99")
-            for p in points:
-                ax.annotate(f"c={p['clients']}", (p["rps"], p["p50_ms"]), textcoords="offset points",
-                            xytext=(4, -10), fontsize=7, color=colors[mode])
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("throughput (requests/s)")
-        ax.set_ylabel("latency (ms)")
-        ax.set_title(f"Latency vs throughput, predictor 5 ms/call, batch 32 ({subtitle})", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=3)
-        fig.tight_layout()
-        written.append(_save(fig, out / "latency_vs_throughput.png"))
-
-    batches: dict[str, dict] = {}
-    for name in ("kserve-docs", "saturation"):
-        batches.update(scenarios.get(name, {}).get("plots", {}).get("batch_sizes", {}))
-    batches = {k: v for k, v in batches.items() if v}
-    if batches:
-        n = len(batches)
-        cols = min(3, n)
-        rows = (n + cols - 1) // cols
-        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.3 * rows), dpi=90, squeeze=False)
-        for ax, (name, sizes) in zip(axes.flat, batches.items(), strict=False):
-            keys = sorted(int(k) for k in sizes)
-            counts = [sizes.get(k, sizes.get(str(k), 0)) for k in keys]
-            total = sum(counts) or 1
-            mean = sum(k * c for k, c in zip(keys, counts, strict=True)) / total
-            ax.bar(keys, [c / total for c in counts], width=0.8, color="tab:blue")
-            ax.set_title(f"{name}\nmean {mean:.1f}, {total} calls", fontsize=8)
-            ax.set_xlim(0, 33)
-            ax.tick_params(labelsize=7)
-            ax.set_xlabel("batch size (instances)", fontsize=7)
-        for ax in list(axes.flat)[n:]:
-            ax.axis("off")
-        fig.suptitle("Batch sizes the predictor received (share of calls)", fontsize=9)
-        fig.tight_layout()
-        written.append(_save(fig, out / "batch_sizes.png"))
-
-    sat = scenarios.get("saturation", {}).get("plots", {}).get("saturation")
-    if sat:
-        fig, ax = plt.subplots(figsize=(7, 3.6), dpi=90)
-        names = [n for n, _ in sat["bars"]]
-        values = [v for _, v in sat["bars"]]
-        bar_colors = ["tab:gray" if n.startswith(("predictor", "direct")) else "tab:blue" for n in names]
-        ax.barh(range(len(names)), values, color=bar_colors)
-        ax.axvline(sat["ideal"], color="tab:red", linestyle="--", label=f"ideal {sat['ideal']:.0f}/s")
-        ax.set_yticks(range(len(names)), names, fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("instances/s")
-        ax.set_title("Saturation: 128 clients, predictor 20 ms + 0.25 ms/instance, 1 slot", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        written.append(_save(fig, out / "saturation.png"))
-
-    good = scenarios.get("goodput", {}).get("plots", {}).get("goodput")
-    if good:
-        fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=90)
-        loads = good["loads"]
-        for name, series in good["series"].items():
-            ax.plot(loads, series, "o-", label=name)
-        ax.plot(loads, [min(x, 1.0) * good["capacity"] for x in loads], ":", color="gray", label="capacity")
-        ax.set_xlabel("offered load (x the predictor's batched capacity)")
-        ax.set_ylabel("goodput (answers within the SLO per s)")
-        ax.set_ylim(0, good["capacity"] * 1.15)
-        ax.set_title(f"Goodput vs offered load ({subtitle})", fontsize=9)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        written.append(_save(fig, out / "goodput.png"))
-
-    mem = scenarios.get("memory", {}).get("plots", {}).get("memory")
-    if mem:
-        fig, ax = plt.subplots(figsize=(6, 3), dpi=90)
-        ax.plot([s["requests"] for s in mem], [s["rss_kb"] / 1024 for s in mem], "o-")
-        ax.set_xlabel("requests served")
-        ax.set_ylabel("gateway RSS (MiB)")
-        ax.set_ylim(0, max(s["rss_kb"] for s in mem) / 1024 * 1.2)
-        ax.set_title("Gateway RSS across requests", fontsize=9)
-        ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        written.append(_save(fig, out / "memory.png"))
-    return written
-
-
-def _save(fig: Any, path: Path) -> str:
-    import matplotlib.pyplot as plt
-    fig.savefig(path)
-    plt.close(fig)
-    return str(path)
-
 
 # -- main -------------------------------------------------------------------------------------------
 
@@ -258,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.report_only:
-        written = json.loads((out / "results.json").read_text())
-        plots = make_plots(written, out)
-        (out / "results.md").write_text(markdown_report(written, plots))
+        _, plots = report.write_results(json.loads((out / "results.json").read_text()), out, json_file=False)
         print(f"wrote {out / 'results.md'}" + "".join(f", {p}" for p in plots), file=sys.stderr)
         return 0
     if args.duration <= 0 or args.repeat < 1 or args.memory_queued < 1 or args.memory_requests < 2:
@@ -297,14 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: stopping servers", file=sys.stderr)
         status = 130
     finally:
-        bench_scenarios.stop_all()
+        harness.stop_all()
     results["seconds"] = round(time.monotonic() - started, 1)
-    results["servers"] = bench_scenarios.STARTED  # all stopped by now
-    plots = make_plots(results, out) if results["scenarios"] else []
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    report = markdown_report(results, plots)
-    (out / "results.md").write_text(report)
-    print(report)
+    results["servers"] = harness.STARTED  # all stopped by now
+    text, plots = report.write_results(results, out)
+    print(text)
     print(f"wrote {out / 'results.md'}, {out / 'results.json'}" + "".join(f", {p}" for p in plots), file=sys.stderr)
     return status
 

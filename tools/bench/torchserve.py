@@ -20,7 +20,8 @@ pads, to buckets). Loads: the real `hey` binary PUTting one PNG (`curl -T`'s req
 48, 8..512). Each row reports req/s, p50 and p99, and the CPU of the whole path per
 request (the gateway, TorchServe's Java front end and its Python workers).
 
-It holds this scenario only; the harness (servers, rows, checks) is `tools.bench_scenarios`'.
+It holds this scenario only; the harness (servers, rows, checks) is `tools.bench.harness`'.
+It must not import another scenario.
 """
 from __future__ import annotations
 
@@ -35,13 +36,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tools.bench_scenarios import (
+from tools.bench.harness import (
     Context,
     Gateway,
     Server,
-    _closed_loop,
-    _lognormal_lengths,
     check,
+    closed_loop,
+    lognormal_lengths,
 )
 from tools.processes import ROOT
 
@@ -160,7 +161,7 @@ def torchserve_scenario(ctx: Context) -> dict[str, Any]:
 
 
 def _encoder_runs(ctx: Context, own: TorchServe, enveloped: TorchServe, gateway: Gateway) -> list[dict[str, Any]]:
-    lengths = _lognormal_lengths(2000, seed=5)
+    lengths = lognormal_lengths(2000, seed=5)
     bodies = [json.dumps([(7 * i + n) % 997 + 1 for i in range(n)]).encode() for n in lengths]
     mean_tokens = statistics.fmean(lengths)
     runs = []
@@ -171,9 +172,9 @@ def _encoder_runs(ctx: Context, own: TorchServe, enveloped: TorchServe, gateway:
     for rep in range(ctx.repeat):
         for name, url, servers in plan:
             ctx.say(f"  torchserve: encoder, {name} ({rep + 1}/{ctx.repeat})")
-            asyncio.run(_closed_loop(url, bodies[:100], ENCODER_CLIENTS, 1.0))  # warm up, not measured
+            asyncio.run(closed_loop(url, bodies[:100], ENCODER_CLIENTS, 1.0))  # warm up, not measured
             cpu = _cpu(servers)
-            result = asyncio.run(_closed_loop(url, bodies, ENCODER_CLIENTS, ctx.duration))
+            result = asyncio.run(closed_loop(url, bodies, ENCODER_CLIENTS, ctx.duration))
             cpu_us = (_cpu(servers) - cpu) / max(result["ok"], 1) * 1e6
             runs.append({"table": "encoder", "name": name, "clients": ENCODER_CLIENTS, **result,
                          "tokens_per_s": result["rps"] * mean_tokens, "cpu_us": cpu_us})

@@ -8,7 +8,8 @@ of `cost` (over OIP gRPC and over OIP HTTP with the binary extension). A second 
 one-client latency on Triton's `free` model, direct and through the gateway, for both front
 ends and both predictor protocols: what the gateway adds to a round trip.
 
-It holds this scenario only; the harness (servers, load, rows) is `tools.bench_scenarios`'.
+It holds this scenario only; the harness (servers, load, rows) is `tools.bench.harness`'.
+It must not import another scenario.
 """
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from tools.bench_scenarios import (
+from tools.bench.harness import (
     OIP_JSON_BODY,
     Context,
     Gateway,
     RealTriton,
-    _http,
     check,
+    http_request,
     load,
     oip_body,
     run_row,
@@ -43,7 +44,7 @@ class Triton(RealTriton):
 
     def executions(self, model: str) -> tuple[int, int]:
         """(inferences, executions) Triton has counted for `model` so far."""
-        stats = json.loads(_http("GET", f"{self.http_url}/v2/models/{model}/stats")[1])["model_stats"][0]
+        stats = json.loads(http_request("GET", f"{self.http_url}/v2/models/{model}/stats")[1])["model_stats"][0]
         return int(stats["inference_count"]), int(stats["execution_count"])
 
 

@@ -31,7 +31,7 @@ failures have none), percentiles by the nearest-rank method, a hey-style histogr
 status distribution and the error distribution (HTTP >= 400 answers with a snippet of
 their body, gRPC non-OK codes with their details, transport failures).
 
-Python API (what tools/bench.py uses):
+Python API (what tools/bench/harness.py uses):
 
     result = await tools.loadgen.run(tools.loadgen.Config(target=url, ...))
     print(result.format_report()); result.to_dict()

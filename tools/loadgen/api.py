@@ -1,6 +1,6 @@
 """The Python API: `run(config, live)` -> Result, in this process or in several.
 
-What tools/bench.py and the CLI call. It picks one process (with the progress bar when
+What tools/bench/harness.py and the CLI call. It picks one process (with the progress bar when
 asked) or several (`multiprocess`); it must not know the protocol, the statistics or the
 command line.
 """

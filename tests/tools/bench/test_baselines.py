@@ -1,4 +1,4 @@
-"""The benchmark's baseline servers (`python -m tools.bench_baselines`), run as their own
+"""The benchmark's baseline servers (`python -m tools.bench.baselines`), run as their own
 process: the minimal Tornado app and grpc.aio servicer answer as the gateway would, and a
 request for the `hold` model is held until the server stops (the memory scenario's floor)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from tools.bench_baselines import HOLD_MODEL
+from tools.bench.baselines import HOLD_MODEL
 from tools.processes import ServerProcess, python_module_command
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
@@ -21,7 +21,7 @@ V1_BODY = json.dumps({"instances": [[1, 2, 3, 4]]}).encode()
 
 @pytest.fixture
 def minimal():
-    server = ServerProcess(python_module_command("tools.bench_baselines", "minimal"), name="minimal baseline",
+    server = ServerProcess(python_module_command("tools.bench.baselines", "minimal"), name="minimal baseline",
                            ready_timeout=30).start()
     try:
         yield server

@@ -1,4 +1,4 @@
-"""tools/bench_torchserve.py's own parts, without TorchServe: the PNG it uploads decodes to a
+"""tools/bench/torchserve.py's own parts, without TorchServe: the PNG it uploads decodes to a
 224x224 picture, and `hey` (the real binary) is read back into counts and percentiles."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 from PIL import Image
 
 from tests.harness import config_for, running_gateway
-from tools.bench_torchserve import hey, png
+from tools.bench.torchserve import hey, png
 
 
 def test_the_uploaded_picture_is_a_224_pixel_png():
