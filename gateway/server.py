@@ -1,6 +1,7 @@
-"""The gateway process: one asyncio loop hosting the Tornado and grpc.aio front ends,
-the scheduler and the backend clients, with start and graceful stop; and the process's
-open-files limit, which bounds how many client connections each front end may hold."""
+"""The gateway process: one asyncio loop hosting the scheduler, the service and the front
+ends (`gateway.front_ends`), with start, graceful stop, reload and the signals that drive
+them; and the process's open-files limit, which bounds how many client connections each
+front end may hold."""
 from __future__ import annotations
 
 import asyncio
@@ -8,19 +9,11 @@ import dataclasses
 import logging
 import resource
 import signal
-import ssl
-from pathlib import Path
-
-import grpc
-import tornado.netutil
-from grpc_health.v1 import health
 
 from gateway.batching.scheduler import BatchScheduler
-from gateway.config import ConfigError, GatewayConfig, ServerConfig
+from gateway.config import ConfigError, GatewayConfig
 from gateway.config import load as load_config
-from gateway.grpc.server import build_server, set_serving
-from gateway.rest.app import make_app
-from gateway.rest.connections import ConnectionLimits, GuardedHTTPServer
+from gateway.front_ends import FrontEnds
 from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
@@ -29,65 +22,44 @@ RESERVED_OPEN_FILES = 64
 
 
 class Gateway:
+    """One gateway: the scheduler (what decides batches), the service every front end
+    calls, and the front ends that serve it on this process's sockets (`FrontEnds`)."""
+
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.scheduler: BatchScheduler | None = None
         self.service: InferenceService | None = None
-        self.http_port = 0
-        self.grpc_port = 0
-        self._http_server: GuardedHTTPServer | None = None
-        self._grpc_server: grpc.aio.Server | None = None
-        self._health: health.aio.HealthServicer | None = None
+        self.front_ends: FrontEnds | None = None
+
+    @property
+    def http_port(self) -> int:
+        return self.front_ends.http_port if self.front_ends is not None else 0
+
+    @property
+    def grpc_port(self) -> int:
+        return self.front_ends.grpc_port if self.front_ends is not None else 0
 
     async def start(self) -> None:
-        server = self.config.server
         self.scheduler = BatchScheduler(asyncio.get_running_loop())
         self.service = InferenceService(self.config, self.scheduler)
         await self.service.start()
-        app = make_app(self.service, self.config.limits, server.auth_token)
-        max_connections = connection_cap(server.max_connections)
-        self._http_server = GuardedHTTPServer(
-            app, limits=ConnectionLimits(server.header_timeout_s, server.body_timeout_s, server.idle_timeout_s,
-                                         max_connections),
-            # Handlers refuse over-limit bodies with a 413 of their own; this is the backstop.
-            max_body_size=self.config.limits.max_body_bytes + 1,
-            ssl_options=_server_ssl_context(server))
-        self.service.metrics.watch_connections(self._http_server.stats)
-        sockets = tornado.netutil.bind_sockets(server.http_port, server.host)
-        self._http_server.add_sockets(sockets)
-        self.http_port = sockets[0].getsockname()[1]
-        grpc_server, self._health = build_server(self.service, self.config.limits, server, max_connections)
-        self._grpc_server = grpc_server
-        address = f"[{server.host}]" if ":" in server.host else server.host
-        if server.tls_cert_file:
-            credentials = grpc.ssl_server_credentials([(
-                Path(server.tls_key_file).read_bytes(), Path(server.tls_cert_file).read_bytes())])
-            self.grpc_port = grpc_server.add_secure_port(f"{address}:{server.grpc_port}", credentials)
-        else:
-            self.grpc_port = grpc_server.add_insecure_port(f"{address}:{server.grpc_port}")
-        if self.grpc_port == 0:
-            raise OSError(f"cannot bind gRPC port {server.grpc_port} on {server.host}")
-        await grpc_server.start()
-        await set_serving(self._health, True)
+        self.front_ends = FrontEnds(self.service, self.config, connection_cap(self.config.server.max_connections))
+        await self.front_ends.start()
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Graceful stop: refuse new work (503), let queued and in-flight requests finish
         within the grace period, answer the rest 503, then close everything."""
         grace = self.config.server.grace_s if grace_s is None else grace_s
-        if self._health is not None:
-            await set_serving(self._health, False)
-        if self._http_server is not None:
-            self._http_server.stop()  # no new connections
+        if self.front_ends is not None:
+            await self.front_ends.stop_accepting()
         if self.service is not None:
             await self.service.close(grace)
             # Let every answered request write its response before connections close.
             flush_deadline = asyncio.get_running_loop().time() + 2.0
             while self.service.active_requests and asyncio.get_running_loop().time() < flush_deadline:
                 await asyncio.sleep(0.01)
-        if self._grpc_server is not None:
-            await self._grpc_server.stop(grace=0.5)
-        if self._http_server is not None:
-            await self._http_server.close_all_connections()
+        if self.front_ends is not None:
+            await self.front_ends.close()
 
     async def reload(self, path: str) -> None:
         """Re-read the config file and apply its model changes (server and limits changes
@@ -146,14 +118,6 @@ def connection_cap(configured: int) -> int:
                     configured, open_files, available)
         return available
     return configured
-
-
-def _server_ssl_context(server: ServerConfig) -> ssl.SSLContext | None:
-    if not server.tls_cert_file:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(server.tls_cert_file, server.tls_key_file)
-    return context
 
 
 async def serve(config: GatewayConfig, config_path: str | None = None) -> None:

@@ -119,7 +119,7 @@ def test_timeouts_are_counted_in_metrics(gw):
 # -- the connection cap ------------------------------------------------------------------------
 
 def open_connections(gw: RunningGateway) -> int:
-    return gw.gateway._http_server.stats.open
+    return gw.gateway.front_ends.http_server.stats.open
 
 
 def wait_for_open_connections(gw: RunningGateway, count: int) -> None:
@@ -191,7 +191,7 @@ class _ExhaustedListener:
 
 
 def test_an_accept_that_fails_for_want_of_descriptors_backs_off_then_resumes(gw):
-    server = gw.gateway._http_server
+    server = gw.gateway.front_ends.http_server
     before = server.stats.accept_failures
 
     async def exhaust() -> None:
