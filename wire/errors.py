@@ -42,6 +42,18 @@ class UnsupportedEncoding(InvalidInput):
     grpc_code = grpc.StatusCode.UNIMPLEMENTED
 
 
+class RequestHeadTooLarge(InvalidInput):
+    """An HTTP request head over the gateway's bounds, refused before it is routed: the
+    request target (414) or the header block (`HeaderFieldsTooLarge`, 431). gRPC's own
+    limit on metadata answers RESOURCE_EXHAUSTED."""
+    http_status = 414
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class HeaderFieldsTooLarge(RequestHeadTooLarge):
+    http_status = 431
+
+
 class Unauthenticated(GatewayError):
     http_status = 401
     grpc_code = grpc.StatusCode.UNAUTHENTICATED
@@ -68,6 +80,11 @@ class Unavailable(GatewayError):
     """The predictor cannot be reached, or the model is not ready, or the gateway is stopping."""
     http_status = 503
     grpc_code = grpc.StatusCode.UNAVAILABLE
+
+
+class OverCapacity(Unavailable):
+    """The gateway holds its maximum of client connections: a new one is answered and closed."""
+    http_headers = {"Retry-After": "1"}
 
 
 class DeadlineExceeded(GatewayError):

@@ -27,6 +27,7 @@ from gateway import metrics
 from gateway.auth import check_bearer
 from gateway.lifecycle import Call
 from gateway.models import ServedModel
+from gateway.rest import errors
 from gateway.service import InferenceService
 from wire.codecs import content_encoding
 from wire.codecs.limits import Limits
@@ -120,23 +121,25 @@ class BaseHandler(tornado.web.RequestHandler):
             return
         error = kwargs["exc_info"][1] if "exc_info" in kwargs else None
         if isinstance(error, GatewayError):
-            self.set_status(error.http_status)
-            for header, value in error.http_headers.items():
+            status, headers, body = errors.render(error, self.error_fields(error))
+            self.set_status(status)
+            for header, value in headers.items():
                 self.set_header(header, value)
-            document = self.error_document(error)
-        elif isinstance(error, tornado.web.HTTPError) and error.log_message:
+            self.finish(body)
+            return
+        if isinstance(error, tornado.web.HTTPError) and error.log_message:
             # Tornado's own refusals say what was wrong here (e.g. a path that is not UTF-8).
-            document = {"error": error.log_message % error.args if error.args else error.log_message}
+            message = error.log_message % error.args if error.args else error.log_message
         elif error is None or isinstance(error, tornado.web.HTTPError):
-            document = {"error": self._reason}  # Tornado's own: bad method, malformed request
+            message = self._reason  # Tornado's own: bad method, malformed request
         else:
-            document = {"error": "internal error"}  # never a traceback or an address
-        self.set_header("Content-Type", "application/json")
-        self.finish(orjson.dumps(document))
+            message = "internal error"  # never a traceback or an address
+        self.set_header("Content-Type", errors.CONTENT_TYPE)
+        self.finish(orjson.dumps(errors.document(message)))
 
-    def error_document(self, error: GatewayError) -> dict[str, Any]:
-        """The body of an error answer; front ends with their own error shape override it."""
-        return {"error": error.message}
+    def error_fields(self, error: GatewayError) -> dict[str, Any]:
+        """Fields a front end adds to every error document (TorchServe's own shape)."""
+        return {}
 
     def log_exception(self, typ: type[BaseException] | None, value: BaseException | None,
                       tb: TracebackType | None) -> None:

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
 import tornado.httpserver
 import tornado.httputil
 import tornado.ioloop
@@ -38,6 +37,8 @@ import tornado.iostream
 import tornado.web
 
 from gateway.metrics import ConnectionStats
+from gateway.rest import errors
+from wire.errors import GatewayError, HeaderFieldsTooLarge, OverCapacity, RequestHeadTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,6 @@ BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 1.0
 # accept() failing for want of a resource, which retrying at once cannot fix.
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-_OVER_CAPACITY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-                  b"Connection: close\r\nContent-Length: %d\r\n\r\n%s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +94,9 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
         self._backoff_s = BACKOFF_FIRST_S
         self._loop = tornado.ioloop.IOLoop.current()
         self._sweeper = tornado.ioloop.PeriodicCallback(self._sweep, SWEEP_INTERVAL_S * 1000)
-        self._refusal = _OVER_CAPACITY % self._refusal_body()
-
-    def _refusal_body(self) -> tuple[int, bytes]:
-        body = orjson.dumps({"error": f"the gateway holds its maximum of {self.limits.max_connections} "
-                                      "connections (server.max_connections); retry shortly"})
-        return len(body), body
+        self._refusal = _raw_answer(OverCapacity(
+            f"the gateway holds its maximum of {self.limits.max_connections} connections (server.max_connections); "
+            "retry shortly"))
 
     # -- accepting ---------------------------------------------------------------------
 
@@ -223,13 +219,13 @@ class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
         self.deadline.at = time.monotonic() + self.body_timeout_s
         target = start_line.path
         if len(target) > MAX_REQUEST_TARGET_BYTES:
-            self._refuse(414, "URI Too Long",
-                         f"the request target is {len(target)} bytes; the limit is {MAX_REQUEST_TARGET_BYTES}")
+            self._refuse(RequestHeadTooLarge(
+                f"the request target is {len(target)} bytes; the limit is {MAX_REQUEST_TARGET_BYTES}"))
             return None
         header_bytes = sum(len(name) + len(value) + 4 for name, value in headers.get_all())
         if header_bytes > MAX_HEADER_BYTES:
-            self._refuse(431, "Request Header Fields Too Large",
-                         f"the request's headers are {header_bytes} bytes; the limit is {MAX_HEADER_BYTES}")
+            self._refuse(HeaderFieldsTooLarge(
+                f"the request's headers are {header_bytes} bytes; the limit is {MAX_HEADER_BYTES}"))
             return None
         if target[:1] != "/" and "://" in target[:8]:
             start_line = _origin_form(start_line, headers)
@@ -247,16 +243,25 @@ class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
         if not self.refused:
             self.delegate.on_connection_close()
 
-    def _refuse(self, code: int, reason: str, message: str) -> None:
+    def _refuse(self, error: GatewayError) -> None:
         self.refused = True
         self.stats.bad_heads += 1
+        code, fields, body = errors.render(error)
+        reason = tornado.httputil.responses[code]
         log.info("refused a request head: %s", reason)
-        body = orjson.dumps({"error": message})
-        headers = tornado.httputil.HTTPHeaders({
-            "Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close"})
+        headers = tornado.httputil.HTTPHeaders({**fields, "Content-Length": str(len(body)), "Connection": "close"})
         self.connection.write_headers(tornado.httputil.ResponseStartLine("HTTP/1.1", code, reason), headers, body)
         # Finished before the body is read: Tornado closes the connection once this is sent.
         self.connection.finish()
+
+
+def _raw_answer(error: GatewayError) -> bytes:
+    """`error` as a whole HTTP/1.1 answer that closes the connection, for a socket no
+    Tornado connection serves yet."""
+    code, fields, body = errors.render(error)
+    head = [f"HTTP/1.1 {code} {tornado.httputil.responses[code]}", *(f"{k}: {v}" for k, v in fields.items()),
+            "Connection: close", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
 def _origin_form(start_line: tornado.httputil.RequestStartLine,

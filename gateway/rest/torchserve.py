@@ -42,9 +42,8 @@ class PredictionsHandler(BodyHandler):
 
     put = post  # `curl -T file` uploads with PUT; TorchServe takes both
 
-    def error_document(self, error: GatewayError) -> dict[str, Any]:
-        return {"code": error.http_status, "type": type(error).__name__, "message": error.message,
-                "error": error.message}
+    def error_fields(self, error: GatewayError) -> dict[str, Any]:
+        return {"code": error.http_status, "type": type(error).__name__, "message": error.message}
 
 
 class PingHandler(BaseHandler):
