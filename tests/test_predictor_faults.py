@@ -13,8 +13,8 @@ import time
 import pytest
 
 from tests.harness import config_for, http_json, run_clients, running_gateway, timed_predict
-from tests.predictors.harness import free_port
 from tests.processes import simulated_predictor
+from tools.processes import free_port
 
 MARGIN_S = 1.5
 

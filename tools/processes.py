@@ -1,10 +1,15 @@
-"""Start a server as its own process, read its READY line, stop it by PID.
+"""Start a server as its own process, know when it is ready, stop it by PID: the one
+launcher of the project's tests and tools, and the one `free_port`.
 
-The servers this project starts for tests and tools (the gateway, the simulated predictor,
-the benchmark baselines) each print one `READY key=value ...` line on stdout once they
-listen; `ServerProcess.fields` holds those values. A server runs in its own session (its
-PID is its process group), with its stderr in a log file, and is stopped with SIGTERM, then
-SIGKILL. `SimulatedPredictorProcess` knows the simulated predictor's command line.
+The servers this project starts itself (the gateway, the simulated predictor, the
+benchmark baselines, TorchServe's launcher script, Triton run directly) each print one
+`READY key=value ...` line on stdout once they listen; `ServerProcess.fields` holds those
+values. A server that prints none (the real KServe and Triton under PyTriton) is ready
+when a `ready_probe` says so. A server runs in its own session (its PID is its process
+group, so whatever it starts is stopped with it), with its output in a log file, and is
+stopped with SIGTERM to the group, then SIGKILL. With `hold_stdin` it also exits by
+itself if this process dies: it watches a stdin pipe only this process holds.
+`SimulatedPredictorProcess` knows the simulated predictor's command line.
 
 It must not know about tests, benchmarks or any server's protocol (tools never import
 tests; tests and tools import this).
@@ -15,11 +20,15 @@ import contextlib
 import os
 import queue
 import resource
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Self
 
@@ -35,33 +44,68 @@ def python_module_command(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
+class ServerStartError(RuntimeError):
+    """A server exited, or was not ready in time; the message ends with its log's tail."""
+
+
+_handed_out_ports: set[int] = set()
+_ports_lock = threading.Lock()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now and not yet handed out by this process.
+
+    The port is released before the server binds it, so another program could take it in
+    between; remembering handed-out ports at least keeps our own servers apart. Servers
+    that can bind port 0 and say which they got (READY) should do that instead."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((LOOPBACK, 0))
+            port = int(sock.getsockname()[1])
+        with _ports_lock:
+            if port not in _handed_out_ports:
+                _handed_out_ports.add(port)
+                return port
+
+
 class ServerProcess:
-    """`command` (run from the repository root) until it prints READY; stopped by PID.
+    """`command` until it is ready (its READY line, or `ready_probe`); stopped by PID.
 
-    `start()` launches it and waits for READY (`spawn()` then `wait_ready()`, for callers
-    that must note the process between the two). Its stderr goes to `log_path`, or to an
-    anonymous temporary file when there is none; `log_text()` reads either."""
+    `start()` launches it and waits until it is ready (`spawn()` then `wait_ready()`, for
+    callers that must note the process between the two). It runs from `cwd` (the repository
+    root unless told). Its stderr (and, with a probe, its stdout) goes to `log_path`, or to
+    an anonymous temporary file when there is none; `log_text()` reads either. `cleanup`
+    folders are removed once it has stopped."""
 
-    def __init__(self, command: list[str], *, name: str | None = None, env: dict[str, str] | None = None,
-                 log_path: Path | None = None, ready_timeout: float = READY_TIMEOUT_S,
-                 stop_timeout: float = STOP_TIMEOUT_S, open_files_limit: int | None = None) -> None:
-        self.command = command
+    def __init__(self, command: Sequence[str | os.PathLike[str]], *, name: str | None = None,
+                 env: dict[str, str] | None = None, log_path: Path | None = None,
+                 ready_timeout: float = READY_TIMEOUT_S, stop_timeout: float = STOP_TIMEOUT_S,
+                 open_files_limit: int | None = None, ready_probe: Callable[[], bool] | None = None,
+                 cwd: Path = ROOT, hold_stdin: bool = False, cleanup: Sequence[Path] = ()) -> None:
+        self.command = [str(part) for part in command]
         self.open_files_limit = open_files_limit  # RLIMIT_NOFILE, soft and hard, for the child alone
-        self.name = name or " ".join(command)
+        self.name = name or " ".join(self.command)
         self.env = env
         self.log_path = log_path
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
+        self.ready_probe = ready_probe
+        self.cwd = cwd
+        self.hold_stdin = hold_stdin
+        self.cleanup = list(cleanup)
         self.popen: subprocess.Popen[str] | None = None
         self.ready_line = ""
         self.fields: dict[str, str] = {}
+        self.startup_seconds: float | None = None
         self._log: IO[bytes] | None = None  # the anonymous log, when there is no log_path
 
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> Self:
+        started = time.monotonic()
         self.spawn()
         self.wait_ready()
+        self.startup_seconds = time.monotonic() - started
         return self
 
     def spawn(self) -> None:
@@ -76,7 +120,11 @@ class ServerProcess:
             log = open(self.log_path, "wb")  # noqa: SIM115
         try:
             self.popen = subprocess.Popen(
-                self.command, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                self.command, cwd=self.cwd, env=self.env,
+                # A pipe only we hold reaches EOF however this process dies: a server watching
+                # it (the predictors' --exit-on-stdin-eof) cannot outlive us.
+                stdin=subprocess.PIPE if self.hold_stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if self.ready_probe is None else log,
                 stderr=log, text=True, start_new_session=True, preexec_fn=self._limit_open_files,
             )
         finally:
@@ -89,8 +137,12 @@ class ServerProcess:
             resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files_limit, self.open_files_limit))
 
     def wait_ready(self) -> None:
-        """Read the first stdout line; anything but READY within `ready_timeout` kills the
-        process and raises RuntimeError with the end of its log."""
+        """Read the first stdout line (or ask `ready_probe` until it says yes); anything but
+        READY within `ready_timeout`, or an exit first, stops the process and raises
+        ServerStartError with the end of its log."""
+        if self.ready_probe is not None:
+            self._probe_until_ready(self.ready_probe)
+            return
         popen = self._running()
         stdout = popen.stdout
         assert stdout is not None
@@ -103,9 +155,34 @@ class ServerProcess:
             line = ""
         if line.split()[:1] != ["READY"]:
             self.kill()
-            raise RuntimeError(f"{self.name} did not start (stdout {line!r}); its log:\n{self.log_tail()}")
+            raise ServerStartError(f"{self.name} did not start (stdout {line!r}); its log:\n{self.log_tail()}")
         self.ready_line = line
         self.fields = dict(part.split("=", 1) for part in line.split()[1:])
+
+    def _probe_until_ready(self, ready: Callable[[], bool]) -> None:
+        popen = self._running()
+        deadline = time.monotonic() + self.ready_timeout
+        while not ready():
+            if popen.poll() is not None:
+                self.stop()
+                raise ServerStartError(f"{self.name} exited with code {popen.returncode} before it was ready; "
+                                       f"its log:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerStartError(f"{self.name} not ready after {self.ready_timeout:.0f} s; its log:\n"
+                                       f"{self.log_tail()}")
+            time.sleep(0.1)
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.popen is None else self.popen.poll()
+
+    def is_running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def group_pids(self) -> list[int]:
+        """Live PIDs of the server's process group (the server and everything it started)."""
+        return pids_in_group(self.pid)
 
     def signal(self, signum: int) -> None:
         """Send `signum` to the server's process group."""
@@ -115,24 +192,31 @@ class ServerProcess:
         return self._running().wait(timeout=timeout)
 
     def stop(self, timeout: float | None = None) -> int | None:
-        """SIGTERM, wait up to `timeout` (default `stop_timeout`), then SIGKILL; returns the
-        exit code (None if it never started). Stopping a stopped server does nothing."""
+        """SIGTERM the process group, wait up to `timeout` (default `stop_timeout`) for all
+        of it, then SIGKILL what is left; returns the server's exit code (None if it never
+        started). Stopping a stopped server does nothing."""
         popen = self.popen
         if popen is None:
             return None
+        limit = self.stop_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
         if popen.poll() is None:
             try:
                 self.signal(signal.SIGTERM)
-                popen.wait(timeout=self.stop_timeout if timeout is None else timeout)
+                popen.wait(timeout=limit)
             except subprocess.TimeoutExpired:
                 self.kill()
             except ProcessLookupError:  # it exited between poll() and the signal
                 popen.wait(timeout=KILL_TIMEOUT_S)
-        self._close_stdout()
+        # The leader is gone; what it started gets the rest of the time, then SIGKILL.
+        while pids_in_group(popen.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._kill_group(popen.pid)
+        self._finished()
         return popen.returncode
 
     def kill(self) -> None:
-        """SIGKILL now, and reap it."""
+        """SIGKILL the whole process group now, and reap the server (a crash, for tests)."""
         popen = self.popen
         if popen is None:
             return
@@ -140,7 +224,26 @@ class ServerProcess:
             with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                 self.signal(signal.SIGKILL)
             popen.wait(timeout=KILL_TIMEOUT_S)
+        self._kill_group(popen.pid)
         self._close_stdout()
+
+    @staticmethod
+    def _kill_group(pgid: int) -> None:
+        """SIGKILL what is left of a group and wait (bounded) until nothing of it runs."""
+        if not pids_in_group(pgid):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while pids_in_group(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _finished(self) -> None:
+        self._close_stdout()
+        if self.popen is not None and self.popen.stdin is not None:
+            self.popen.stdin.close()
+        for folder in self.cleanup:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self
@@ -196,26 +299,13 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """The CPU time the server has used so far (user + system), in seconds."""
-        with open(f"/proc/{self.pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime in ticks
+        return process_cpu_seconds(self.pid)
 
     def group_cpu_seconds(self) -> float:
         """The CPU time of the server's whole process group so far (a server that starts
         others, e.g. TorchServe's Java front end and its Python workers, is all of them);
         processes that already exited are not counted."""
-        total = 0.0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # it exited meanwhile
-            if int(fields[2]) == self.pid:  # its process group: the server runs in its own session
-                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        return total
+        return sum(process_cpu_seconds(pid) for pid in pids_in_group(self.pid))
 
     def _running(self) -> subprocess.Popen[str]:
         if self.popen is None:
@@ -225,6 +315,41 @@ class ServerProcess:
     def _close_stdout(self) -> None:
         if self.popen is not None and self.popen.stdout is not None:
             self.popen.stdout.close()
+
+
+def is_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (dead, not yet reaped by its parent) is not alive."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
+def pids_in_group(pgid: int) -> list[int]:
+    """PIDs of live (non-zombie) processes whose process group is `pgid` (Linux /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after the command name: state ppid pgrp ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            pids.append(int(entry))
+    return pids
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) `pid` has used so far, in seconds; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime in ticks
 
 
 SIMULATED_PREDICTOR_MODULE = "tools.simulated_predictor"

@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import shutil
 import signal
-import socket
 import sys
 import sysconfig
 import tempfile
 import threading
 import time
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+# Run by the Triton venv's interpreter, by path: the project's one free_port (standard
+# library only) is reached through the repository root.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from tools.processes import free_port  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,13 +27,13 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 from tools.predictor_envs import ensure_env
+from tools.processes import free_port
 
 MODEL_CODE = '''
 import json
@@ -72,12 +72,6 @@ MODELS = ("cost", "cost_batched", "cost_deadline", "free")
 DEADLINE_BATCH = 8  # cost_deadline: the goodput scenario's batch size
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_repository(root: pathlib.Path, call_ms: float, per_row_ms: float, queue_timeout_ms: float = 200.0) -> None:

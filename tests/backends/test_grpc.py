@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from backends.grpc import GrpcPredictor
-from tests.predictors.harness import free_port
+from tools.processes import free_port
 from wire.errors import Unavailable
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc

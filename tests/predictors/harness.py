@@ -3,11 +3,12 @@
 Standard library only, so it runs in the gateway's venv: each server itself runs in
 its own predictor venv (``tools.predictor_envs``), as a separate process group.
 
-* ``free_port()``: a free TCP port on 127.0.0.1.
-* ``PredictorProcess``: one server process in its own process group, logging to a file
-  in its workdir; ``start()`` waits for a readiness probe (and fails with the log's tail
-  if the process dies first), ``stop()`` sends SIGTERM to the whole group by PID, waits
-  up to ``stop_timeout`` seconds, then SIGKILLs what is left.
+* ``PredictorProcess``: one server process on the project's one launcher
+  (``tools.processes.ServerProcess``), in its own process group, logging to a file in its
+  workdir; ``start()`` waits for a readiness probe (and fails with the log's tail if the
+  process dies first), ``stop()`` sends SIGTERM to the whole group by PID, waits up to
+  ``stop_timeout`` seconds, then SIGKILLs what is left. Ports come from the one
+  ``tools.processes.free_port``.
 * ``TritonServer`` / ``KServeServer``: handles with ``http_url``, ``grpc_address``,
   ``model`` and the predictor's OWN count of calls it received
   (Triton: ``execution_count()``, ``inference_count()``, ``batch_size_counts()`` from
@@ -25,23 +26,20 @@ them: they watch a stdin pipe that only the test process holds (``--exit-on-stdi
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import pathlib
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from tools.processes import ServerProcess, free_port
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRITON_SCRIPT = HERE / "triton_server.py"
@@ -52,29 +50,6 @@ MODEL = "double"
 # An opener without proxy handling: a proxy from http_proxy/HTTP_PROXY must never
 # see (or break) requests to our loopback servers.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-_handed_out_ports: set[int] = set()
-_ports_lock = threading.Lock()
-
-
-class PredictorStartError(RuntimeError):
-    """A predictor process exited, or did not become ready in time."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now and not yet handed out by this process.
-
-    The port is released before the server binds it, so another program could take it
-    in between; remembering handed-out ports at least avoids clashes between our servers.
-    """
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        with _ports_lock:
-            if port not in _handed_out_ports:
-                _handed_out_ports.add(port)
-                return port
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
@@ -134,176 +109,29 @@ def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def is_alive(pid: int) -> bool:
-    """True while ``pid`` runs; a zombie (dead, not yet reaped by its parent) is not alive."""
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
+class PredictorProcess(ServerProcess):
+    """One real predictor server (`tools.processes.ServerProcess`, the one launcher): run
+    from ``workdir`` with the predictor's own environment (`_child_env`), its output in
+    ``workdir/<name>.log``, ready when ``ready_probe()`` says so, holding its stdin (it
+    exits if the test process dies) and stopped with its whole process group by PID."""
 
-
-def _pids_in_group(pgid: int) -> list[int]:
-    """PIDs of live (non-zombie) processes whose process group is ``pgid`` (Linux /proc)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # Fields after the ")" closing the command name: state ppid pgrp ...
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            pids.append(int(entry))
-    return pids
-
-
-class PredictorProcess:
-    """One predictor server process, in its own process group, logging to ``workdir``."""
-
-    def __init__(
-        self,
-        name: str,
-        cmd: Sequence[str | int | os.PathLike[str]],
-        workdir: pathlib.Path,
-        ready_probe: Callable[[], bool],
-        *,
-        env: dict[str, str] | None = None,
-        ready_timeout: float = 120.0,
-        stop_timeout: float = 15.0,
-        cleanup: Sequence[pathlib.Path] = (),
-    ) -> None:
-        self.name = name
-        self.cmd = [str(part) for part in cmd]
+    def __init__(self, name: str, cmd: Sequence[str | int | os.PathLike[str]], workdir: pathlib.Path,
+                 ready_probe: Callable[[], bool], *, env: dict[str, str] | None = None,
+                 ready_timeout: float = 120.0, stop_timeout: float = 15.0,
+                 cleanup: Sequence[pathlib.Path] = ()) -> None:
         self.workdir = pathlib.Path(workdir)
-        self.ready_probe = ready_probe
-        self.env = _child_env(env)
-        self.ready_timeout = ready_timeout
-        self.stop_timeout = stop_timeout
-        self.cleanup = list(cleanup)  # directories removed once the process group is gone
-        self.log_path = self.workdir / f"{name}.log"
-        self.startup_seconds: float | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        if self._proc is None:
-            raise RuntimeError(f"{self.name} was never started")
-        return self._proc.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
-
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def group_pids(self) -> list[int]:
-        """Live PIDs of the server's process group (the server and everything it started)."""
-        return _pids_in_group(self.pid)
-
-    def log_tail(self, lines: int = 60) -> str:
-        return _tail(self.log_path, lines)
-
-    def start(self) -> PredictorProcess:
-        """Start the process and block until ``ready_probe()`` is true."""
-        if self._proc is not None:
-            raise RuntimeError(f"{self.name} already started")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        with open(self.log_path, "ab") as log:
-            log.write(f"$ {' '.join(self.cmd)}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                self.cmd,
-                # A pipe only we hold: it reaches EOF when this process dies, however it
-                # dies, so a server started with --exit-on-stdin-eof cannot outlive us.
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                env=self.env,
-                # Own process group (pgid == pid): stop() signals the server AND whatever it
-                # spawned (tritonserver, Python stubs, ...) without touching pytest.
-                start_new_session=True,
-            )
-        try:
-            self._wait_ready(started)
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_seconds = time.monotonic() - started
-        return self
+        super().__init__([str(part) for part in cmd], name=name, env=_child_env(env),
+                         log_path=self.workdir / f"{name}.log", ready_timeout=ready_timeout,
+                         stop_timeout=stop_timeout, ready_probe=ready_probe, cwd=self.workdir, hold_stdin=True,
+                         cleanup=list(cleanup))
 
-    def _wait_ready(self, started: float) -> None:
-        deadline = started + self.ready_timeout
-        while True:
-            code = self._proc.poll() if self._proc else None
-            if code is not None:
-                raise PredictorStartError(
-                    f"{self.name} exited with code {code} before it was ready "
-                    f"(log {self.log_path}):\n{self.log_tail()}"
-                )
-            if self.ready_probe():
-                return
-            if time.monotonic() > deadline:
-                raise PredictorStartError(
-                    f"{self.name} not ready after {self.ready_timeout:.0f} s (log {self.log_path}):\n{self.log_tail()}"
-                )
-            time.sleep(0.1)
-
-    def stop(self) -> int | None:
-        """SIGTERM the process group, wait up to ``stop_timeout`` s, then SIGKILL it.
-
-        Returns the server's exit code (None if it was never started). Idempotent.
-        """
-        if self._proc is None:
-            return None
-        pgid = self._proc.pid
-        self._signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout
-        try:
-            self._proc.wait(timeout=self.stop_timeout)
-        except subprocess.TimeoutExpired:
-            self._signal_group(pgid, signal.SIGKILL)
-            self._proc.wait()
-        # The leader is gone; give what it started the rest of the time, then kill it too.
-        while _pids_in_group(pgid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _pids_in_group(pgid):
-            self._signal_group(pgid, signal.SIGKILL)
-            # SIGKILL is asynchronous: wait (bounded) until nothing of the group still runs.
-            killed_by = time.monotonic() + 5.0
-            while _pids_in_group(pgid) and time.monotonic() < killed_by:
-                time.sleep(0.05)
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        for path in self.cleanup:
-            shutil.rmtree(path, ignore_errors=True)
-        return self._proc.returncode
+    def log_tail(self, lines: int = 60) -> str:  # type: ignore[override]  # by lines, as the tests read it
+        return _tail(self.log_path, lines) if self.log_path is not None else "(no log)"
 
     def kill_group(self) -> None:
         """Crash the server: SIGKILL its whole process group and wait until nothing runs."""
-        if self._proc is None:
-            return
-        self._signal_group(self._proc.pid, signal.SIGKILL)
-        self._proc.wait(timeout=10)
-        deadline = time.monotonic() + 5.0
-        while _pids_in_group(self._proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    @staticmethod
-    def _signal_group(pgid: int, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):  # the whole group has already exited
-            os.killpg(pgid, sig)
-
-    def __enter__(self) -> PredictorProcess:
-        return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
+        self.kill()
 
 
 def _venv_libdir(python: pathlib.Path) -> str:

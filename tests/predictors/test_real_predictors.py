@@ -16,17 +16,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 
-from tests.predictors.harness import (
-    KServeServer,
-    PredictorProcess,
-    PredictorStartError,
-    TritonServer,
-    _pids_in_group,
-    http_ok,
-    http_post_json,
-    is_alive,
-)
+from tests.predictors.harness import KServeServer, PredictorProcess, TritonServer, http_ok, http_post_json
 from tools.predictor_envs import ensure_env
+from tools.processes import ServerStartError, is_alive, pids_in_group
 
 SIGNATURE_INPUTS = [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}]
 SIGNATURE_OUTPUTS = [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, -1]}]
@@ -175,16 +167,16 @@ def test_a_server_exits_when_the_test_process_dies_without_stopping_it(kind: str
     )
     try:
         server_pid = int(parent.stdout.readline())
-        assert _pids_in_group(server_pid), "server not running"
+        assert pids_in_group(server_pid), "server not running"
     finally:
         parent.kill()  # SIGKILL: no finalizer, no stop() -- only the stdin watchdog is left
         parent.wait()
         parent.stdout.close()
         parent.stdin.close()
     deadline = time.monotonic() + 20
-    while _pids_in_group(server_pid) and time.monotonic() < deadline:
+    while pids_in_group(server_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    leftovers = _pids_in_group(server_pid)
+    leftovers = pids_in_group(server_pid)
     for pid in leftovers:  # do not leak them into the rest of the session if the test fails
         os.kill(pid, signal.SIGKILL)
     assert not leftovers, f"{kind} outlived its parent:\n{(tmp_path / (kind + '.log')).read_text()[-3000:]}"
@@ -193,5 +185,5 @@ def test_a_server_exits_when_the_test_process_dies_without_stopping_it(kind: str
 def test_a_process_dying_before_ready_raises_with_its_log(tmp_path: pathlib.Path) -> None:
     cmd = [sys.executable, "-c", "import sys; print('model failed to load', flush=True); sys.exit(3)"]
     process = PredictorProcess("doomed", cmd, tmp_path, ready_probe=lambda: False, ready_timeout=30)
-    with pytest.raises(PredictorStartError, match=r"(?s)exited with code 3.*model failed to load"):
+    with pytest.raises(ServerStartError, match=r"(?s)exited with code 3.*model failed to load"):
         process.start()

@@ -18,8 +18,9 @@ import orjson
 import pytest
 from google.protobuf import empty_pb2
 
-from tests.predictors.harness import TorchServeServer, _pids_in_group, http_get, http_ok, http_post_json, is_alive
+from tests.predictors.harness import TorchServeServer, http_get, http_ok, http_post_json
 from tools.predictor_envs import ensure_env
+from tools.processes import is_alive, pids_in_group
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
@@ -115,16 +116,16 @@ def test_torchserve_exits_when_the_test_process_dies_without_stopping_it(tmp_pat
     )
     try:
         server_pid = int(parent.stdout.readline())
-        assert _pids_in_group(server_pid), "server not running"
+        assert pids_in_group(server_pid), "server not running"
     finally:
         parent.kill()  # SIGKILL: no finalizer, no stop() -- only the stdin watchdog is left
         parent.wait()
         parent.stdout.close()
         parent.stdin.close()
     deadline = time.monotonic() + 40
-    while _pids_in_group(server_pid) and time.monotonic() < deadline:
+    while pids_in_group(server_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    leftovers = _pids_in_group(server_pid)
+    leftovers = pids_in_group(server_pid)
     for pid in leftovers:  # do not leak them into the rest of the session if the test fails
         os.kill(pid, signal.SIGKILL)
     assert not leftovers, f"TorchServe outlived its parent:\n{(tmp_path / 'torchserve.log').read_text()[-3000:]}"

@@ -81,13 +81,16 @@ import pathlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import urllib.request
 
 from stdin_watchdog import on_stdin_eof  # a sibling module: scripts run with their own venv
+
+# The project's one free_port (standard library only), reached through the repository root.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+from tools.processes import free_port  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 MODELS_DIR = HERE / "torchserve_models"
@@ -173,7 +176,7 @@ def _parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list
     args = parser.parse_args(argv)
     for name in ("inference", "management", "metrics", "grpc_inference", "grpc_management"):
         if not getattr(args, f"{name}_port"):
-            setattr(args, f"{name}_port", _free_port())
+            setattr(args, f"{name}_port", free_port())
     try:
         models = [served_model(spec, args.batch_size, args.max_batch_delay) for spec in args.models or [DEFAULT_MODEL]]
     except ValueError as exc:
@@ -190,12 +193,6 @@ def _parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list
         if args.envelope == "kservev2" and model.kind != "double":
             parser.error(f"{model.name}'s handler reads rows or KServe v1 instances, not the OIP tensors of kservev2")
     return args, models
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def announce_when_ready(args: argparse.Namespace, models: list[ServedModel], stop: threading.Event) -> None:
