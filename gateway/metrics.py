@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -44,11 +45,21 @@ class Metrics:
                                     "Inference requests from arrival to answer (or error), by model and protocol",
                                     ["model", "protocol"], buckets=REQUEST_BUCKETS_S, registry=self.registry)
         self.registry.register(_SchedulerCollector(scheduler))
+        # Each label set's children, looked up once: prometheus_client's labels() validates
+        # and locks on every call, a few microseconds on each request's path.
+        self._counted: dict[tuple[str, str, str], Any] = {}
+        self._timed: dict[tuple[str, str], Any] = {}
 
     def count_request(self, model: str, front_end: str, code: str, seconds: float) -> None:
         # The label keeps its published name, `protocol`: the protocol the client spoke.
-        self._requests.labels(model, front_end, code).inc()
-        self._durations.labels(model, front_end).observe(seconds)
+        counted = self._counted.get((model, front_end, code))
+        if counted is None:
+            counted = self._counted[(model, front_end, code)] = self._requests.labels(model, front_end, code)
+        counted.inc()
+        timed = self._timed.get((model, front_end))
+        if timed is None:
+            timed = self._timed[(model, front_end)] = self._durations.labels(model, front_end)
+        timed.observe(seconds)
 
     def watch_connections(self, stats: ConnectionStats) -> None:
         """Export the HTTP front end's connection counts, read when /metrics is scraped."""
