@@ -80,6 +80,11 @@ V1 = "/v1/models/demo:predict"
 V2 = "/v2/models/demo/infer"
 HTTP_CASES = [
     # (id, path, body, status, message)
+    # Triton's shared-memory extension is not implemented: said so, never a 200 with stale memory.
+    ("oip-shm-input", V2, infer_with(parameters={"shared_memory_region": "in0", "shared_memory_byte_size": 8}), 400,
+     "shared-memory extension"),
+    ("oip-shm-output", V2, j({"inputs": [FP32_1x2], "outputs": [{"name": "OUTPUT0", "parameters": {
+        "shared_memory_region": "out0", "shared_memory_byte_size": 8}}]}), 400, "shared-memory extension"),
     ("v1-empty-body", V1, b"", 400, "not valid JSON"),
     ("v1-truncated", V1, b'{"instances": [[1, 2]', 400, "not valid JSON"),
     ("v1-lone-brace", V1, b"{", 400, "not valid JSON"),
@@ -283,7 +288,17 @@ def with_outputs(*names: str) -> pb.ModelInferRequest:
 
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
+def with_shared_memory(on: str) -> pb.ModelInferRequest:
+    request = grpc_request(("INPUT0", "FP32", [1, 1], None if on == "input" else [1]))
+    target = request.inputs[0] if on == "input" else request.outputs.add(name="OUTPUT0")
+    target.parameters["shared_memory_region"].string_param = "region0"
+    target.parameters["shared_memory_byte_size"].int64_param = 4
+    return request
+
+
 GRPC_CASES = [
+    ("shm-input", with_shared_memory("input"), grpc.StatusCode.INVALID_ARGUMENT, "shared-memory extension"),
+    ("shm-output", with_shared_memory("output"), grpc.StatusCode.INVALID_ARGUMENT, "shared-memory extension"),
     ("no-inputs", grpc_request(), INVALID, "no inputs"),
     ("typed-count-mismatch", grpc_request(("INPUT0", "FP32", [1, 3], [1])), INVALID, "needs 3"),
     ("raw-wrong-size", grpc_request(("INPUT0", "FP32", [1, 2], None), raw=[b"\0" * 7]), INVALID, "7 bytes"),

@@ -5,6 +5,7 @@ It knows no wire format and nothing of batching; the codecs build it and the ser
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,22 @@ def priority_from_header(value: str | None) -> int:
 # Request parameters the gateway acts on itself, never forwarded: the deadline, the
 # priority, and how the client wants its own answer encoded.
 GATEWAY_PARAMETERS = frozenset({"timeout", "priority", "binary_data_output"})
+
+
+# Triton's shared-memory extension: a tensor's data in a region the client registered with
+# the server. The gateway does not implement it (its clients' regions are not its memory).
+SHARED_MEMORY_PARAMETERS = frozenset({"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"})
+
+
+def refuse_shared_memory(where: str, parameters: Mapping[str, Any]) -> None:
+    """A tensor (input or requested output) whose parameters name shared memory is refused,
+    whatever its wire form: answering it would leave the client reading a region nobody wrote."""
+    named = SHARED_MEMORY_PARAMETERS.intersection(parameters)
+    if named:
+        raise InvalidInput(
+            f"{where} names shared memory ({', '.join(sorted(named))}): the gateway does not implement Triton's "
+            f"shared-memory extension; send the tensor's data in the request (or binary_data), and read outputs "
+            f"from the answer")
 
 
 @dataclass(slots=True)

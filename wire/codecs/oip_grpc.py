@@ -16,7 +16,7 @@ from wire.codecs import raw
 from wire.codecs.limits import DEFAULT_LIMITS, Limits, element_count
 from wire.errors import InvalidInput
 from wire.generated.inference import grpc_service_pb2 as pb
-from wire.request import OipRequest, RequestedOutput
+from wire.request import OipRequest, RequestedOutput, refuse_shared_memory
 from wire.tensors import NUMPY_DTYPES, Tensor, is_wire_datatype
 
 # Which typed field of InferTensorContents carries each datatype.
@@ -35,6 +35,10 @@ _CONTENTS_FIELD = {
 def decode_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT_LIMITS) -> OipRequest:
     if not message.inputs:
         raise InvalidInput("the request has no inputs")
+    for tensor in message.inputs:
+        refuse_shared_memory(f"input '{tensor.name}'", tensor.parameters)
+    for output in message.outputs:
+        refuse_shared_memory(f"output '{output.name}'", output.parameters)
     tensors = _decode_tensors(message.inputs, message.raw_input_contents, limits)
     outputs = [RequestedOutput(o.name) for o in message.outputs]
     return OipRequest(tensors, message.id, outputs, parameters_to_dict(message.parameters))

@@ -20,7 +20,7 @@ from wire.codecs import raw
 from wire.codecs.json_data import json_to_array, loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits, element_count
 from wire.errors import InvalidInput
-from wire.request import OipRequest, RequestedOutput
+from wire.request import OipRequest, RequestedOutput, refuse_shared_memory
 from wire.tensors import RAW_ONLY, Tensor, is_wire_datatype
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -62,8 +62,13 @@ def decode_request(body: bytes, json_length: int | None, limits: Limits = DEFAUL
     for item in outputs_json:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInput("each entry of 'outputs' must be an object with a string 'name'")
-        flag = _parameters(item.get("parameters"), f"output '{item['name']}'").get("binary_data")
+        output_parameters = _parameters(item.get("parameters"), f"output '{item['name']}'")
+        refuse_shared_memory(f"output '{item['name']}'", output_parameters)
+        flag = output_parameters.get("binary_data")
         outputs.append(RequestedOutput(item["name"], flag if isinstance(flag, bool) else None))
+    for item in inputs_json:
+        if isinstance(item, dict):
+            refuse_shared_memory(f"input '{item.get('name')}'", _parameters(item.get("parameters"), "input"))
     return OipRequest(_decode_tensors(inputs_json, binary, limits, "inputs"), request_id, outputs, parameters)
 
 
