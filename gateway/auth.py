@@ -14,7 +14,8 @@ def check_bearer(token: str, authorization: str | None) -> None:
     """Raise Unauthenticated unless `authorization` carries `token` (no-op if token is "")."""
     if not token:
         return
-    if not authorization or not authorization.startswith("Bearer "):
+    scheme, _, credentials = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not credentials:  # the scheme is case-insensitive (RFC 7235)
         raise Unauthenticated("this gateway requires an 'authorization: Bearer <token>' header")
-    if not hmac.compare_digest(authorization[len("Bearer "):].encode(), token.encode()):
+    if not hmac.compare_digest(credentials.strip().encode(), token.encode()):
         raise Unauthenticated("the bearer token is not valid")

@@ -73,8 +73,18 @@ def _columns(instances: list[Any], inputs: tuple[TensorSpec, ...]) -> dict[str, 
 
 def _padded_column(spec: TensorSpec, rows: list[Any], dim: int, value: Any) -> tuple[Tensor, np.ndarray]:
     """Rows that may differ along `dim`, padded with `value` to the longest; their lengths."""
-    arrays = [_column(TensorSpec(spec.name, spec.datatype, (1, *(-1,) * (len(spec.shape) - 1))), [row]).data
-              for row in rows]
+    one_row = TensorSpec(spec.name, spec.datatype, (1, *(-1,) * (len(spec.shape) - 1)))
+    arrays = []
+    for index, row in enumerate(rows):
+        try:
+            arrays.append(_column(one_row, [row]).data)
+        except InvalidInput as exc:
+            if "are ragged" not in exc.message:
+                raise
+            # Ragged within one instance: the declared dimension varies only from one instance to another.
+            raise InvalidInput(f"input '{spec.name}': instance {index} is ragged within itself (nested lists of "
+                               f"unequal length); only dimension {dim} (its pad.dim) may vary, from one instance "
+                               f"to another") from None
     shapes = np.array([array.shape for array in arrays])
     if shapes.shape[1] != len(spec.shape):
         raise InvalidInput(f"input '{spec.name}': instances must have shape {list(spec.shape[1:])} "

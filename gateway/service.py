@@ -166,7 +166,8 @@ class InferenceService:
             batch_inputs = served.batch_inputs_from_tensors(request.inputs)
             served.check_requested_outputs(requested)
             call.tighten(request.timeout_s)
-            call.priority = request.priority
+            if "priority" in request.parameters:  # the OIP parameter wins over a header
+                call.priority = request.priority
             result = await self.scheduler.submit(served.name, batch_inputs, call.timeout_s, call.client,
                                                  request.forwarded_parameters(), call.priority)
             outputs = served.select_outputs(served.tensors_from_outputs(result.outputs), requested)

@@ -80,6 +80,8 @@ V1 = "/v1/models/demo:predict"
 V2 = "/v2/models/demo/infer"
 HTTP_CASES = [
     # (id, path, body, status, message)
+    ("oip-timeout-null", V2, j({"parameters": {"timeout": None}, "inputs": [FP32_1x2]}), 400, "timeout"),
+    ("oip-priority-null", V2, j({"parameters": {"priority": None}, "inputs": [FP32_1x2]}), 400, "priority"),
     # Triton's shared-memory extension is not implemented: said so, never a 200 with stale memory.
     ("oip-shm-input", V2, infer_with(parameters={"shared_memory_region": "in0", "shared_memory_byte_size": 8}), 400,
      "shared-memory extension"),

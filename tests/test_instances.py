@@ -61,3 +61,11 @@ def test_instances_for_a_model_that_describes_no_inputs_travel_as_input_0():
         instances.unnamed_instances_to_tensors([[1, 2], [3]])
     with pytest.raises(InvalidInput, match="not one tensor"):
         instances.unnamed_instances_to_tensors([{"a": 1}])
+
+
+def test_a_padded_input_names_its_variable_dimension_when_an_instance_is_ragged_within_itself():
+    spec = TensorSpec("tokens", "INT64", (-1, -1, 2))
+    with pytest.raises(InvalidInput, match=r"instance 1 is ragged within itself.*only dimension 1 \(its pad.dim\)"):
+        instances.padded_instances_to_tensors([[[1, 2]], [[1, 2], [3]]], (spec,), {"tokens": (1, 0)})
+    tensors, lengths = instances.padded_instances_to_tensors([[[1, 2]], [[1, 2], [3, 4]]], (spec,), {"tokens": (1, 0)})
+    assert tensors[0].data.shape == (2, 2, 2) and lengths.tolist() == [1, 2]

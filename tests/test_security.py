@@ -103,6 +103,8 @@ def test_bearer_token_on_both_front_ends(monkeypatch):
         status, body = http_json("POST", url, {"instances": [[1]]}, headers={"Authorization": "Bearer wrong"})
         assert status == 401 and "not valid" in body["error"]
         assert http_json("POST", url, {"instances": [[1]]}, headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
+        # The scheme is case-insensitive (RFC 7235), on both protocols.
+        assert http_json("POST", url, {"instances": [[1]]}, headers={"Authorization": f"bearer {TOKEN}"})[0] == 200
         assert http_json("GET", f"{gw.http_url}/v2/models/demo")[0] == 401
         assert http_json("GET", f"{gw.http_url}/v2/health/live")[0] == 200  # probes need no secret
         assert http_json("GET", f"{gw.http_url}/v2/health/ready")[0] == 200
@@ -111,6 +113,7 @@ def test_bearer_token_on_both_front_ends(monkeypatch):
                 grpc_infer(channel)
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
             np.testing.assert_array_equal(grpc_infer(channel, metadata=[("authorization", f"Bearer {TOKEN}")]), [2, 4])
+            np.testing.assert_array_equal(grpc_infer(channel, metadata=[("authorization", f"BEARER {TOKEN}")]), [2, 4])
             health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""))
             assert health.status == health_pb2.HealthCheckResponse.SERVING
 

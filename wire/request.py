@@ -17,6 +17,12 @@ from wire.tensors import Tensor
 PRIORITY_HEADER = "X-Request-Priority"
 
 
+def format_ms(seconds: float) -> str:
+    """A duration for a person in milliseconds: "0.4 ms", not "0 ms", below one."""
+    milliseconds = seconds * 1000
+    return f"{milliseconds:.0f} ms" if milliseconds >= 9.5 or milliseconds == 0 else f"{milliseconds:.2g} ms"
+
+
 def priority_from_header(value: str | None) -> int:
     """The priority a client's header (or gRPC metadata) asks for; 0 if none."""
     if value is None:
@@ -77,9 +83,9 @@ class OipRequest:
     @property
     def timeout_s(self) -> float | None:
         """Triton's `timeout` parameter (microseconds) as a deadline in seconds."""
-        value = self.parameters.get("timeout")
-        if value is None:
+        if "timeout" not in self.parameters:
             return None
+        value = self.parameters["timeout"]
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InvalidInput(f"parameter 'timeout' must be a positive integer of microseconds, got {value!r}")
         return value / 1_000_000

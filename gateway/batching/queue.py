@@ -50,6 +50,7 @@ from gateway.batching.policies import make_policy
 from gateway.batching.request import NO_PARAMETERS, BatchResult, Part, Request
 from gateway.batching.stats import LevelCounts, ModelStats
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
+from wire.request import format_ms
 from wire.tensors import Tensor, signature_key
 from wire.tracing import NO_CONTEXT, ClientContext
 
@@ -326,7 +327,7 @@ class ModelQueue:
         if request.done or request.sent:
             return
         left_s = request.deadline - self._loop.time()
-        self._drop(request, f"it could no longer be answered within its deadline ({max(left_s, 0) * 1000:.0f} ms "
+        self._drop(request, f"it could no longer be answered within its deadline ({format_ms(max(left_s, 0))} "
                             f"were left)")
 
     def _drop(self, request: Request, why: str) -> None:

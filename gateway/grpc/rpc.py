@@ -57,11 +57,13 @@ def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Res
     def decorate(method: Method[Response]) -> Method[Response]:
         @functools.wraps(method)
         async def wrapper(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Response:
-            call = open_call(self.service, front_end, request, context) if front_end is not None else None
+            call = self.service.open(front_end, getattr(request, "model_name", "")) if front_end else None
             status = 200
             try:
                 if isinstance(request, Malformed):
                     raise request.error
+                if call is not None:
+                    read_client(call, request, context)
                 return await (method(self, request, context, call) if call is not None
                               else method(self, request, context))
             except asyncio.CancelledError:
@@ -91,13 +93,13 @@ def stream(front_end: str) -> Callable[[StreamMethod], StreamMethod]:
     return mark
 
 
-def open_call(service: InferenceService, front_end: str, request: Any, context: grpc.aio.ServicerContext) -> Call:
-    """A gRPC inference request's Call: its model, the client's deadline and context (the
-    message's own id, else `x-request-id` metadata)."""
-    call = service.open(front_end, getattr(request, "model_name", ""))
+def read_client(call: Call, request: Any, context: grpc.aio.ServicerContext) -> None:
+    """What a gRPC client says of its request, into its Call: its deadline, its priority
+    metadata (an OIP request's `priority` parameter, if any, wins) and its context (the
+    message's own id, else `x-request-id` metadata). Raises InvalidInput for bad metadata."""
     call.tighten(context.time_remaining())
+    call.priority = priority(context)
     call.client = client_context(context, getattr(request, "id", ""))
-    return call
 
 
 async def in_band(servicer: Servicer, front_end: str, request: Any, context: grpc.aio.ServicerContext,
@@ -106,11 +108,12 @@ async def in_band(servicer: Servicer, front_end: str, request: Any, context: grp
     """One message of a stream, the streaming twin of `rpc`: `answer(request, call)`, or, for
     any error, `error_answer(request, message)` sent in band so the stream stays open; each
     message is a Call of its own, closed once."""
-    call = open_call(servicer.service, front_end, request, context)
+    call = servicer.service.open(front_end, getattr(request, "model_name", ""))
     status = 200
     try:
         if isinstance(request, Malformed):
             raise request.error
+        read_client(call, request, context)
         return await answer(request, call)
     except asyncio.CancelledError:
         status = CLIENT_CLOSED_REQUEST
@@ -204,7 +207,7 @@ def client_context(context: grpc.aio.ServicerContext, request_id: str = "") -> C
 
 
 def priority(context: grpc.aio.ServicerContext) -> int:
-    """The priority a client without OIP parameters (TorchServe's API) asks for in its
-    `x-request-priority` metadata; 0 if none."""
+    """The priority a client asks for in its `x-request-priority` metadata, on every
+    protocol (an OIP client may use the `priority` parameter instead); 0 if none."""
     metadata = dict(context.invocation_metadata() or ())
     return priority_from_header(metadata.get(PRIORITY_HEADER.lower()))

@@ -15,7 +15,7 @@ import grpc
 import orjson
 from google.protobuf import empty_pb2
 
-from gateway.grpc.rpc import Servicer, add_servicer, priority, rpc
+from gateway.grpc.rpc import Servicer, add_servicer, rpc
 from gateway.lifecycle import Call
 from gateway.service import InferenceService
 from wire.codecs import torchserve
@@ -40,7 +40,6 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
     @rpc(front_end="torchserve_grpc")
     async def Predictions(self, request: ts_pb.PredictionsRequest, context: grpc.aio.ServicerContext,
                           call: Call) -> ts_pb.PredictionResponse:
-        call.priority = priority(context)
         served = self.service.model(request.model_name, request.model_version)
         decoded = torchserve.decode_grpc(request.input, self.limits)
         if decoded.upload is not None:

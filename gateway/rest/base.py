@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from types import TracebackType
 from typing import Any
@@ -37,6 +38,7 @@ from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
 TIMEOUT_HEADER = "X-Request-Timeout-Ms"
+_DECIMAL = re.compile(r"[0-9]{1,15}(\.[0-9]{1,9})?")
 _date = (0, "")  # (second, its HTTP date): the Date header of every answer in that second
 
 
@@ -162,17 +164,17 @@ class BaseHandler(tornado.web.RequestHandler):
         value = self.header(TIMEOUT_HEADER)
         if value is None:
             return None
-        try:
-            milliseconds = float(value)
-        except ValueError:
-            raise InvalidInput(f"{TIMEOUT_HEADER} must be a number of milliseconds, got '{value}'") from None
+        # Plain decimals only: float() would also take "inf", "1e400" (inf) and "1_000".
+        if not _DECIMAL.fullmatch(value.strip()):
+            raise InvalidInput(f"{TIMEOUT_HEADER} must be a number of milliseconds, got '{value}'")
+        milliseconds = float(value)
         if not milliseconds > 0:
             raise InvalidInput(f"{TIMEOUT_HEADER} must be positive")
         return milliseconds / 1000
 
     def priority(self) -> int:
-        """The priority a v1 or TorchServe client asks for in its header (OIP clients use
-        the `priority` parameter)."""
+        """The priority a client asks for in its header, on every protocol (an OIP client
+        may use the `priority` parameter instead, which wins)."""
         return priority_from_header(self.header(PRIORITY_HEADER))
 
     def client_context(self, request_id: str = "") -> ClientContext:
@@ -213,6 +215,7 @@ class BodyHandler(BaseHandler):
         self.served = self.service.model(model, (version[0] if version else None) or "")
         assert self.call is not None  # every body endpoint serves inference requests
         self.call.tighten(self.timeout_s())
+        self.call.priority = self.priority()  # an OIP request's `priority` parameter, if any, wins
         self.call.client = self.client_context()
         declared = self.header("Content-Length")
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:

@@ -26,7 +26,6 @@ class PredictionsHandler(BodyHandler):
 
     async def post(self, model: str, version: str | None = None) -> None:
         assert self.call is not None
-        self.call.priority = self.priority()
         request = torchserve.decode_http(self.body, self.header("Content-Type"), self.request.query_arguments,
                                          self.limits)
         if request.upload is not None:

@@ -14,7 +14,6 @@ class V1PredictHandler(BodyHandler):
 
     async def post(self, model: str) -> None:
         assert self.call is not None
-        self.call.priority = self.priority()
         instances = v1.decode_request(self.body, self.limits)
         predictions, batch_id = await self.service.infer_instances(self.served, instances, self.call)
         self.set_header("Content-Type", "application/json")

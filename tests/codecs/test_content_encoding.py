@@ -27,6 +27,8 @@ def byte_chunks(data: bytes) -> list[bytes]:
 @pytest.mark.parametrize("header, coding", [
     (None, None), ("", None), ("identity", None), (" Identity ", None),
     ("gzip", "gzip"), ("GZIP", "gzip"), ("x-gzip", "gzip"), (" deflate ", "deflate"),
+    # identity is no coding at all, wherever it stands in a list (RFC 9110)
+    ("gzip, identity", "gzip"), ("identity, deflate", "deflate"), ("identity, identity", None),
 ])
 def test_request_codings(header, coding):
     assert ce.request_coding(header) == coding

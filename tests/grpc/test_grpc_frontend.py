@@ -122,3 +122,16 @@ def test_a_grpc_deadline_shorter_than_the_wait_is_honoured(gw, stub):
     with pytest.raises(grpc.RpcError) as caught:
         stub.ModelInfer(request, timeout=0.005)  # the predictor takes 20 ms
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_the_priority_metadata_is_read_as_on_every_other_front_end(gw):
+    """x-request-priority is validated on OIP gRPC as it is on TorchServe's gRPC and every
+    HTTP front end (the `priority` parameter, when given, wins)."""
+    with grpc.insecure_channel(gw.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        request = pb.ModelInferRequest(model_name="demo")
+        request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.ModelInfer(request, timeout=10, metadata=[("x-request-priority", "high")])
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "X-Request-Priority" in caught.value.details()
+        stub.ModelInfer(request, timeout=10, metadata=[("x-request-priority", "1")])

@@ -153,10 +153,24 @@ def test_an_unknown_model_or_version_is_a_404_before_the_body_is_sent(gw, path):
     assert b"not served" in head or b"no version" in head
 
 
-def test_request_timeout_header_is_validated(gw):
+@pytest.mark.parametrize("value", ["soon", "inf", "1e400", "1_000", "nan", "-5", "0x10"])
+def test_request_timeout_header_is_a_plain_number_of_milliseconds(gw, value):
     status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1]]},
-                             headers={"X-Request-Timeout-Ms": "soon"})
-    assert status == 400 and "milliseconds" in body["error"]
+                             headers={"X-Request-Timeout-Ms": value})
+    assert status == 400 and "milliseconds" in body["error"], (value, body)
+    assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1]]},
+                     headers={"X-Request-Timeout-Ms": "2500.5"})[0] == 200
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/models/demo:predict", {"instances": [[1]]}),
+    ("/v2/models/demo/infer", {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1]}]}),
+    ("/predictions/demo", b"[1.0]"),
+])
+def test_every_http_front_end_reads_the_priority_header_the_same_way(gw, path, body):
+    status, answer = http_json("POST", f"{gw.http_url}{path}", body, headers={"X-Request-Priority": "high"})
+    assert status == 400 and "X-Request-Priority" in str(answer), answer
+    assert http_json("POST", f"{gw.http_url}{path}", body, headers={"X-Request-Priority": "1"})[0] == 200
 
 
 def test_a_model_name_that_is_not_utf8_is_refused_and_counted_without_a_traceback(gw, caplog):

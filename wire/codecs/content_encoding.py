@@ -48,9 +48,11 @@ def request_coding(header: str | None) -> str | None:
     None for an unencoded body. Anything else (including stacked codings) is refused."""
     if header is None:
         return None
-    name = header.strip().lower()
-    if name in _IDENTITY:
+    # "gzip, identity" is gzip: identity is no coding at all (RFC 9110), wherever it stands.
+    names = [part.strip().lower() for part in header.split(",") if part.strip().lower() not in _IDENTITY]
+    if not names:
         return None
+    name = names[0] if len(names) == 1 else ", ".join(names)
     coding = _REQUEST_CODINGS.get(name)
     if coding is None:
         raise UnsupportedEncoding(

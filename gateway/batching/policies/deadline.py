@@ -45,6 +45,7 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy
 from gateway.batching.policies.base import QueuedPart, QueueState, Setting
 from wire.errors import GatewayError, Unavailable
+from wire.request import format_ms
 
 
 class DeadlinePolicy(AdaptivePolicy):
@@ -74,8 +75,8 @@ class DeadlinePolicy(AdaptivePolicy):
         if now + predicted <= deadline:
             return None
         return Unavailable(
-            f"model '{queue.name}': predicted to finish in {predicted * 1000:.0f} ms ({queued_ahead} rows "
-            f"queued ahead), past its deadline of {(deadline - now) * 1000:.0f} ms; refused at once so that it "
+            f"model '{queue.name}': predicted to finish in {format_ms(predicted)} ({queued_ahead} rows "
+            f"queued ahead), past its deadline of {format_ms(deadline - now)}; refused at once so that it "
             f"can be retried elsewhere")
 
     def batch_limit(self, queue: QueueState, now: float) -> int:
@@ -95,8 +96,8 @@ class DeadlinePolicy(AdaptivePolicy):
         if needed is None:
             return None
         if now + needed > part.deadline:
-            return (f"it could no longer be answered within its deadline ({max(part.deadline - now, 0) * 1000:.0f} "
-                    f"ms were left, {needed * 1000:.0f} ms needed)")
+            return (f"it could no longer be answered within its deadline ({format_ms(max(part.deadline - now, 0))} "
+                    f"were left, {format_ms(needed)} needed)")
         full = profile.predict(self.config.max_batch_size)
         if full is not None and now + full > part.deadline and self._full_batch_waits(queue, now, full):
             return (f"under overload, it could only have been answered in time in a batch smaller than "
