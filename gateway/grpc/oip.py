@@ -7,6 +7,7 @@ cancelled call is dropped from the scheduler's queue.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
@@ -14,11 +15,16 @@ from google.protobuf import json_format
 
 from gateway.grpc.rpc import Servicer, add_servicer, in_band, rpc, stream
 from gateway.lifecycle import Call
+from gateway.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
 from wire.codecs import oip_grpc
 from wire.codecs.limits import Limits
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+# Requests of one stream read and not yet answered to its client; past it the stream is not read.
+STREAM_WINDOW = 32
 
 
 class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
@@ -75,34 +81,62 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
 
     @stream(front_end="oip_grpc_stream")
     async def ModelStreamInfer(self, requests: AsyncIterator[pb.ModelInferRequest],
-                               context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ModelStreamInferResponse]:
+                               context: grpc.aio.ServicerContext) -> None:
         """Triton's bidirectional stream. Each request is submitted as it arrives, so it
         batches with every other client; answers go back in the order the requests came,
         each with its request's id; an error goes back in band and the stream stays open.
-        When the client closes or cancels the stream, what it still has queued is dropped."""
-        answers: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None] = asyncio.Queue()
+
+        At most `STREAM_WINDOW` requests of a stream are read and not yet answered to the
+        client: past that the gateway stops reading the stream, and HTTP/2 flow control
+        pushes back on a client that writes without reading. A request is closed (counted)
+        when its answer has been handed to the stream, not when it was computed; when the
+        client closes or cancels the stream, what it still has queued is dropped, never
+        sent, and counted 499 with the answers it never took."""
+        answers: asyncio.Queue[tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None] = asyncio.Queue()
+        window = asyncio.Semaphore(STREAM_WINDOW)
 
         async def answer(request: pb.ModelInferRequest, call: Call) -> pb.ModelStreamInferResponse:
             return pb.ModelStreamInferResponse(infer_response=await self._infer(request, call))
 
         async def read() -> None:
             try:
-                async for request in requests:
-                    answers.put_nowait(asyncio.create_task(
-                        in_band(self, "oip_grpc_stream", request, context, answer, _stream_error)))
+                while True:
+                    await window.acquire()  # a slot before reading: a full window stops the reading
+                    request = await anext(requests, None)
+                    if request is None:
+                        return
+                    call = self.service.open("oip_grpc_stream", getattr(request, "model_name", ""))
+                    answers.put_nowait((asyncio.create_task(in_band(request, context, call, answer, _stream_error)),
+                                        call))
             finally:
                 answers.put_nowait(None)
 
         reader = asyncio.create_task(read())
+        pending: tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None = None
         try:
-            while (task := await answers.get()) is not None:
-                yield await task
+            while (pending := await answers.get()) is not None:
+                task, call = pending
+                response = await task
+                # Written here, not yielded: a client gone mid-write fails this await, in our
+                # hands (one INFO line), instead of inside grpc (an ERROR with a traceback).
+                try:
+                    await context.write(response)
+                except Exception:  # noqa: BLE001 (whatever the transport raises, the client is gone)
+                    log.info("a ModelStreamInfer client went away with %d answers untaken", answers.qsize() + 1)
+                    return
+                call.close(200)  # taken by the stream (an in-band error is already closed with its status)
+                window.release()
             await reader  # the client's half-close, or its read error
         finally:
             reader.cancel()
+            # What the client never took: the one being written, then the rest, queued or computing.
+            undelivered = [pending] if pending is not None else []
             while not answers.empty():
-                if (task := answers.get_nowait()) is not None:
-                    task.cancel()
+                if (item := answers.get_nowait()) is not None:
+                    undelivered.append(item)
+            for task, call in undelivered:
+                task.cancel()
+                call.close(CLIENT_CLOSED_REQUEST)
 
     async def _infer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelInferResponse:
         decoded = oip_grpc.decode_request(request, self.limits)

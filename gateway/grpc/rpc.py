@@ -102,27 +102,25 @@ def read_client(call: Call, request: Any, context: grpc.aio.ServicerContext) -> 
     call.client = client_context(context, getattr(request, "id", ""))
 
 
-async def in_band(servicer: Servicer, front_end: str, request: Any, context: grpc.aio.ServicerContext,
+async def in_band(request: Any, context: grpc.aio.ServicerContext, call: Call,
                   answer: Callable[[Any, Call], Awaitable[Response]],
                   error_answer: Callable[[Any, str], Response]) -> Response:
-    """One message of a stream, the streaming twin of `rpc`: `answer(request, call)`, or, for
-    any error, `error_answer(request, message)` sent in band so the stream stays open; each
-    message is a Call of its own, closed once."""
-    call = servicer.service.open(front_end, getattr(request, "model_name", ""))
-    status = 200
+    """One message of a stream, the streaming twin of `rpc`, as its own Call: `answer(request,
+    call)`, or, for any error, `error_answer(request, message)` sent in band so the stream
+    stays open (the call closed with the error's status). A successful answer's call is
+    closed by the stream once the client has it; a cancelled one's, 499."""
     try:
         if isinstance(request, Malformed):
             raise request.error
         read_client(call, request, context)
         return await answer(request, call)
     except asyncio.CancelledError:
-        status = CLIENT_CLOSED_REQUEST
+        call.close(CLIENT_CLOSED_REQUEST)
         raise
     except Exception as error:
         status, _, message = _classify(error, answer.__name__)
-        return error_answer(request, message)
-    finally:
         call.close(status)
+        return error_answer(request, message)
 
 
 async def refuse(service: InferenceService, front_end: str | None, request: Any, context: grpc.aio.ServicerContext,

@@ -110,3 +110,59 @@ def test_a_cancelled_stream_drops_its_queued_requests(tmp_path):
             time.sleep(0.05)
         assert gw.gateway.scheduler.queue_depth("demo") == 0
         assert gw.stats("demo").batches < 30  # the dropped ones never reached the predictor
+
+
+def test_a_client_that_writes_without_reading_is_pushed_back_and_its_answers_counted_honestly(caplog):
+    """Answers a stream's client does not take stop the gateway reading that stream (at most
+    STREAM_WINDOW requests read and unanswered, then HTTP/2 flow control), so such a client
+    cannot fill the gateway's memory; what it never took is counted 499, not 200, and its
+    cancel logs no error."""
+    from gateway.grpc.oip import STREAM_WINDOW
+
+    sent, elements = 300, 25_000  # 100 kB a request: the client would write 30 MB
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}})
+    with running_gateway(config) as gw, grpc.insecure_channel(gw.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        pulled = threading.Semaphore(0)
+        stop = threading.Event()
+
+        def requests():
+            for i in range(sent):
+                if stop.is_set():
+                    return
+                request = pb.ModelInferRequest(model_name="demo", id=str(i))
+                request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, elements])
+                request.raw_input_contents.append(np.full(elements, i, np.float32).tobytes())
+                pulled.release()
+                yield request
+            stop.wait(30)
+
+        stream = stub.ModelStreamInfer(requests())  # never read
+        deadline = time.monotonic() + 10
+        submitted = -1
+        while time.monotonic() < deadline:  # until the gateway stops taking requests in
+            time.sleep(0.5)
+            now = gw.stats("demo").requests
+            if now == submitted:
+                break
+            submitted = now
+        assert 0 < submitted < sent / 2, submitted  # pushed back long before the 300th
+        stream.cancel()
+        stop.set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            samples = gw.gateway.service.metrics.exposition().decode()
+            delivered = _counted(samples, "200")
+            undelivered = _counted(samples, "499")
+            if delivered + undelivered == submitted:
+                break
+            time.sleep(0.1)
+        assert delivered + undelivered == submitted, (delivered, undelivered, submitted)
+        assert undelivered >= STREAM_WINDOW // 2  # read, answered, never taken: not 200s
+    errors = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+def _counted(exposition: str, code: str) -> int:
+    prefix = f'gateway_requests_total{{code="{code}",model="demo",protocol="oip_grpc_stream"}} '
+    return next((int(float(line[len(prefix):])) for line in exposition.splitlines() if line.startswith(prefix)), 0)
