@@ -9,7 +9,8 @@ Semantics
   for a model that pads, padded to the batch's length with the generated inputs added
   (`padding.pad_batch`), and the outputs that follow the padded length checked.
 * The call is abandoned once every member's deadline has passed, so a hung predictor
-  costs each request at most its deadline.
+  costs each request at most its deadline; the latency profile learns the time it took
+  all the same (at least that long), as it learns every answered call's.
 * An answer with the wrong number of rows is BadPredictorAnswer; any other unexpected
   exception is logged and answered as an internal error: no request is ever lost.
 * One request never fails the others in its batch: if the predictor rejects a merged
@@ -93,12 +94,17 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
             by_size = stats.by_batch_size[rows] = Durations()
         by_size.add(elapsed)
         stats.profile.observe(rows, elapsed)
+        stats.last_call_at = loop.time()
         for _ in {id(part.request) for part in parts}:
             stats.computed.add(elapsed)
         return outputs
     except GatewayError as exc:
         return exc
     except TimeoutError:
+        # Abandoned at its members' deadline: it would have taken longer, which the profile
+        # must learn (else a predictor that slowed down would be predicted fast forever).
+        stats.profile.overran(rows, loop.time() - started)
+        stats.last_call_at = loop.time()
         return DeadlineExceeded(f"model '{model}': the predictor did not answer within the deadline")
     except Exception:  # a bug or an unexpected predictor failure: never lose the requests
         log.exception("a batch for model %s failed", model)

@@ -75,6 +75,7 @@ class ModelStats:
     expired: int = 0
     isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
     holds: int = 0       # times a free slot waited for answered clients to return
+    last_call_at: float = float("-inf")  # when a predictor call last ended (answered or abandoned), loop time
     departures: Counter[str] = field(default_factory=Counter)  # why batches left (policies.departures())
     by_level: dict[int, LevelCounts] = field(default_factory=dict)  # only for models with priority levels
     recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=1000))

@@ -191,3 +191,50 @@ def test_the_learned_hold_stays_but_never_past_the_leaders_latest_start():
     assert policy.wait_until(queue, delivered_at) == pytest.approx(delivered_at + 0.001, abs=1e-6)
     queue.pending[0].deadline = delivered_at + 0.010  # too late to wait at all
     assert policy.wait_until(queue, delivered_at) is None
+
+
+def test_a_request_larger_than_a_batch_is_judged_by_when_its_last_part_ends():
+    # ℓ(8) = 18 ms: 100 rows are 12 full batches and 4 rows, ~230 ms, past a 100 ms deadline.
+    policy, queue = DeadlinePolicy(CONFIG), profiled()
+    refused = policy.admit(queue, 100, deadline=0.1, now=0.0)
+    assert isinstance(refused, Unavailable) and "predicted to finish in 230 ms" in refused.message
+    assert policy.admit(queue, 16, deadline=0.1, now=0.0) is None  # two full batches: 36 ms
+    # With 5 rows left over ahead, a split request's first part cannot share their batch.
+    queue.queued_rows = 5
+    assert "predicted to finish in 54 ms" in policy.admit(queue, 16, deadline=0.05, now=0.0).message
+
+
+def test_while_refusing_one_probe_is_admitted_once_the_predictor_has_been_idle():
+    policy, queue = DeadlinePolicy(CONFIG), profiled(intercept=0.5)  # every call predicted at 0.5 s
+    queue.stats.last_call_at = 0.0
+    assert isinstance(policy.admit(queue, 1, deadline=0.2, now=0.1), Unavailable)
+    assert isinstance(policy.admit(queue, 1, deadline=1.0, now=0.9), Unavailable)  # idle, but 1 s has not passed
+    assert policy.admit(queue, 1, deadline=1.3, now=1.2) is None  # the probe: its call will teach the profile
+    assert isinstance(policy.admit(queue, 1, deadline=1.3, now=1.2), Unavailable)  # one probe per spell
+    assert isinstance(policy.admit(queue, 20, deadline=9.0, now=8.0), Unavailable)  # never a split request
+
+
+async def test_a_predictor_that_slows_down_gets_fast_refusals_and_admission_recovers_with_it():
+    executor = RecordingExecutor(delay_s=0.01)
+    scheduler = scheduler_with(executor, policy="deadline", slo_s=0.1, max_batch_size=4, max_hold_s=0)
+    for _ in range(20):
+        await scheduler.submit("m", rows(0, 1))  # learned: 10 ms a call
+    executor.delay_s = 0.4  # the predictor slows down past every deadline
+    outcomes = []
+    for _ in range(4):
+        try:
+            await scheduler.submit("m", rows(0, 1))
+            outcomes.append("answered")
+        except DeadlineExceeded:
+            outcomes.append("504")
+        except Unavailable:
+            outcomes.append("503")
+    assert outcomes[0] == "504" and outcomes[-1] == "503", outcomes  # one timeout taught it: then refusals
+    calls = len(executor.batches)
+    with pytest.raises(Unavailable):
+        await scheduler.submit("m", rows(0, 1))
+    assert len(executor.batches) == calls  # refused at once: nothing sent
+    executor.delay_s = 0.01  # recovered
+    await asyncio.sleep(1.05)  # PROBE_AFTER_S with nothing in flight
+    await scheduler.submit("m", rows(0, 1))  # the probe, answered
+    await scheduler.submit("m", rows(0, 1))  # and admission with it

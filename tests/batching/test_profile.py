@@ -57,3 +57,43 @@ def test_coefficients_are_never_negative():
         profile.observe(rows, seconds)
     intercept, per_row = profile.coefficients
     assert intercept >= 0 and per_row >= 0
+
+
+def test_a_call_that_overran_its_deadline_makes_the_profile_slow_at_once():
+    profile = LatencyProfile()
+    for _ in range(500):
+        profile.observe(4, 0.020)
+    profile.overran(4, 0.180)  # ran 180 ms, still unanswered: the predictor slowed down
+    slow = profile.predict(4)
+    assert slow > 0.15  # not 500 calls to notice: one
+    profile.overran(4, 0.300)  # longer than that: slower still
+    assert profile.predict(4) > slow
+
+
+def test_a_call_abandoned_before_it_was_due_teaches_nothing():
+    profile = LatencyProfile()
+    for _ in range(50):
+        profile.observe(4, 0.020)
+    profile.overran(4, 0.005)  # a client's own 5 ms deadline, not a slow predictor
+    assert profile.predict(4) == pytest.approx(0.020)
+
+
+def test_after_a_slow_spell_a_fast_answer_brings_the_profile_back():
+    profile = LatencyProfile()
+    for _ in range(200):
+        profile.observe(4, 0.020)
+    profile.overran(4, 0.200)
+    assert profile.predict(4) > 0.15
+    profile.observe(4, 0.020)  # the predictor recovered
+    assert profile.predict(4) < 0.2
+    for _ in range(10):
+        profile.observe(4, 0.020)
+    assert profile.predict(4) < 0.05
+
+
+def test_ordinary_jitter_never_resets_what_was_learned():
+    profile = LatencyProfile()
+    for _ in range(300):
+        profile.observe(4, 0.020)
+    profile.observe(4, 0.080)  # a 4x outlier with no overrun before it: one call among hundreds
+    assert profile.predict(4) == pytest.approx(0.020, abs=0.002)

@@ -12,8 +12,17 @@ batch of b rows) and, once it has one:
   priority level and higher, when the model has levels), at ℓ(B) each over the in-flight
   slots (B = `max_batch_size`), plus half a batch for the call in progress when every slot
   is busy, plus its own batch, which it shares with the rows left over ahead of it, end
-  past its deadline. A fast refusal lets a client retry elsewhere; a late answer is worth
-  nothing.
+  past its deadline. A request larger than B is split into parts of B rows: all its parts
+  but the last are full batches ahead of its last one, so it is judged by when its last
+  part ends. A fast refusal lets a client retry elsewhere; a late answer is worth nothing.
+* **Recovery.** The profile learns from every call, including one abandoned at its
+  members' deadline (it took at least that long), so a predictor that slows down turns
+  into fast refusals within a few calls. While everything is refused no call would teach
+  it that the predictor has recovered: so, once requests have been refused since the last
+  call, nothing is in flight and no call has ended for `PROBE_AFTER_S`, the next request
+  of at most one batch is admitted whatever the prediction, as a probe (one per refusal
+  spell: its call is what the profile learns from), and nothing is dropped until a call
+  has ended.
 * **Drop.** A queued request that can no longer finish, even shipped alone now (now +
   ℓ(its rows) past its deadline), is answered 504 at once and never sent: predictor time
   goes to answers that can still arrive in time. "At once" is at its latest start,
@@ -47,6 +56,8 @@ from gateway.batching.policies.base import QueuedPart, QueueState, Setting
 from wire.errors import GatewayError, Unavailable
 from wire.request import format_ms
 
+PROBE_AFTER_S = 1.0  # with nothing in flight and no call for this long, a request is admitted as a probe
+
 
 class DeadlinePolicy(AdaptivePolicy):
     settings = (*AdaptivePolicy.settings, Setting("slo_ms", "slo_s", positive=True))
@@ -57,27 +68,45 @@ class DeadlinePolicy(AdaptivePolicy):
         super().__init__(config)
         self._full_waits_at: float | None = None  # `_full_batch_waits`, computed once per moment
         self._full_waits = False
+        self._refused_at: float | None = None  # the last refusal at admission since a probe (the probe's cue)
+        self._probe_at: float | None = None  # when the last probe was admitted
 
     def admit(self, queue: QueueState, rows: int, deadline: float, now: float, level: int = 0) -> GatewayError | None:
         profile, size = queue.stats.profile, self.config.max_batch_size
         full = profile.predict(size)
         if full is None:
             return None
+        if self._probe(queue, rows, now):
+            return None
         slots = queue.inflight_limit
         in_progress = full / 2 if queue.inflight >= slots else 0.0
         queued_ahead = queue.rows_ahead(level)  # lower priority levels do not delay it
-        # Full batches leave ahead of it; the rows left over share its own batch.
+        # Full batches leave ahead of it; the rows left over share its own (first) batch.
         full_ahead, sharing = divmod(queued_ahead, size)
-        if sharing + rows > size:
-            full_ahead, sharing = full_ahead + 1, 0
-        own = profile.predict(min(sharing + rows, size)) or 0.0
-        predicted = in_progress + full_ahead * full / slots + own
+        parts, last = divmod(rows - 1, size)  # a split request: `parts` full batches, then its last part
+        last += 1
+        if sharing + (size if parts else rows) > size:
+            full_ahead, sharing = full_ahead + 1, 0  # the leftover leaves without it
+        own = profile.predict(min(sharing + last, size) if not parts else last) or 0.0
+        predicted = in_progress + (full_ahead + parts) * full / slots + own
         if now + predicted <= deadline:
             return None
+        self._refused_at = now
         return Unavailable(
             f"model '{queue.name}': predicted to finish in {format_ms(predicted)} ({queued_ahead} rows "
             f"queued ahead), past its deadline of {format_ms(deadline - now)}; refused at once so that it "
             f"can be retried elsewhere")
+
+    def _probe(self, queue: QueueState, rows: int, now: float) -> bool:
+        """Whether to admit this request as the probe of a refusal spell (see Recovery)."""
+        last_call = queue.stats.last_call_at
+        if (rows <= self.config.max_batch_size and queue.inflight == 0 and self._refused_at is not None
+                and self._refused_at >= last_call
+                and now - last_call >= PROBE_AFTER_S):
+            self._refused_at = None  # one probe; the next refusal starts another spell
+            self._probe_at = now
+            return True
+        return False
 
     def batch_limit(self, queue: QueueState, now: float) -> int:
         coefficients = queue.stats.profile.coefficients
@@ -91,6 +120,8 @@ class DeadlinePolicy(AdaptivePolicy):
         return max(1, min(self.config.max_batch_size, fitting))
 
     def doomed(self, queue: QueueState, part: QueuedPart, now: float) -> str | None:
+        if self._probe_at is not None and queue.stats.last_call_at < self._probe_at:
+            return None  # a probe is out: what the profile predicts is what it is testing
         profile = queue.stats.profile
         needed = profile.predict(part.size)
         if needed is None:
@@ -114,6 +145,7 @@ class DeadlinePolicy(AdaptivePolicy):
         return self._full_waits
 
     def latest_start(self, queue: QueueState, rows: int, deadline: float) -> float | None:
+        # `rows` is one queued part (at most max_batch_size: a larger request is split first).
         needed = queue.stats.profile.predict(min(rows, self.config.max_batch_size))
         return None if needed is None else deadline - needed
 
