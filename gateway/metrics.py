@@ -1,7 +1,8 @@
 """Prometheus metrics for GET /metrics.
 
-Request counts by model, front end (the `protocol` label) and status are counted through
-the service, once per request, from each front end's one error path. Everything the
+Request counts by model, front end (the `protocol` label) and status, and each request's
+duration, are recorded once per request, when its `gateway.lifecycle.Call` closes (the
+service hands it here). Everything the
 scheduler knows (batches, batch sizes, queue wait, predictor latency, queue depth, batches
 in flight, refusals, timeouts) is read from its own stats when /metrics is scraped, so
 batching pays nothing for metrics. Each gateway has its own registry, so several gateways
