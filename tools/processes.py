@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import resource
 import shutil
 import signal
 import socket
@@ -118,23 +117,23 @@ class ServerProcess:
         else:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             log = open(self.log_path, "wb")  # noqa: SIM115
+        # The open-files limit is set by prlimit(1), not a preexec_fn: Python code between fork
+        # and exec runs the parent's fork handlers, and gRPC's deadlock in a process with gRPC
+        # threads (a test process hung in Popen once, its child stuck before exec).
+        command = self.command if self.open_files_limit is None else [
+            "prlimit", f"--nofile={self.open_files_limit}:{self.open_files_limit}", *self.command]
         try:
             self.popen = subprocess.Popen(
-                self.command, cwd=self.cwd, env=self.env,
+                command, cwd=self.cwd, env=self.env,
                 # A pipe only we hold reaches EOF however this process dies: a server watching
                 # it (the predictors' --exit-on-stdin-eof) cannot outlive us.
                 stdin=subprocess.PIPE if self.hold_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if self.ready_probe is None else log,
-                stderr=log, text=True, start_new_session=True, preexec_fn=self._limit_open_files,
+                stderr=log, text=True, start_new_session=True,
             )
         finally:
             if self.log_path is not None:
                 log.close()
-
-    def _limit_open_files(self) -> None:
-        # Runs in the child between fork and exec.
-        if self.open_files_limit is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files_limit, self.open_files_limit))
 
     def wait_ready(self) -> None:
         """Read the first stdout line (or ask `ready_probe` until it says yes); anything but

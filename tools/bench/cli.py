@@ -116,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, on_term)
+    # Ctrl-C stops the run even when the bench was started with SIGINT ignored, as every
+    # background job of a non-interactive shell is (`run.sh &`, nohup, a CI runner's):
+    # Python installs no KeyboardInterrupt handler then.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     command = "python -m tools.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     results: dict[str, Any] = {
