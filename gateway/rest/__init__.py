@@ -1,1 +1,2 @@
-"""The HTTP front end (Tornado): KServe v1 and Open Inference Protocol REST endpoints."""
+"""The HTTP front end (Tornado): one module per protocol (KServe v1, Open Inference Protocol
+REST, TorchServe's inference API, operations), on one lifecycle and one error path (`base`)."""
