@@ -247,11 +247,11 @@ def _timeout(raw: dict, key: str, default: float) -> float:
 
 
 def _limits(raw: dict) -> Limits:
-    _only(raw, "limits", {"max_body_bytes", "max_instances", "max_tensor_elements"})
+    names = ("max_body_bytes", "max_json_bytes", "max_instances", "max_tensor_elements")
+    _only(raw, "limits", set(names))
     default = Limits()
     return Limits(**{
-        name: _number(raw, "limits", name, getattr(default, name), integer=True, minimum=1)
-        for name in ("max_body_bytes", "max_instances", "max_tensor_elements")
+        name: _number(raw, "limits", name, getattr(default, name), integer=True, minimum=1) for name in names
     })
 
 

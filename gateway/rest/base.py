@@ -31,6 +31,7 @@ from gateway.models import ServedModel
 from gateway.rest import errors
 from gateway.service import InferenceService
 from wire.codecs import content_encoding
+from wire.codecs.json_data import json_too_large
 from wire.codecs.limits import Limits
 from wire.errors import GatewayError, InvalidInput, NotFound, PayloadTooLarge
 from wire.request import PRIORITY_HEADER, priority_from_header
@@ -221,7 +222,15 @@ class BodyHandler(BaseHandler):
         if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
             raise PayloadTooLarge(
                 f"request body of {declared} bytes exceeds the limit of {self.limits.max_body_bytes} bytes")
+        if declared is not None and declared.isdigit() and int(declared) > self.limits.max_json_bytes \
+                and self.header("Content-Encoding") is None and self.json_only():
+            raise json_too_large(int(declared), self.limits)  # not read at all: it could not be parsed
         self._coding = content_encoding.request_coding(self.header("Content-Encoding"))
+
+    def json_only(self) -> bool:
+        """Whether this request's whole body is one JSON document (bounded by max_json_bytes
+        before it is read); an endpoint that also takes other bodies says no."""
+        return False
 
     def on_connection_close(self) -> None:
         super().on_connection_close()

@@ -57,6 +57,9 @@ class ModelReadyHandler(BaseHandler):
 class InferHandler(BodyHandler):
     front_end = "oip_http"
 
+    def json_only(self) -> bool:
+        return self.header(oip_json.HEADER_LENGTH) is None  # the binary extension's body is mostly not JSON
+
     async def post(self, model: str, version: str | None = None) -> None:
         length = oip_json.json_length(self.header(oip_json.HEADER_LENGTH))
         request = oip_json.decode_request(self.body, length, self.limits)

@@ -12,6 +12,9 @@ from wire.codecs import v1
 class V1PredictHandler(BodyHandler):
     front_end = "v1"
 
+    def json_only(self) -> bool:
+        return True
+
     async def post(self, model: str) -> None:
         assert self.call is not None
         instances = v1.decode_request(self.body, self.limits)

@@ -20,9 +20,11 @@ ROUNDS = 3
 def abort_upload(address: str) -> None:
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"POST /v1/models/demo:predict HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        # A raw upload (TorchServe's `curl -T`): a JSON body this large is refused before it is
+        # read (max_json_bytes), an upload is streamed up to max_body_bytes.
+        sock.sendall(b"PUT /predictions/demo HTTP/1.1\r\nHost: gw\r\nContent-Type: image/png\r\n"
                      b"Content-Length: %d\r\n\r\n" % (2 * UPLOAD_BYTES))
-        chunk = b"[" * (1024 * 1024)
+        chunk = b"\x89" * (1024 * 1024)
         for _ in range(UPLOAD_BYTES // len(chunk)):
             sock.sendall(chunk)
     # Closed with the body half sent.
@@ -55,5 +57,6 @@ def test_rounds_of_aborted_uploads_do_not_grow_memory(tmp_path: Path) -> None:
         status, _ = get(f"{process.http_url}/v1/models/demo:predict", b'{"instances": [[1]]}')
         assert status == 200
         _, exposition = get(f"{process.http_url}/metrics")
-        aborted = f'gateway_requests_total{{code="499",model="demo",protocol="v1"}} {float(ROUNDS * UPLOADS_PER_ROUND)}'
+        aborted = (f'gateway_requests_total{{code="499",model="demo",protocol="torchserve_http"}} '
+                   f'{float(ROUNDS * UPLOADS_PER_ROUND)}')
         assert aborted in exposition

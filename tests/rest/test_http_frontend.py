@@ -6,6 +6,7 @@ import concurrent.futures
 import socket
 
 import numpy as np
+import orjson
 import pytest
 import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
@@ -213,3 +214,39 @@ def test_a_split_request_is_answered_with_its_own_id_over_rest_and_grpc():
             request.inputs.add(name="INPUT0", datatype="FP32", shape=[10, 1]).contents.fp32_contents.extend(range(10))
             response = pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=10)
         assert response.id == "split-grpc"
+
+
+def test_json_is_bounded_apart_from_binary_bodies():
+    """[limits] max_json_bytes bounds a JSON document (it costs ~18x its size to parse, on the
+    event loop); the same tensors in binary form are bounded by max_body_bytes only."""
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}},
+                        max_json_bytes=50_000, max_body_bytes=1_000_000, max_tensor_elements=100_000)
+    elements = 20_000
+    data = np.arange(elements, dtype=np.float32)
+    with running_gateway(config) as gw:
+        url = f"{gw.http_url}/v2/models/demo/infer"
+        as_json = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, elements], "data": data.tolist()}]}
+        status, body = http_json("POST", url, as_json)
+        assert status == 413 and "max_json_bytes" in body["error"] and "binary" in body["error"]
+        header = orjson.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, elements],
+                                           "parameters": {"binary_data_size": elements * 4}}]})
+        status, _, answer = http("POST", url, header + data.tobytes(),
+                                 headers={"Inference-Header-Content-Length": str(len(header))})
+        assert status == 200, answer[:300]  # 80 kB of binary tensor, past the JSON limit
+        # A TorchServe body too large for JSON is not parsed as JSON: it is an upload.
+        status, body = http_json("POST", f"{gw.http_url}/predictions/demo", orjson.dumps(data.tolist()))
+        assert status == 400 and "is an upload" in body["message"]
+        status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [data.tolist()]})
+        assert status == 413 and "max_json_bytes" in body["error"]
+
+
+@pytest.mark.parametrize("path", ["/v1/models/demo:predict", "/v2/models/demo/infer"])
+def test_a_json_body_over_the_json_limit_is_a_413_before_it_is_sent(gw, path):
+    """50 MB declared, under max_body_bytes but over max_json_bytes (16 MiB): answered from
+    the head alone, nothing read."""
+    host, port = gw.http_url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: gw\r\nContent-Length: 50000000\r\n\r\n" % path.encode())
+        head = sock.recv(65536)
+    assert head.startswith(b"HTTP/1.1 413"), head[:200]
+    assert b"max_json_bytes" in head

@@ -9,6 +9,9 @@ from wire.errors import InvalidInput
 @dataclass(frozen=True, slots=True)
 class Limits:
     max_body_bytes: int = 64 * 1024 * 1024
+    # JSON costs about 18x its size to parse into Python objects, on the event loop: a JSON
+    # document (a whole JSON body, or the JSON header of a binary one) is bounded apart.
+    max_json_bytes: int = 16 * 1024 * 1024
     max_instances: int = 65536          # rows (batch dimension) in one request
     max_tensor_elements: int = 64 * 1024 * 1024
 

@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from wire.codecs import raw
-from wire.codecs.json_data import json_to_array, loads
+from wire.codecs.json_data import check_json_size, json_to_array, loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits, element_count
 from wire.errors import InvalidInput
 from wire.request import OipRequest, RequestedOutput, refuse_shared_memory
@@ -45,6 +45,7 @@ def body_headers(length: int | None) -> dict[str, str]:
 
 def decode_request(body: bytes, json_length: int | None, limits: Limits = DEFAULT_LIMITS) -> OipRequest:
     header, binary = _split(body, json_length)
+    check_json_size(header, limits)
     document = loads(header)
     if not isinstance(document, dict):
         raise InvalidInput("request body must be a JSON object with an 'inputs' list")

@@ -37,7 +37,7 @@ from tornado.httputil import (
     parse_body_arguments,
 )
 
-from wire.codecs.json_data import loads
+from wire.codecs.json_data import check_json_size, loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.codecs.v1 import check_instances
 from wire.errors import InvalidInput
@@ -74,8 +74,10 @@ def decode_http(body: bytes, content_type: str | None, query: Mapping[str, list[
     """A ``/predictions`` body with its Content-Type header and the URL's query arguments."""
     media = media_type(content_type)
     if media == JSON_MEDIA_TYPE:
+        check_json_size(body, limits)
         return _json_forms(loads(body), limits)
-    if media in ("", URLENCODED):
+    # An undeclared body too large for JSON is not tried as JSON: it is an upload.
+    if media in ("", URLENCODED) and len(body) <= limits.max_json_bytes:
         try:
             document = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -100,7 +102,7 @@ def decode_grpc(entries: Mapping[str, bytes], limits: Limits = DEFAULT_LIMITS) -
         raise InvalidInput(f"the request's input map has {len(entries)} entries; at most {MAX_PARTS} are accepted")
     if len(entries) == 1:
         key, body = next(iter(entries.items()))
-        if key in GRPC_BODY_KEYS:
+        if key in GRPC_BODY_KEYS and len(body) <= limits.max_json_bytes:
             try:
                 document = orjson.loads(body)
             except orjson.JSONDecodeError:

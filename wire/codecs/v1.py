@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from wire.codecs.json_data import loads
+from wire.codecs.json_data import check_json_size, loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.errors import InvalidInput
 
 
 def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> list[Any]:
+    check_json_size(body, limits)
     document = loads(body)
     if not isinstance(document, dict):
         raise InvalidInput('request body must be a JSON object: {"instances": [...]}')
