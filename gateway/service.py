@@ -31,7 +31,7 @@ from gateway.models import SERVER_NAME, BatchInputs, ServedModel, served_model
 from wire.errors import ModelNotFound
 from wire.request import OipRequest
 from wire.tensors import Tensor
-from wire.upload import Upload
+from wire.upload import TorchServeRequest
 
 log = logging.getLogger(__name__)
 EXTENSIONS = ("binary_tensor_data", "model_batching", *triton.EXTENSIONS)
@@ -184,13 +184,16 @@ class InferenceService:
         finally:
             self.active_requests -= 1
 
-    async def infer_upload(self, served: ServedModel, row: Upload, call: Call) -> tuple[Any, str]:
-        """A TorchServe upload (a raw body, form parts or gRPC entries): one row in, its
-        prediction out."""
+    async def infer_torchserve(self, served: ServedModel, request: TorchServeRequest,
+                               call: Call) -> tuple[list[Any], str]:
+        """A TorchServe request: its JSON instances as `infer_instances`, or its upload (a raw
+        body, form parts or gRPC entries) as one row; predictions out."""
+        if request.upload is None:
+            assert request.instances is not None  # the codec gives one or the other
+            return await self.infer_instances(served, request.instances, call)
         self.active_requests += 1
         try:
-            predictions, batch_id = await self._predict(served, served.batch_inputs_from_upload(row), call)
-            return predictions[0], batch_id
+            return await self._predict(served, served.batch_inputs_from_upload(request.upload), call)
         finally:
             self.active_requests -= 1
 

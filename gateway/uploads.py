@@ -27,7 +27,7 @@ import numpy as np
 from gateway.instances import UNNAMED_INPUT
 from wire.errors import InvalidInput
 from wire.tensors import Tensor, TensorSpec
-from wire.upload import JSON_MEDIA_TYPE, Part, Upload
+from wire.upload import Part, Upload
 
 
 def upload_to_instance(row: Upload) -> dict[str, Any]:
@@ -36,16 +36,15 @@ def upload_to_instance(row: Upload) -> dict[str, Any]:
 
 
 def _json_value(name: str, part: Part) -> Any:
-    if part.media_type == JSON_MEDIA_TYPE or part.media_type.startswith("text/"):
-        value = part.value(name)  # as TorchServe's worker decodes it
-        if not isinstance(value, bytes):
-            return value
-    elif not part.media_type:
+    value = part.value(name)  # as TorchServe's worker decodes it: JSON, text, or still bytes
+    if not isinstance(value, bytes):
+        return value
+    if not part.media_type:
         try:
-            return part.data.decode("utf-8")
+            return value.decode("utf-8")
         except UnicodeDecodeError:
             pass
-    return base64.b64encode(part.data).decode("ascii")
+    return base64.b64encode(value).decode("ascii")
 
 
 def upload_to_tensors(model: str, row: Upload, inputs: tuple[TensorSpec, ...]) -> list[Tensor]:

@@ -24,6 +24,13 @@ def scrape(gw, token: str = "") -> dict[tuple[str, tuple], float]:
     return samples
 
 
+def sample_reader(samples: dict[tuple[str, tuple], float]):
+    """`value(name, **labels)`: one scraped sample, 0 when absent."""
+    def value(name: str, **labels: str) -> float:
+        return samples.get((name, tuple(sorted(labels.items()))), 0)
+    return value
+
+
 def test_metrics_count_the_traffic_sent():
     config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 20},
                          "batching": {"max_queue": 4}})
@@ -51,10 +58,7 @@ def test_metrics_count_the_traffic_sent():
         refused = codes.count(429)
         assert refused > 0
 
-        samples = scrape(gw)
-
-        def value(name, **labels):
-            return samples.get((name, tuple(sorted(labels.items()))), 0)
+        value = sample_reader(scrape(gw))
 
         assert value("gateway_requests_total", model="demo", protocol="v1", code="200") == 10 + codes.count(200)
         assert value("gateway_requests_total", model="demo", protocol="v1", code="400") == 3
@@ -97,9 +101,7 @@ def test_every_front_end_counts_its_requests_with_one_status_vocabulary():
         except grpc.RpcError as error:
             assert error.code() == grpc.StatusCode.NOT_FOUND
         samples = scrape(gw)
-
-        def value(name, **labels):
-            return samples.get((name, tuple(sorted(labels.items()))), 0)
+        value = sample_reader(samples)
 
         assert value("gateway_requests_total", model="demo", protocol="torchserve_http", code="200") == 1
         assert value("gateway_requests_total", model="demo", protocol="torchserve_http", code="400") == 1
@@ -135,9 +137,7 @@ def test_requests_refused_for_their_token_are_counted_on_every_front_end(monkeyp
                 attempt()
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
         samples = scrape(gw, token="s3cret")
-
-    def value(name, **labels):
-        return samples.get((name, tuple(sorted(labels.items()))), 0)
+    value = sample_reader(samples)
 
     assert value("gateway_requests_total", model="demo", protocol="v1", code="401") == 1
     assert value("gateway_requests_total", model="demo", protocol="oip_grpc", code="401") == 1

@@ -316,37 +316,36 @@ class ServerProcess:
             self.popen.stdout.close()
 
 
-def is_alive(pid: int) -> bool:
-    """True while `pid` runs; a zombie (dead, not yet reaped by its parent) is not alive."""
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state ppid pgrp ... utime
+    stime ...), or None once the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def is_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (dead, not yet reaped by its parent) is not alive."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def pids_in_group(pgid: int) -> list[int]:
     """PIDs of live (non-zombie) processes whose process group is `pgid` (Linux /proc)."""
     pids = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after the command name: state ppid pgrp ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
             pids.append(int(entry))
     return pids
 
 
 def process_cpu_seconds(pid: int) -> float:
     """The CPU time (user + system) `pid` has used so far, in seconds; 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = _stat(pid)
+    if fields is None:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime in ticks
 

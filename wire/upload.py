@@ -1,5 +1,5 @@
 """A TorchServe upload: one client request as TorchServe's own front end hands it to a
-handler, a *row* of named parts.
+handler, a *row* of named parts; and `TorchServeRequest`, an upload or JSON instances.
 
 TorchServe turns every request to ``/predictions/<m>`` that is not one of the gateway's
 JSON forms into parameters: the raw body of any content type is one part named ``body``,
@@ -49,3 +49,12 @@ class Part:
 
 
 Upload = dict[str, Part]  # one row: part name -> part, in the order the client sent them
+
+
+@dataclass(slots=True)
+class TorchServeRequest:
+    """A TorchServe request as its front ends decode it (`wire.codecs.torchserve`): JSON
+    `instances` (`single`: the body was one instance), or one `upload` row."""
+    instances: list[Any] | None = None
+    single: bool = True
+    upload: Upload | None = None

@@ -3,10 +3,9 @@
 (the streaming methods answer UNIMPLEMENTED).
 
 ``Predictions`` reads the ``input`` map as ``wire.codecs.torchserve`` says: the JSON forms
-in ``input["data"]`` (or ``"body"``) go through ``InferenceService.infer_instances``, any
-other map (raw bytes, several entries) is one upload row for
-``InferenceService.infer_upload``; either way it batches with every other client of the
-model. Errors are gRPC status codes, the code the gateway error carries
+in ``input["data"]`` (or ``"body"``), or any other map (raw bytes, several entries) as one
+upload row, both through ``InferenceService.infer_torchserve``, so it batches with every
+other client of the model. Errors are gRPC status codes, the code the gateway error carries
 (`gateway.grpc.rpc`); the batch id is in the trailing metadata ``batch-id``.
 """
 from __future__ import annotations
@@ -42,12 +41,7 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
                           call: Call) -> ts_pb.PredictionResponse:
         served = self.service.model(request.model_name, request.model_version)
         decoded = torchserve.decode_grpc(request.input, self.limits)
-        if decoded.upload is not None:
-            prediction, batch_id = await self.service.infer_upload(served, decoded.upload, call)
-            predictions = [prediction]
-        else:
-            assert decoded.instances is not None
-            predictions, batch_id = await self.service.infer_instances(served, decoded.instances, call)
+        predictions, batch_id = await self.service.infer_torchserve(served, decoded, call)
         context.set_trailing_metadata((("batch-id", batch_id),))
         return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(predictions, decoded.single)[0])
 

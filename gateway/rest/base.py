@@ -218,13 +218,13 @@ class BodyHandler(BaseHandler):
         self.call.tighten(self.timeout_s())
         self.call.priority = self.priority()  # an OIP request's `priority` parameter, if any, wins
         self.call.client = self.client_context()
-        declared = self.header("Content-Length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limits.max_body_bytes:
+        header = self.header("Content-Length")
+        declared = int(header) if header is not None and header.isdigit() else 0
+        if declared > self.limits.max_body_bytes:
             raise PayloadTooLarge(
                 f"request body of {declared} bytes exceeds the limit of {self.limits.max_body_bytes} bytes")
-        if declared is not None and declared.isdigit() and int(declared) > self.limits.max_json_bytes \
-                and self.header("Content-Encoding") is None and self.json_only():
-            raise json_too_large(int(declared), self.limits)  # not read at all: it could not be parsed
+        if declared > self.limits.max_json_bytes and self.header("Content-Encoding") is None and self.json_only():
+            raise json_too_large(declared, self.limits)  # not read at all: it could not be parsed
         self._coding = content_encoding.request_coding(self.header("Content-Encoding"))
 
     def json_only(self) -> bool:

@@ -1,11 +1,11 @@
 """TorchServe's HTTP inference API for TorchServe users: ``PUT`` and ``POST
 /predictions/<m>[/<version>]`` and ``GET /ping``.
 
-Bodies follow ``wire.codecs.torchserve``: the JSON forms go through
-``InferenceService.infer_instances`` (v1 instance semantics); any other body (a raw file
-of any content type, as ``curl -T`` sends it, or a multipart or url-encoded form, as
-``curl -F`` sends it) is one upload row for ``InferenceService.infer_upload``. Either way
-the request batches with every other client of the model. The batch id travels in the
+Bodies follow ``wire.codecs.torchserve``: the JSON forms (v1 instance semantics), or any
+other body (a raw file of any content type, as ``curl -T`` sends it, or a multipart or
+url-encoded form, as ``curl -F`` sends it) as one upload row, both through
+``InferenceService.infer_torchserve``, so the request batches with every other client of
+the model. The batch id travels in the
 ``X-Batch-Id`` header (the body keeps TorchServe's shape). Errors carry TorchServe's
 ``code``/``type``/``message`` and the gateway's own ``error``, with the status of the
 gateway error.
@@ -28,12 +28,7 @@ class PredictionsHandler(BodyHandler):
         assert self.call is not None
         request = torchserve.decode_http(self.body, self.header("Content-Type"), self.request.query_arguments,
                                          self.limits)
-        if request.upload is not None:
-            prediction, batch_id = await self.service.infer_upload(self.served, request.upload, self.call)
-            predictions = [prediction]
-        else:
-            assert request.instances is not None
-            predictions, batch_id = await self.service.infer_instances(self.served, request.instances, self.call)
+        predictions, batch_id = await self.service.infer_torchserve(self.served, request, self.call)
         body, content_type = torchserve.encode_answer(predictions, request.single)
         self.set_header("Content-Type", content_type)
         self.set_header(BATCH_ID_HEADER, batch_id)

@@ -112,11 +112,12 @@ def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 class PredictorProcess(ServerProcess):
     """One real predictor server (`tools.processes.ServerProcess`, the one launcher): run
     from ``workdir`` with the predictor's own environment (`_child_env`), its output in
-    ``workdir/<name>.log``, ready when ``ready_probe()`` says so, holding its stdin (it
+    ``workdir/<name>.log``, ready when ``ready_probe()`` says so (None: when it prints its
+    READY line, as TorchServe's script does), holding its stdin (it
     exits if the test process dies) and stopped with its whole process group by PID."""
 
     def __init__(self, name: str, cmd: Sequence[str | int | os.PathLike[str]], workdir: pathlib.Path,
-                 ready_probe: Callable[[], bool], *, env: dict[str, str] | None = None,
+                 ready_probe: Callable[[], bool] | None, *, env: dict[str, str] | None = None,
                  ready_timeout: float = 120.0, stop_timeout: float = 15.0,
                  cleanup: Sequence[pathlib.Path] = ()) -> None:
         self.workdir = pathlib.Path(workdir)
@@ -395,7 +396,6 @@ class TorchServeServer:
         names = tuple(spec.replace(":", "_") for spec in models)
         ports = [free_port() for _ in range(5)]
         call_log = workdir / "calls.jsonl"
-        management_url = f"http://127.0.0.1:{ports[1]}"
         # TorchServe's TMPDIR/TEMP (pid file, worker sockets, unpacked models) lives in the
         # workdir, unless that path is too long for a Unix socket: then a short one in /tmp,
         # removed by stop().
@@ -404,10 +404,8 @@ class TorchServeServer:
             tmpdir = pathlib.Path(tempfile.mkdtemp(prefix="torchserve-", dir="/tmp" if os.path.isdir("/tmp") else None))
             cleanup.append(tmpdir)
 
-        def ready() -> bool:
-            # /ping says Healthy seconds before the workers can serve: wait for READY.
-            return all(torchserve_model_ready(management_url, name) for name in names)
-
+        # Ready when the script says READY: it waits for every model's worker itself (/ping
+        # says Healthy seconds before the workers can serve).
         process = PredictorProcess(
             "torchserve",
             [python, TORCHSERVE_SCRIPT, "--workdir", workdir, "--tmpdir", tmpdir,
@@ -417,7 +415,7 @@ class TorchServeServer:
              "--batch-size", batch_size, "--max-batch-delay", max_batch_delay,
              "--call-log", call_log, "--exit-on-stdin-eof"],
             workdir,
-            ready,
+            None,
             ready_timeout=ready_timeout,
             stop_timeout=40.0,  # the script's own `torchserve --stop` waits up to 30 s
             cleanup=cleanup,
@@ -443,17 +441,6 @@ class TorchServeServer:
     def memory(self) -> dict[int, int]:
         """{pid: RSS bytes} of the server's processes (supervisor, launcher, Java, worker)."""
         return _group_rss_bytes(self.process.group_pids())
-
-
-def torchserve_model_ready(management_url: str, model: str) -> bool:
-    """True once a worker of ``model`` is READY in TorchServe's management API."""
-    try:
-        status, body = http_get(f"{management_url}/models/{model}")
-        described = json.loads(body) if status == 200 else []
-    except (OSError, urllib.error.URLError, ValueError):
-        return False
-    return any(worker.get("status") == "READY"
-               for entry in described if isinstance(entry, dict) for worker in entry.get("workers", []))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

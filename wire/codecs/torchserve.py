@@ -25,7 +25,6 @@ An answer of one row is TorchServe's: text when the prediction is a string, else
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -41,7 +40,7 @@ from wire.codecs.json_data import check_json_size, loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.codecs.v1 import check_instances
 from wire.errors import InvalidInput
-from wire.upload import BODY, JSON_MEDIA_TYPE, Part, Upload
+from wire.upload import BODY, JSON_MEDIA_TYPE, Part, TorchServeRequest, Upload
 
 FORMS = '{"instances": [...]}, {"data": <one instance>} or one instance as a JSON list'
 MULTIPART = "multipart/form-data"
@@ -54,14 +53,6 @@ _FORM_LIMITS = ParseBodyConfig(multipart=ParseMultipartConfig(max_parts=MAX_PART
 GRPC_BODY_KEYS = ("data", "body")  # the input entries TorchServe's handlers read
 TEXT_ANSWER = "text/plain; charset=utf-8"
 JSON_ANSWER = "application/json"
-
-
-@dataclass(slots=True)
-class TorchServeRequest:
-    """JSON `instances` (`single`: the body was one instance), or one `upload` row."""
-    instances: list[Any] | None = None
-    single: bool = True
-    upload: Upload | None = None
 
 
 def media_type(content_type: str | None) -> str:
