@@ -16,6 +16,7 @@ import tornado.netutil
 from grpc_health.v1 import health
 
 from gateway.config import GatewayConfig, ServerConfig
+from gateway.grpc.rpc import OpenStreams
 from gateway.grpc.server import build_server, set_serving
 from gateway.rest.app import make_app
 from gateway.rest.connections import ConnectionLimits, GuardedHTTPServer
@@ -34,6 +35,7 @@ class FrontEnds:
         self.http_server: GuardedHTTPServer | None = None
         self._grpc_server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
+        self._streams = OpenStreams()
 
     async def start(self) -> None:
         server, limits = self.config.server, self.config.limits
@@ -48,7 +50,7 @@ class FrontEnds:
         sockets = tornado.netutil.bind_sockets(server.http_port, server.host)
         self.http_server.add_sockets(sockets)
         self.http_port = sockets[0].getsockname()[1]
-        grpc_server, self._health = build_server(self.service, limits, server, self.max_connections)
+        grpc_server, self._health = build_server(self.service, limits, server, self.max_connections, self._streams)
         self._grpc_server = grpc_server
         address = f"[{server.host}]" if ":" in server.host else server.host
         if server.tls_cert_file:
@@ -63,9 +65,11 @@ class FrontEnds:
         await set_serving(self._health, True)
 
     async def stop_accepting(self) -> None:
-        """Say not serving (gRPC health) and take no new HTTP connections."""
+        """Say not serving (gRPC health), take no new HTTP connections and read no more of
+        the open gRPC streams (each ends once it has answered what it read)."""
         if self._health is not None:
             await set_serving(self._health, False)
+        self._streams.end()
         if self.http_server is not None:
             self.http_server.stop()
 

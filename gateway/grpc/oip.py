@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import grpc
 from google.protobuf import json_format
 
-from gateway.grpc.rpc import Servicer, add_servicer, in_band, rpc, stream
+from gateway.grpc.rpc import OpenStreams, Servicer, add_servicer, in_band, rpc, stream
 from gateway.lifecycle import Call
 from gateway.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
@@ -28,9 +28,10 @@ STREAM_WINDOW = 32
 
 
 class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, service: InferenceService, limits: Limits) -> None:
+    def __init__(self, service: InferenceService, limits: Limits, streams: OpenStreams) -> None:
         super().__init__(service)
         self.limits = limits
+        self.streams = streams
 
     @rpc()
     async def ServerLive(self, request: pb.ServerLiveRequest,
@@ -91,7 +92,8 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         pushes back on a client that writes without reading. A request is closed (counted)
         when its answer has been handed to the stream, not when it was computed; when the
         client closes or cancels the stream, what it still has queued is dropped, never
-        sent, and counted 499 with the answers it never took."""
+        sent, and counted 499 with the answers it never took. When the gateway drains, it
+        stops reading every stream: each answers what it has read, then ends UNAVAILABLE."""
         answers: asyncio.Queue[tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None] = asyncio.Queue()
         window = asyncio.Semaphore(STREAM_WINDOW)
 
@@ -112,6 +114,7 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
                 answers.put_nowait(None)
 
         reader = asyncio.create_task(read())
+        self.streams.track(reader)
         pending: tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None = None
         try:
             while (pending := await answers.get()) is not None:
@@ -126,7 +129,13 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
                     return
                 call.close(200)  # taken by the stream (an in-band error is already closed with its status)
                 window.release()
-            await reader  # the client's half-close, or its read error
+            try:
+                await reader  # the client's half-close, or its read error
+            except asyncio.CancelledError:
+                if not self.streams.ending or _cancelling():
+                    raise
+                context.set_code(grpc.StatusCode.UNAVAILABLE)
+                context.set_details("the gateway is shutting down; every request read from this stream was answered")
         finally:
             reader.cancel()
             # What the client never took: the one being written, then the rest, queued or computing.
@@ -152,7 +161,13 @@ def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStream
         model_name=getattr(request, "model_name", ""), id=getattr(request, "id", "")))
 
 
-def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> None:
+def _cancelling() -> bool:
+    """Whether the running task itself is being cancelled (not a task it awaits)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server, streams: OpenStreams) -> None:
     """Register the OIP servicer (malformed messages answered INVALID_ARGUMENT, see rpc)."""
-    add_servicer(server, InferenceServicer(service, limits), pb.DESCRIPTOR.services_by_name["GRPCInferenceService"],
+    add_servicer(server, InferenceServicer(service, limits, streams), pb.DESCRIPTOR.services_by_name["GRPCInferenceService"],
                  limits.max_body_bytes)

@@ -43,6 +43,29 @@ Method = Callable[..., Awaitable[Response]]  # (self, request, context[, call])
 StreamMethod = TypeVar("StreamMethod", bound=Callable[..., Any])
 
 
+class OpenStreams:
+    """The readers of a process's open client streams, so that a drain stops reading them
+    all: each stream then answers what it has read and ends UNAVAILABLE, instead of being
+    cancelled by the server's stop while its client idles (grpc logs that as an ERROR with
+    a traceback, one per stream)."""
+
+    def __init__(self) -> None:
+        self._readers: set[asyncio.Task[None]] = set()
+        self.ending = False
+
+    def track(self, reader: asyncio.Task[None]) -> None:
+        self._readers.add(reader)
+        reader.add_done_callback(self._readers.discard)
+        if self.ending:
+            reader.cancel()
+
+    def end(self) -> None:
+        """Stop reading every open stream, and any opened from now on."""
+        self.ending = True
+        for reader in list(self._readers):
+            reader.cancel()
+
+
 class Servicer:
     """A gRPC servicer of the gateway: it reaches models only through the service."""
 

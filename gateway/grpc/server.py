@@ -8,6 +8,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from gateway.config import ServerConfig
 from gateway.grpc import oip, torchserve
 from gateway.grpc.auth import BearerTokenInterceptor
+from gateway.grpc.rpc import OpenStreams
 from gateway.service import InferenceService
 from wire.codecs.limits import Limits
 from wire.generated import pool
@@ -16,8 +17,8 @@ from wire.generated.inference import grpc_service_pb2 as pb
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
 
-def build_server(service: InferenceService, limits: Limits, settings: ServerConfig,
-                 max_connections: int) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+def build_server(service: InferenceService, limits: Limits, settings: ServerConfig, max_connections: int,
+                 streams: OpenStreams) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
     interceptors = [BearerTokenInterceptor(settings.auth_token, service)] if settings.auth_token else []
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", limits.max_body_bytes),
@@ -29,7 +30,7 @@ def build_server(service: InferenceService, limits: Limits, settings: ServerConf
         ("grpc.per_message_decompression", 0),
         *connection_options(settings, max_connections),
     ])
-    oip.add_to_server(service, limits, server)
+    oip.add_to_server(service, limits, server, streams)
     torchserve_service = torchserve.add_to_server(service, limits, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

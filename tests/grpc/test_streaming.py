@@ -166,3 +166,46 @@ def test_a_client_that_writes_without_reading_is_pushed_back_and_its_answers_cou
 def _counted(exposition: str, code: str) -> int:
     prefix = f'gateway_requests_total{{code="{code}",model="demo",protocol="oip_grpc_stream"}} '
     return next((int(float(line[len(prefix):])) for line in exposition.splitlines() if line.startswith(prefix)), 0)
+
+
+def test_a_drain_answers_what_each_stream_read_then_ends_it_unavailable_without_an_error_logged(caplog):
+    """SIGTERM's drain stops reading the open streams: a request already read is answered,
+    then every stream, idle or not, ends UNAVAILABLE (grpc's own stop would cancel them,
+    logging an ERROR traceback for each)."""
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 300}})
+    with running_gateway(config) as gw, grpc.insecure_channel(gw.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        release = threading.Event()
+
+        def requests(count: int):
+            for i in range(count):
+                request = pb.ModelInferRequest(model_name="demo", id=str(i))
+                request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(i)
+                yield request
+            release.wait(30)  # the client never half-closes: only the gateway ends these streams
+
+        idle = [stub.ModelStreamInfer(requests(0)) for _ in range(3)]
+        busy = stub.ModelStreamInfer(requests(1))
+        deadline = time.monotonic() + 10
+        while gw.stats("demo").requests < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the busy stream's request is read (its 300 ms call under way)
+        gw.call(gw.gateway.stop(grace_s=5.0))
+        answers = list(_until_closed(busy))
+        assert [answer.infer_response.id for answer in answers] == ["0"] and not answers[0].error_message
+        assert busy.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in busy.details()
+        for stream in idle:
+            assert list(_until_closed(stream)) == [] and stream.code() == grpc.StatusCode.UNAVAILABLE
+        release.set()
+    errors = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+def _until_closed(stream) -> list:
+    """A stream's answers until the gateway ends it (its status is then on the stream)."""
+    answers = []
+    try:
+        for answer in stream:
+            answers.append(answer)
+    except grpc.RpcError:
+        pass
+    return answers
