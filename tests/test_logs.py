@@ -51,17 +51,36 @@ def record(message: str, *args: object, level: int = logging.WARNING, name: str 
     return logging.LogRecord(name, level, __file__, 1, message, args, None)
 
 
-def test_a_repeated_message_is_written_a_few_times_per_window_then_counted():
-    clock = FakeClock()
-    repeats = RepeatFilter(window_s=10, limit=3, clock=clock)
+def test_a_repeated_message_is_written_a_few_times_per_window_then_counted_in_a_line_of_its_own():
+    clock, said = FakeClock(), []
+    repeats = RepeatFilter(emit=said.append, window_s=10, limit=3, clock=clock)
     written = [repeats.filter(record("refused %s", port)) for port in range(100)]
     assert written == [True] * 3 + [False] * 97
     clock.now = 10.0
     next_window = record("refused %s", 7)
-    assert repeats.filter(next_window)
-    assert next_window.getMessage() == "refused 7 [97 more like this in the last 10 s were not logged]"
+    assert repeats.filter(next_window) and next_window.getMessage() == "refused 7"  # never a note on another
+    [summary] = said
+    assert summary.levelno == logging.WARNING and summary.name == "gateway.x" and repeats.filter(summary)
+    assert summary.getMessage().startswith("97 more like 'refused 99' were not logged in the 10 s after ")
+    assert summary.getMessage().endswith("(3 of them were)")
     after_that = record("refused %s", 8)
-    assert repeats.filter(after_that) and after_that.getMessage() == "refused 8"
+    assert repeats.filter(after_that) and after_that.getMessage() == "refused 8" and len(said) == 1
+
+
+def test_the_count_is_said_before_the_next_record_of_any_kind_or_at_exit():
+    clock, said = FakeClock(), []
+    repeats = RepeatFilter(emit=said.append, window_s=10, limit=1, clock=clock)
+    for reason in ("a", "b", "c"):
+        repeats.filter(record("reload failed: %s", reason))
+    clock.now = 5.0
+    assert repeats.filter(record("other")) and said == []  # its window has not ended
+    clock.now = 11.0
+    assert repeats.filter(record("another"))
+    assert [s.getMessage().split(" were")[0] for s in said] == ["2 more like 'reload failed: c'"]
+    repeats.filter(record("reload failed: %s", "d"))
+    repeats.filter(record("reload failed: %s", "e"))
+    repeats.flush()
+    assert said[-1].getMessage().startswith("1 more like 'reload failed: e'")
 
 
 def test_different_messages_loggers_and_levels_are_limited_apart():
