@@ -153,6 +153,7 @@ class ModelQueue:
                           level)
         if level:
             self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
+            self.stats.by_level[level].admitted_rows.add(now, size)
         offset = 0
         for index, piece in enumerate(pieces):
             rows = len(piece[0].data)
@@ -322,6 +323,11 @@ class ModelQueue:
         if not level:
             return self.queued_rows
         return sum(rows for queued_level, rows in self.rows_by_level.items() if queued_level <= level)
+
+    def rows_per_second_above(self, level: int, now: float) -> float:
+        """Rows per second recently admitted at levels higher than `level` (0 without levels)."""
+        return sum(counts.admitted_rows.per_second(now) for above, counts in self.stats.by_level.items()
+                   if above < level)
 
     def _drop_if_unsent(self, request: Request) -> None:
         if request.done or request.sent:

@@ -6,6 +6,7 @@ library on the hot path); `gateway.metrics` turns these into Prometheus families
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -53,6 +54,38 @@ class Durations:
         self.seconds += seconds
 
 
+RATE_TIME_CONSTANT_S = 1.0  # a rate says what about the last second brought
+
+
+class DecayingRate:
+    """Events per second, exponentially weighted with `RATE_TIME_CONSTANT_S`: recent
+    traffic counts most, and a rate that stops decays to nothing within a few seconds.
+    Corrected for a short history (a steady rate reads as itself from its first second,
+    not as growing from zero), which counts no less than a tenth of the time constant."""
+
+    __slots__ = ("_mass", "_at", "_since")
+
+    def __init__(self) -> None:
+        self._mass = 0.0
+        self._at = 0.0
+        self._since: float | None = None  # the first event
+
+    def add(self, now: float, amount: float) -> None:
+        self._mass = self._decayed(now) + amount
+        self._at = now
+        if self._since is None:
+            self._since = now
+
+    def per_second(self, now: float) -> float:
+        if self._since is None:
+            return 0.0
+        history = max(now - self._since, RATE_TIME_CONSTANT_S / 10)
+        return self._decayed(now) / (RATE_TIME_CONSTANT_S * -math.expm1(-history / RATE_TIME_CONSTANT_S))
+
+    def _decayed(self, now: float) -> float:
+        return self._mass * math.exp(-max(now - self._at, 0.0) / RATE_TIME_CONSTANT_S) if self._mass else 0.0
+
+
 @dataclass(slots=True)
 class LevelCounts:
     """What became of the requests of one priority level."""
@@ -61,6 +94,7 @@ class LevelCounts:
     refused: int = 0   # at admission (predicted late), a full queue, or evicted for a higher level
     dropped: int = 0   # from the queue, never sent: it could no longer meet its deadline
     expired: int = 0   # its deadline passed while queued or at the predictor
+    admitted_rows: DecayingRate = field(default_factory=DecayingRate)  # rows per second let in, recently
 
 
 @dataclass(slots=True)

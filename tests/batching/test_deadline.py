@@ -35,9 +35,13 @@ class Queue:
     inflight_limit: int = 1
     name: str = "m"
     stats: ModelStats = field(default_factory=ModelStats)
+    above: float = 0.0  # rows per second admitted at the levels above level 2
 
     def rows_ahead(self, level: int) -> int:
         return self.queued_rows
+
+    def rows_per_second_above(self, level: int, now: float) -> float:
+        return self.above if level > 1 else 0.0
 
     def leader(self) -> Part | None:
         return next((part for part in self.pending if part.live), None)
@@ -202,6 +206,21 @@ def test_a_request_larger_than_a_batch_is_judged_by_when_its_last_part_ends():
     # With 5 rows left over ahead, a split request's first part cannot share their batch.
     queue.queued_rows = 5
     assert "predicted to finish in 54 ms" in policy.admit(queue, 16, deadline=0.05, now=0.0).message
+
+
+def test_a_lower_level_waits_longer_by_what_the_levels_above_bring_and_is_refused_when_they_take_it_all():
+    # ℓ(8) = 18 ms: the predictor answers 8 / 0.018 = 444 rows/s in full batches.
+    policy, queue = DeadlinePolicy(CONFIG), profiled()
+    queue.stats.last_call_at = 0.0  # a call just ended: no probe is due
+    queue.queued_rows = 16  # two full batches ahead: 36 ms, then its own 11 ms
+    assert "predicted to finish in 47 ms" in policy.admit(queue, 1, deadline=0.04, now=0.0, level=2).message
+    queue.above = 222.0  # half of the predictor: the batches ahead take twice as long
+    assert "predicted to finish in 83 ms" in policy.admit(queue, 1, deadline=0.08, now=0.0, level=2).message
+    assert policy.admit(queue, 1, deadline=0.05, now=0.0, level=1) is None  # nothing is above level 1: 47 ms
+    queue.above, queue.queued_rows = 450.0, 0
+    refused = policy.admit(queue, 1, deadline=10.0, now=0.0, level=2)  # whatever its deadline
+    assert isinstance(refused, Unavailable)
+    assert "priority level 2 cannot be served" in refused.message and "450 rows/s" in refused.message
 
 
 def test_while_refusing_one_probe_is_admitted_once_the_predictor_has_been_idle():

@@ -99,3 +99,50 @@ async def test_a_full_queue_makes_room_for_a_higher_level_by_refusing_the_lowest
     assert (stats.by_level[3].requests, stats.by_level[3].answered, stats.by_level[3].refused) == (4, 2, 2)
     assert (stats.by_level[2].requests, stats.by_level[2].answered) == (2, 2)
     assert (stats.by_level[1].requests, stats.by_level[1].answered) == (1, 1)
+
+
+async def test_under_a_deadline_a_level_the_levels_above_leave_nothing_to_is_refused_at_once_not_left_to_expire():
+    """Strict priorities starve a lower level while the higher levels keep the predictor
+    busy; under `slo_ms` such a level is refused at admission (503, naming the rates), never
+    queued to wait out its deadline; once the higher levels stop, it is admitted again."""
+    from wire.errors import DeadlineExceeded, Overloaded
+
+    executor = RecordingExecutor(delay_s=0.02)
+    scheduler = scheduler_with(executor, policy="deadline", slo_s=0.2, max_batch_size=4, max_hold_s=0,
+                               priority_levels=2, default_priority_level=2)
+    stop = asyncio.Event()
+
+    async def urgent_client(client: int) -> None:  # closed loop at level 1: 8 clients, batches of 4
+        while not stop.is_set():
+            try:
+                await scheduler.submit("m", rows(client, 1), priority=1)
+            except (Unavailable, Overloaded, DeadlineExceeded):
+                await asyncio.sleep(0.005)
+
+    urgent = [asyncio.ensure_future(urgent_client(i)) for i in range(8)]
+    await asyncio.sleep(0.5)  # the profile and the level's rate are learned
+    outcomes = []
+    for i in range(20):
+        try:
+            await scheduler.submit("m", rows(1000 + i, 1), priority=2)
+            outcomes.append("answered")
+        except Unavailable:
+            outcomes.append("refused")
+        except DeadlineExceeded:
+            outcomes.append("expired")
+        await asyncio.sleep(0.03)
+    stop.set()
+    await asyncio.gather(*urgent)
+    low_rows_sent = sum(int((batch[:, 0] >= 2000).sum()) for batch in executor.batches)  # rows(1000) starts at 2000
+    assert outcomes.count("refused") >= 15 and "expired" not in outcomes, outcomes
+    assert low_rows_sent == outcomes.count("answered")  # a refused request never reached the predictor
+    counts = scheduler.stats("m").by_level[2]
+    assert counts.expired == counts.dropped == 0
+    for _ in range(100):  # the higher level is gone: within a few seconds its rate has decayed
+        try:
+            await scheduler.submit("m", rows(2000, 1), priority=2)
+            break
+        except Unavailable:
+            await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("level 2 was still refused 5 s after level 1 stopped")

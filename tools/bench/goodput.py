@@ -2,7 +2,7 @@
 
 From half to twice the predictor's batched capacity and in bursts, open-loop arrivals:
 FIFO (adaptive), window, deadline, and the real Triton's own dynamic batcher; then two
-priority levels at 1.5x capacity.
+priority levels at 1.5x capacity, shared equally or taken by level 1 alone.
 
 It holds this scenario only; the harness (servers, load, rows, checks) is
 `tools.bench.harness`'. It must not import another scenario.
@@ -44,9 +44,43 @@ def _goodput_row(name: str, load_label: float | str, result: loadgen.Result, slo
         "p50_ms": 1000 * answered[len(answered) // 2] if answered else None,
         "p99_ms": 1000 * answered[int(len(answered) * 0.99)] if answered else None,
         "refusal_p50_ms": refusal_ms[len(refusal_ms) // 2] if refusal_ms else None,
+        "expired_pct": 100 * result.statuses.get("504", 0) / max(1, result.sent),
     }
     row.update(extra)
     return row
+
+
+STARVED = "1.5: 1.2 + 0.3"  # level 1 alone takes more than the predictor answers
+
+
+def priority_runs(ctx: Context, slo_s: float, call_ms: float, per_row_ms: float, batch: int) -> list[dict[str, Any]]:
+    """Two priority levels under `slo_ms`, each level's goodput: at 1.5x capacity shared
+    equally, and with level 1 alone at 1.2x, where level 2 can only be refused (fast) or
+    left to expire."""
+    capacity = batch / ((call_ms + per_row_ms * batch) / 1000)
+    model = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": call_ms, "per_instance_ms": per_row_ms},
+             "batching": {"max_batch_size": batch, "timeout_s": 30, "slo_ms": slo_s * 1000, "priority_levels": 2}}
+    runs = []
+    with Gateway(ctx.log_dir, "gateway-goodput-priority", [model]).start() as gateway:
+        url = f"{gateway.http_url}/v2/models/demo/infer"
+        load(url, OIP_JSON_BODY, concurrency=2000, rate=capacity, duration=1.0, seed=1)
+
+        def at_level(level: int) -> bytes:  # the OIP `priority` parameter, as Triton's clients send it
+            return json.dumps({"parameters": {"priority": level}, "inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
+
+        for label, shares in (("1.5: 0.75 + 0.75", (0.75, 0.75)), (STARVED, (1.2, 0.3))):
+            ctx.say(f"  goodput: deadline with two priority levels, {label} x capacity")
+
+            async def both(shares: tuple[float, float] = shares) -> list[loadgen.Result]:
+                return list(await asyncio.gather(*(
+                    loadgen.run(_open_loop(url, at_level(level), share * capacity, ctx.duration))
+                    for level, share in zip((1, 2), shares, strict=True))))
+
+            for level, share, result in zip((1, 2), shares, asyncio.run(both()), strict=True):
+                runs.append(_goodput_row(f"deadline, priority {level} of 2", label, result, slo_s, ctx.duration,
+                                         share_of_offered=result.sent / ctx.duration / (share * capacity)))
+    return runs
 
 
 def _open_loop(url: str, body: bytes, rate: float, duration: float, *, arrivals: str = "poisson") -> loadgen.Config:
@@ -91,28 +125,7 @@ def goodput(ctx: Context) -> dict[str, Any]:
     finally:
         triton.stop()
 
-    # Two priority levels at 1.5x capacity, half the requests each: the high level's goodput.
-    priority_model = {"name": "demo", "backend": "simulated",
-                      "simulated": {"call_ms": call_ms, "per_instance_ms": per_row_ms},
-                      "batching": {"max_batch_size": batch, "timeout_s": 30, "slo_ms": slo_s * 1000,
-                                   "priority_levels": 2}}
-    with Gateway(ctx.log_dir, "gateway-goodput-priority", [priority_model]).start() as gateway:
-        url = f"{gateway.http_url}/v2/models/demo/infer"
-        load(url, body, concurrency=2000, rate=capacity, duration=1.0, seed=1)
-        ctx.say("  goodput: deadline with two priority levels at 1.5x capacity")
-
-        def at_level(level: int) -> bytes:  # the OIP `priority` parameter, as Triton's clients send it
-            return json.dumps({"parameters": {"priority": level}, "inputs": [
-                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
-
-        async def both() -> list[loadgen.Result]:
-            return list(await asyncio.gather(*(
-                loadgen.run(_open_loop(url, at_level(level), 0.75 * capacity, ctx.duration)) for level in (1, 2))))
-
-        for level, result in zip((1, 2), asyncio.run(both()), strict=True):
-            runs.append(_goodput_row(f"deadline, priority {level} of 2", 1.5, result, slo_s, ctx.duration,
-                                     share_of_offered=result.sent / ctx.duration / (0.75 * capacity)))
-
+    runs.extend(priority_runs(ctx, slo_s, call_ms, per_row_ms, batch))
     def goodput_of(name: str, load_label: float | str) -> float:
         return next(float(r["goodput"]) for r in runs if r["name"] == name and r["load"] == load_label)
 
@@ -125,10 +138,13 @@ def goodput(ctx: Context) -> dict[str, Any]:
         worst = min(goodput_of("deadline", label) / max(goodput_of(other, label), 1e-9) for label in GOODPUT_LOADS)
         checks.append(check(f"deadline goodput vs {other}, at every load", ">= 1.0x everywhere",
                             f"lowest ratio {worst:.2f}x", worst >= 0.99))
-    high = next(r for r in runs if r["name"] == "deadline, priority 1 of 2")
+    high = next(r for r in runs if r["name"] == "deadline, priority 1 of 2" and r["load"] == "1.5: 0.75 + 0.75")
     checks.append(check("priority 1 of 2 at 1.5x capacity: its goodput", ">= 95% of what it offered",
                         f"{high['goodput'] / max(high['offered'], 1e-9):.0%}",
                         high["goodput"] >= 0.95 * high["offered"]))
+    starved = next(r for r in runs if r["name"] == "deadline, priority 2 of 2" and r["load"] == STARVED)
+    checks.append(check("priority 2 of 2 while level 1 alone takes 1.2x capacity: its requests that wait out their "
+                        "deadline (504)", "<= 5%", f"{starved['expired_pct']:.1f}%", starved["expired_pct"] <= 5))
     low_load = [r for r in runs if r["name"] == "deadline" and r["load"] in (0.5, 0.8)]
     checks.append(check("deadline at <= 0.8x capacity: refusals", "none",
                         f"{max(r['refused_pct'] for r in low_load):.1f}%",
@@ -146,7 +162,8 @@ def goodput(ctx: Context) -> dict[str, Any]:
         "tables": [{"title": "", "rows": runs, "columns": [
             ["name", "system", "s"], ["load", "load x capacity", "s"], ["offered", "offered req/s", ".0f"],
             ["goodput", "goodput/s", ".1f"], ["answered", "200/s", ".1f"], ["late_pct", "late 200s %", ".0f"],
-            ["refused_pct", "refused %", ".0f"], ["p50_ms", "200 p50 ms", ".0f"], ["p99_ms", "200 p99 ms", ".0f"],
+            ["refused_pct", "refused %", ".0f"], ["expired_pct", "of which 504 %", ".0f"],
+            ["p50_ms", "200 p50 ms", ".0f"], ["p99_ms", "200 p99 ms", ".0f"],
             ["refusal_p50_ms", "refusal p50 ms", ".1f"], ["mean_batch", "mean batch", ".1f"]]}],
         "checks": checks, "runs": runs,
         "plots": {"goodput": {"capacity": capacity, "loads": [x for x in GOODPUT_LOADS if x != "bursty"],

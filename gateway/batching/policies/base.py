@@ -62,6 +62,10 @@ class QueueState(Protocol):
     def rows_ahead(self, level: int) -> int:
         """Queued rows a request of priority `level` would wait behind (its level and higher)."""
 
+    def rows_per_second_above(self, level: int, now: float) -> float:
+        """Rows per second recently admitted at priority levels higher than `level`: what
+        takes the predictor before a request of `level`, besides the rows queued now."""
+
     @property
     def pending(self) -> Sequence[QueuedPart]:
         """Queued parts, oldest first; parts no longer live may linger until skipped."""

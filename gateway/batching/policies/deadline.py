@@ -15,6 +15,14 @@ batch of b rows) and, once it has one:
   past its deadline. A request larger than B is split into parts of B rows: all its parts
   but the last are full batches ahead of its last one, so it is judged by when its last
   part ends. A fast refusal lets a client retry elsewhere; a late answer is worth nothing.
+* **Levels.** Under strict priorities a lower level also waits for the higher levels' rows
+  that will arrive while it waits: with the predictor answering C = slots·B/ℓ(B) rows per
+  second and the levels above bringing R (admitted, over about the last second), a lower
+  level gets C − R of it, so the wait until its own batch starts (the call in progress and
+  the batches ahead) takes C/(C − R) times as long. When
+  R ≥ C the level cannot be served at all, and it is refused at admission (a 503 naming
+  the rates), not left to wait out its deadline; when the higher levels ease, R decays
+  within seconds and the level is admitted again.
 * **Recovery.** The profile learns from every call, including one abandoned at its
   members' deadline (it took at least that long), so a predictor that slows down turns
   into fast refusals within a few calls. While everything is refused no call would teach
@@ -79,6 +87,17 @@ class DeadlinePolicy(AdaptivePolicy):
         if self._probe(queue, rows, now):
             return None
         slots = queue.inflight_limit
+        # A lower level also waits behind the higher levels' rows still to come: it gets
+        # what they leave of the predictor, so what is ahead of it drains that much slower.
+        capacity = slots * size / full  # rows per second, in full batches
+        above = queue.rows_per_second_above(level, now) if level else 0.0
+        left = 1.0 - above / capacity
+        if left <= 0.0:
+            self._refused_at = now
+            return Unavailable(
+                f"model '{queue.name}': priority level {level} cannot be served within its deadline: the levels "
+                f"above it bring {above:.0f} rows/s, all of the {capacity:.0f} rows/s the predictor answers; "
+                f"refused at once so that it can be retried elsewhere")
         in_progress = full / 2 if queue.inflight >= slots else 0.0
         queued_ahead = queue.rows_ahead(level)  # lower priority levels do not delay it
         # Full batches leave ahead of it; the rows left over share its own (first) batch.
@@ -88,7 +107,8 @@ class DeadlinePolicy(AdaptivePolicy):
         if sharing + (size if parts else rows) > size:
             full_ahead, sharing = full_ahead + 1, 0  # the leftover leaves without it
         own = profile.predict(min(sharing + last, size) if not parts else last) or 0.0
-        predicted = in_progress + (full_ahead + parts) * full / slots + own
+        # Until its own batch starts, the higher levels' new rows take their share of the predictor.
+        predicted = (in_progress + (full_ahead + parts) * full / slots) / left + own
         if now + predicted <= deadline:
             return None
         self._refused_at = now
