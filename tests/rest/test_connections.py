@@ -74,6 +74,29 @@ def closed_by_server(sock: socket.socket) -> bool:
     return True
 
 
+# -- pipelining ----------------------------------------------------------------------------
+
+def test_pipelined_requests_are_read_one_at_a_time_and_answered_in_order(gw):
+    """HTTP/1.1 pipelining holds at most one request of a connection in the gateway: the
+    next is read only once the previous answer is written, so a client that pipelines
+    without reading is pushed back by TCP, as a gRPC stream's is by its window."""
+    before = gw.stats("demo").batches
+    bodies = [orjson.dumps({"instances": [[i, i]]}) for i in range(20)]
+    with connection(gw) as sock:
+        sock.sendall(b"".join(b"POST /v1/models/demo:predict HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n\r\n%s"
+                              % (len(body), body) for body in bodies))
+        reader = sock.makefile("rb")
+        for i in range(len(bodies)):
+            assert reader.readline().split()[1] == b"200"
+            length = 0
+            while (line := reader.readline()) != b"\r\n":
+                name, _, value = line.decode("latin1").partition(":")
+                length = int(value) if name.lower() == "content-length" else length
+            assert orjson.loads(reader.read(length))["predictions"] == [[2 * i, 2 * i]]
+    # Read together, they would have shared batches (each call takes 5 ms); one at a time, never.
+    assert gw.stats("demo").batches - before == len(bodies)
+
+
 # -- timeouts -------------------------------------------------------------------------------
 
 def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(gw):
