@@ -10,24 +10,32 @@
 #    configured in pyproject.toml: all clean.
 # 4. pytest over tests/ (extra arguments are passed through).
 #
-# The tests also drive `hey` (Debian package `hey`) against the v1 endpoint: it is
-# installed with apt-get when missing (root, or passwordless sudo), else this fails here.
+# The tests also drive programs from Debian's packages, installed with apt-get when missing
+# (root, or passwordless sudo), else this fails here: `hey` (load against the v1 endpoint),
+# `promtool` (package prometheus: checks deploy/'s alerting rules), `chromium` and
+# `chromedriver` (package chromium-driver: the live page, in a headless browser).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-install_hey() {
+DEBIAN_TOOLS=(hey:hey promtool:prometheus chromium:chromium chromedriver:chromium-driver)
+missing=()
+for tool in "${DEBIAN_TOOLS[@]}"; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
+done
+apt_install() {
   local sudo=()
   if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null 2>&1 || return 1
     sudo=(sudo -n)
   fi
-  "${sudo[@]}" apt-get update -q && "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q hey
+  "${sudo[@]}" apt-get update -q &&
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
 }
-if ! command -v hey >/dev/null 2>&1; then
-  echo "hey is not installed: apt-get install -y hey"
-  if ! install_hey || ! command -v hey >/dev/null 2>&1; then
-    echo "error: hey is missing and could not be installed (apt-get install -y hey needs root or" \
-         "passwordless sudo and a reachable Debian archive); install it, then run this again" >&2
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "not installed: ${missing[*]}: apt-get install -y ${missing[*]}"
+  if ! apt_install "${missing[@]}"; then
+    echo "error: ${missing[*]} missing and could not be installed (apt-get install needs root or" \
+         "passwordless sudo and a reachable Debian archive); install them, then run this again" >&2
     exit 1
   fi
 fi
