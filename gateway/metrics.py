@@ -6,7 +6,12 @@ service hands it here). Everything the
 scheduler knows (batches, batch sizes, queue wait, predictor latency, queue depth, batches
 in flight, refusals, timeouts) is read from its own stats when /metrics is scraped, so
 batching pays nothing for metrics. Each gateway has its own registry, so several gateways
-can live in one process (tests do).
+can live in one process (tests do). The queue's bound (`max_queue`) and how many of a
+model's predictor replicas are in rotation are read at scrape time too, so that alerts can
+compare depth with limit and replicas with their count (deploy/prometheus/alerts.yaml).
+
+It knows no front end and no predictor client: a replica set is recognised by what it keeps
+(`healthy`, one flag per replica), not by its class.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from gateway.batching.policies import departures as departure_reasons
+from gateway.batching.queue import ModelQueue
 from gateway.batching.scheduler import BatchScheduler
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -105,6 +111,15 @@ class _SchedulerCollector:
                                     "Learned predictor time of a batch, per row: l(b) = intercept + per_row * b",
                                     labels=["model"])
         depth = GaugeMetricFamily("gateway_queue_depth", "Rows queued", labels=["model"])
+        queue_limit = GaugeMetricFamily("gateway_queue_limit",
+                                        "Rows the model may queue (batching.max_queue): beyond it requests are refused",
+                                        labels=["model"])
+        replicas = GaugeMetricFamily("gateway_replicas", "Predictor replicas of the model (1 for a single url)",
+                                     labels=["model"])
+        in_rotation = GaugeMetricFamily(
+            "gateway_replicas_in_rotation",
+            "Predictor replicas batches are sent to: the others were unreachable and wait for their probe to pass",
+            labels=["model"])
         inflight = GaugeMetricFamily("gateway_batches_in_flight", "Batches at the predictor", labels=["model"])
         inflight_limit = GaugeMetricFamily(
             "gateway_batches_in_flight_limit",
@@ -135,6 +150,11 @@ class _SchedulerCollector:
                 intercept.add_metric([model], coefficients[0])
                 per_row.add_metric([model], coefficients[1])
             depth.add_metric([model], self.scheduler.queue_depth(model))
+            queue = _queue(self.scheduler, model)
+            queue_limit.add_metric([model], queue.config.max_queue)
+            healthy = _replica_health(queue.executor)
+            replicas.add_metric([model], len(healthy))
+            in_rotation.add_metric([model], sum(healthy))
             inflight.add_metric([model], self.scheduler.inflight(model))
             inflight_limit.add_metric([model], self.scheduler.inflight_limit(model))
             answered.add_metric([model], stats.succeeded.count)
@@ -149,6 +169,9 @@ class _SchedulerCollector:
         for histogram_family, _ in histogram_families:
             yield histogram_family
         yield depth
+        yield queue_limit
+        yield replicas
+        yield in_rotation
         yield inflight
         yield inflight_limit
         yield answered
@@ -158,6 +181,24 @@ class _SchedulerCollector:
         yield intercept
         yield per_row
         yield from _padding_families(self.scheduler)
+
+
+def _queue(scheduler: BatchScheduler, model: str) -> ModelQueue:
+    # The scheduler has no public accessor for a model's config or executor yet (it gives
+    # depth, in-flight and their limit); its queue holds both. One place reads it.
+    return scheduler._queues[model]
+
+
+def _replica_health(executor: Any) -> list[bool]:
+    """Whether each of the model's predictor replicas is in rotation: a single predictor
+    is one replica, always in (every batch goes to it, reachable or not)."""
+    # The executor is the backend's bound `infer`, or the served model's own method that
+    # calls its `backend` (gateway.models). A ReplicaSet (backends.replicas, which the
+    # gateway may not import) keeps `healthy`, one flag per replica.
+    owner = getattr(executor, "__self__", None)
+    backend = getattr(owner, "backend", owner)
+    healthy = getattr(backend, "healthy", None)
+    return list(healthy) if isinstance(healthy, list) else [True]
 
 
 def _padding_families(scheduler: BatchScheduler) -> Iterator[Metric]:

@@ -173,3 +173,31 @@ def test_the_learned_latency_profile_is_exported():
     # bounds: a busy machine adds its own delays).
     assert 0.001 < samples["gateway_predictor_profile_intercept_seconds"] < 0.05
     assert 0.0003 < samples["gateway_predictor_profile_per_row_seconds"] < 0.005
+
+
+def test_the_queue_limit_and_replicas_in_rotation_are_exported():
+    """What the alerts compare depth and replicas with: `max_queue`, and how many of a
+    model's replicas batches are sent to (a single predictor is one, always in rotation)."""
+    from tests.processes import simulated_predictor
+    from tools.processes import free_port
+
+    live = simulated_predictor("--call-ms", "1")
+    try:
+        dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: its first batch takes it out
+        pooled = {"name": "pooled", "backend": "kserve", "api": "v1", "backend_model": "demo",
+                  "inputs": [{"name": "INPUT0", "datatype": "FP32"}], "outputs": [{"name": "OUTPUT0", "datatype": "FP32"}],
+                  "url": [dead, f"http://127.0.0.1:{live.fields['http']}"]}
+        single = {"name": "single", "backend": "simulated", "batching": {"max_queue": 7}}
+        with running_gateway(config_for(pooled, single)) as gw:
+            value = sample_reader(scrape(gw))
+            assert value("gateway_replicas", model="pooled") == value("gateway_replicas_in_rotation", model="pooled") == 2
+            # The dead replica is tried first (no batch in flight anywhere), taken out, and the batch retried.
+            assert http_json("POST", f"{gw.http_url}/v1/models/pooled:predict", {"instances": [[1]]})[0] == 200
+            value = sample_reader(scrape(gw))
+    finally:
+        live.stop()
+    assert value("gateway_replicas", model="pooled") == 2
+    assert value("gateway_replicas_in_rotation", model="pooled") == 1
+    assert value("gateway_replicas", model="single") == value("gateway_replicas_in_rotation", model="single") == 1
+    assert value("gateway_queue_limit", model="single") == 7
+    assert value("gateway_queue_limit", model="pooled") == 4096  # the default max_queue
