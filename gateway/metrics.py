@@ -6,9 +6,12 @@ service hands it here). Everything the
 scheduler knows (batches, batch sizes, queue wait, predictor latency, queue depth, batches
 in flight, refusals, timeouts) is read from its own stats when /metrics is scraped, so
 batching pays nothing for metrics. Each gateway has its own registry, so several gateways
-can live in one process (tests do). The queue's bound (`max_queue`) and how many of a
-model's predictor replicas are in rotation are read at scrape time too, so that alerts can
-compare depth with limit and replicas with their count (deploy/prometheus/alerts.yaml).
+can live in one process (tests do).
+
+The bounds a model's figures are read against (`max_batch_size`, `max_queue`) and how many
+of its predictor replicas are in rotation are read at scrape time too: the dashboard
+(deploy/grafana) compares batch sizes with the largest, and the alerts (deploy/prometheus)
+queue depth with its bound and replicas in rotation with their count.
 
 It knows no front end and no predictor client: a replica set is recognised by what it keeps
 (`healthy`, one flag per replica), not by its class.
@@ -114,6 +117,9 @@ class _SchedulerCollector:
         queue_limit = GaugeMetricFamily("gateway_queue_limit",
                                         "Rows the model may queue (batching.max_queue): beyond it requests are refused",
                                         labels=["model"])
+        batch_size_limit = GaugeMetricFamily("gateway_batch_size_limit",
+                                             "Rows a batch may hold (batching.max_batch_size): what a full batch is",
+                                             labels=["model"])
         replicas = GaugeMetricFamily("gateway_replicas", "Predictor replicas of the model (1 for a single url)",
                                      labels=["model"])
         in_rotation = GaugeMetricFamily(
@@ -152,6 +158,7 @@ class _SchedulerCollector:
             depth.add_metric([model], self.scheduler.queue_depth(model))
             queue = _queue(self.scheduler, model)
             queue_limit.add_metric([model], queue.config.max_queue)
+            batch_size_limit.add_metric([model], queue.config.max_batch_size)
             healthy = _replica_health(queue.executor)
             replicas.add_metric([model], len(healthy))
             in_rotation.add_metric([model], sum(healthy))
@@ -170,6 +177,7 @@ class _SchedulerCollector:
             yield histogram_family
         yield depth
         yield queue_limit
+        yield batch_size_limit
         yield replicas
         yield in_rotation
         yield inflight

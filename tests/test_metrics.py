@@ -175,9 +175,10 @@ def test_the_learned_latency_profile_is_exported():
     assert 0.0003 < samples["gateway_predictor_profile_per_row_seconds"] < 0.005
 
 
-def test_the_queue_limit_and_replicas_in_rotation_are_exported():
-    """What the alerts compare depth and replicas with: `max_queue`, and how many of a
-    model's replicas batches are sent to (a single predictor is one, always in rotation)."""
+def test_the_limits_and_replicas_in_rotation_are_exported():
+    """What the alerts and the dashboard compare depth, batch sizes and replicas with:
+    `max_queue`, `max_batch_size`, and how many of a model's replicas batches are sent to
+    (a single predictor is one, always in rotation)."""
     from tests.processes import simulated_predictor
     from tools.processes import free_port
 
@@ -187,7 +188,7 @@ def test_the_queue_limit_and_replicas_in_rotation_are_exported():
         pooled = {"name": "pooled", "backend": "kserve", "api": "v1", "backend_model": "demo",
                   "inputs": [{"name": "INPUT0", "datatype": "FP32"}], "outputs": [{"name": "OUTPUT0", "datatype": "FP32"}],
                   "url": [dead, f"http://127.0.0.1:{live.fields['http']}"]}
-        single = {"name": "single", "backend": "simulated", "batching": {"max_queue": 7}}
+        single = {"name": "single", "backend": "simulated", "batching": {"max_queue": 7, "max_batch_size": 5}}
         with running_gateway(config_for(pooled, single)) as gw:
             value = sample_reader(scrape(gw))
             assert value("gateway_replicas", model="pooled") == value("gateway_replicas_in_rotation", model="pooled") == 2
@@ -201,3 +202,4 @@ def test_the_queue_limit_and_replicas_in_rotation_are_exported():
     assert value("gateway_replicas", model="single") == value("gateway_replicas_in_rotation", model="single") == 1
     assert value("gateway_queue_limit", model="single") == 7
     assert value("gateway_queue_limit", model="pooled") == 4096  # the default max_queue
+    assert value("gateway_batch_size_limit", model="single") == 5
