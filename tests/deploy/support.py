@@ -1,5 +1,6 @@
 """Reading what tests/deploy checks: the Dockerfile, the kustomize trees under deploy/, the
-gateway.toml files they carry, and a gateway process started and stopped by PID."""
+gateway.toml files they carry, and a gateway process started and stopped by PID. (The
+Grafana dashboard and Prometheus rules under deploy/ are read by test_observability.py.)"""
 from __future__ import annotations
 
 import copy
@@ -152,9 +153,15 @@ def _apply_configmap_patch(rendered: Rendered, patch: dict[str, Any], source: Pa
         target["metadata"].setdefault("labels", {}).update(labels)
 
 
+# Trees under deploy/ for other tools than Kubernetes: Prometheus rule files (promtool's
+# format, checked by tests/deploy/test_observability.py), not manifests.
+NOT_KUBERNETES = (DEPLOY / "prometheus",)
+
+
 def all_manifest_files() -> list[Path]:
     """Every Kubernetes manifest file under deploy/ (kustomization files excluded)."""
-    return sorted(path for path in DEPLOY.rglob("*.yaml") if path.name != "kustomization.yaml")
+    return sorted(path for path in DEPLOY.rglob("*.yaml")
+                  if path.name != "kustomization.yaml" and not any(path.is_relative_to(tree) for tree in NOT_KUBERNETES))
 
 
 def config_maps_with_gateway_toml() -> list[tuple[Path, dict[str, Any]]]:
