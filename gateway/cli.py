@@ -7,7 +7,7 @@ import dataclasses
 import sys
 
 from gateway import config as gateway_config
-from gateway import logs
+from gateway import logs, telemetry
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             if key in overrides and not 0 <= overrides[key] <= 65535:
                 raise gateway_config.ConfigError(f"--{key.replace('_', '-')}", "must be between 0 and 65535")
         loaded = dataclasses.replace(loaded, server=dataclasses.replace(loaded.server, **overrides))
+        telemetry.resolve(loaded.tracing)  # tracing asked for but not installed: exit 2, before anything starts
     except gateway_config.ConfigError as error:
         print(f"batching-gateway: config error: {error}", file=sys.stderr)
         return 2

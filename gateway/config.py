@@ -64,10 +64,29 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TracingConfig:
+    """The `[tracing]` table: OpenTelemetry traces (`gateway.telemetry`). A key left out
+    falls back to its standard OTEL_* environment variable, so the variables alone are
+    enough; `enabled = false` turns tracing off whatever they say."""
+    enabled: bool | None = None      # None: on when OTEL_TRACES_EXPORTER or an OTLP endpoint is set
+    exporter: str = ""               # otlp | console | none (OTEL_TRACES_EXPORTER)
+    protocol: str = ""               # grpc | http/protobuf (OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL)
+    endpoint: str = ""               # as OTEL_EXPORTER_OTLP_ENDPOINT
+    sample_ratio: float | None = None  # root spans sampled at this ratio, children follow their parent
+    service_name: str = ""           # OTEL_SERVICE_NAME; default batching-gateway
+    max_queue_size: int = 0          # spans waiting for export before new ones are dropped (OTEL_BSP_MAX_QUEUE_SIZE)
+
+
+TRACES_EXPORTERS = ("otlp", "console", "none")
+OTLP_PROTOCOLS = ("grpc", "http/protobuf")
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     models: tuple[ModelConfig, ...]
     server: ServerConfig = field(default_factory=ServerConfig)
     limits: Limits = field(default_factory=Limits)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
 
 def embedded_default() -> GatewayConfig:
@@ -88,9 +107,10 @@ def load(path: str | Path) -> GatewayConfig:
 
 
 def parse(document: dict[str, Any]) -> GatewayConfig:
-    _only(document, "", {"models", "server", "limits"})
+    _only(document, "", {"models", "server", "limits", "tracing"})
     server = _server(_table(document, "server", "server"))
     limits = _limits(_table(document, "limits", "limits"))
+    tracing = _tracing(_table(document, "tracing", "tracing"))
     models_raw = document.get("models")
     if not isinstance(models_raw, list) or not models_raw:
         raise ConfigError("models", "at least one [[models]] table is required")
@@ -101,7 +121,7 @@ def parse(document: dict[str, Any]) -> GatewayConfig:
             raise ConfigError(f"models[{index}].name", f"duplicate model name '{model.name}'")
         names.add(model.name)
         models.append(model)
-    return GatewayConfig(models=tuple(models), server=server, limits=limits)
+    return GatewayConfig(models=tuple(models), server=server, limits=limits, tracing=tracing)
 
 
 def _model(raw: Any, key: str) -> ModelConfig:
@@ -253,6 +273,21 @@ def _limits(raw: dict) -> Limits:
     return Limits(**{
         name: _number(raw, "limits", name, getattr(default, name), integer=True, minimum=1) for name in names
     })
+
+
+def _tracing(raw: dict) -> TracingConfig:
+    _only(raw, "tracing", {"enabled", "exporter", "protocol", "endpoint", "sample_ratio", "service_name",
+                           "max_queue_size"})
+    ratio = raw.get("sample_ratio")
+    return TracingConfig(
+        enabled=_bool(raw, "tracing", "enabled", False) if "enabled" in raw else None,
+        exporter=_choice(raw, "tracing", "exporter", ("", *TRACES_EXPORTERS), ""),
+        protocol=_choice(raw, "tracing", "protocol", ("", *OTLP_PROTOCOLS), ""),
+        endpoint=_str(raw, "tracing", "endpoint"),
+        sample_ratio=None if ratio is None else _number(raw, "tracing", "sample_ratio", 1.0, minimum=0, maximum=1),
+        service_name=_str(raw, "tracing", "service_name"),
+        max_queue_size=_number(raw, "tracing", "max_queue_size", 0, integer=True, minimum=0),
+    )
 
 
 def _simulated(raw: dict, key: str) -> Cost:

@@ -9,7 +9,7 @@ deadline, an OIP `timeout` parameter: the tightest wins), its priority, its requ
 trace context. The service reads the deadline, the priority and the client context from it
 alone. `close(status)` hands it back to whoever opened it, once, whatever became of the
 request (answered, refused for its token or its input, shed, timed out, or its client
-gone): that is where it is counted and timed, and where a trace span would end.
+gone): that is where it is counted and timed, and where its trace span ends.
 
 Statuses are HTTP's whatever the protocol (`wire.errors` pairs each gRPC code with one;
 499 when the client left). It knows no transport, no codec, no predictor and no metric.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from wire.tracing import NO_CONTEXT, ClientContext
 
@@ -33,6 +34,7 @@ class Call:
     priority: int = 0                # 1 is the highest level, 0 the model's default
     client: ClientContext = NO_CONTEXT
     status: int | None = None        # set by close
+    span: Any = None                 # its trace span, when the gateway traces (gateway.telemetry)
 
     def tighten(self, timeout_s: float | None) -> None:
         """A deadline the client gave another way; the tightest one stands."""

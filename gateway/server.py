@@ -15,6 +15,9 @@ from gateway.config import ConfigError, GatewayConfig
 from gateway.config import load as load_config
 from gateway.front_ends import FrontEnds
 from gateway.service import InferenceService
+from gateway.telemetry import NO_TELEMETRY, Telemetry
+from gateway.telemetry import resolve as resolve_tracing
+from gateway.telemetry import start as start_telemetry
 
 log = logging.getLogger(__name__)
 # Descriptors kept back from client connections: predictor connections, gRPC's own, files, logs.
@@ -30,6 +33,7 @@ class Gateway:
         self.scheduler: BatchScheduler | None = None
         self.service: InferenceService | None = None
         self.front_ends: FrontEnds | None = None
+        self.telemetry: Telemetry = NO_TELEMETRY
 
     @property
     def http_port(self) -> int:
@@ -40,8 +44,9 @@ class Gateway:
         return self.front_ends.grpc_port if self.front_ends is not None else 0
 
     async def start(self) -> None:
-        self.scheduler = BatchScheduler(asyncio.get_running_loop())
-        self.service = InferenceService(self.config, self.scheduler)
+        self.telemetry = start_telemetry(resolve_tracing(self.config.tracing))
+        self.scheduler = BatchScheduler(asyncio.get_running_loop(), self.telemetry.batches)
+        self.service = InferenceService(self.config, self.scheduler, self.telemetry)
         await self.service.start()
         self.front_ends = FrontEnds(self.service, self.config, connection_cap(self.config.server.max_connections))
         await self.front_ends.start()
@@ -60,6 +65,8 @@ class Gateway:
                 await asyncio.sleep(0.01)
         if self.front_ends is not None:
             await self.front_ends.close()
+        # Off the loop: exporting what is queued may wait for the collector (its own timeout).
+        await asyncio.to_thread(self.telemetry.shutdown)
 
     async def reload(self, path: str) -> None:
         """Re-read the config file and apply its model changes (server and limits changes

@@ -28,6 +28,7 @@ from gateway.config import GatewayConfig, ModelConfig
 from gateway.lifecycle import Call
 from gateway.metrics import Metrics
 from gateway.models import SERVER_NAME, BatchInputs, ServedModel, served_model
+from gateway.telemetry import NO_TELEMETRY, Telemetry
 from wire.errors import ModelNotFound
 from wire.request import OipRequest
 from wire.tensors import Tensor
@@ -44,9 +45,10 @@ class InferenceOutcome:
 
 
 class InferenceService:
-    def __init__(self, config: GatewayConfig, scheduler: BatchScheduler) -> None:
+    def __init__(self, config: GatewayConfig, scheduler: BatchScheduler, telemetry: Telemetry = NO_TELEMETRY) -> None:
         self.config = config
         self.scheduler = scheduler
+        self.telemetry = telemetry  # request spans (the scheduler holds its batch observer)
         self.models: dict[str, ServedModel] = {}
         self.active_requests = 0  # inside infer_*: what a graceful stop waits for
         self.metrics = Metrics(scheduler)
@@ -154,6 +156,7 @@ class InferenceService:
         # Counted and timed once; an unknown model name counts as "unknown" (bounded cardinality).
         model = call.model if call.model in self.models else "unknown"
         self.metrics.count_request(model, call.front_end, str(call.status), call.elapsed_s)
+        self.telemetry.request_closed(call)
 
     async def infer_tensors(self, served: ServedModel, request: OipRequest, call: Call) -> InferenceOutcome:
         """An OIP request (REST or gRPC): tensors in, tensors out. Its `timeout` parameter
@@ -168,7 +171,8 @@ class InferenceService:
             call.tighten(request.timeout_s)
             if "priority" in request.parameters:  # the OIP parameter wins over a header
                 call.priority = request.priority
-            result = await self.scheduler.submit(served.name, batch_inputs, call.timeout_s, call.client,
+            result = await self.scheduler.submit(served.name, batch_inputs, call.timeout_s,
+                                                 self.telemetry.request_started(call),
                                                  request.forwarded_parameters(), call.priority)
             outputs = served.select_outputs(served.tensors_from_outputs(result.outputs), requested)
             return InferenceOutcome(outputs, ",".join(result.batch_ids))
@@ -198,6 +202,7 @@ class InferenceService:
             self.active_requests -= 1
 
     async def _predict(self, served: ServedModel, batch: BatchInputs, call: Call) -> tuple[list[Any], str]:
-        result = await self.scheduler.submit(served.name, batch.tensors, call.timeout_s, call.client,
+        result = await self.scheduler.submit(served.name, batch.tensors, call.timeout_s,
+                                             self.telemetry.request_started(call),
                                              priority=call.priority, lengths=batch.lengths)
         return served.predictions_from_outputs(result.outputs, batch.lengths), ",".join(result.batch_ids)

@@ -30,7 +30,8 @@ def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -
     return SimulatedPredictorProcess(*options, http_port=http_port, grpc_port=grpc_port).start()
 
 
-def gateway(config_path: Path, log_level: str = "WARNING", open_files_limit: int | None = None) -> ServerProcess:
+def gateway(config_path: Path, log_level: str = "WARNING", open_files_limit: int | None = None,
+            env: dict[str, str] | None = None) -> ServerProcess:
     return python_module("gateway", "serve", "--config", str(config_path),
                          "--http-port", "0", "--grpc-port", "0", "--log-level", log_level,
-                         open_files_limit=open_files_limit)
+                         open_files_limit=open_files_limit, env=env)

@@ -5,8 +5,9 @@ W3C `traceparent`. A batch serves many clients, so each predictor call carries:
 - `x-request-id`: the member's id when the batch serves one identified request, else the
   batch id;
 - `x-batch-request-ids`: the member requests' ids (the first 32), comma-separated;
-- `traceparent`: the first traced member's trace continued with a new span id (the
-  batch's), or a new trace when no member sent one.
+- `traceparent`: the predictor call's own span when the gateway traces (gateway.telemetry);
+  else the first traced member's trace continued with a new span id (the batch's), or a
+  new trace when no member sent one.
 The scheduler sets `current_batch` around each predictor call (a ContextVar, so it
 follows the call into the backend without widening the backend interface); backends ask
 `predictor_headers()` for the headers or gRPC metadata to send.
@@ -41,6 +42,7 @@ class BatchContext:
     batch_id: str
     members: tuple[ClientContext, ...]
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    traceparent: str = ""  # the predictor call's own span, when traced
 
 
 current_batch: ContextVar[BatchContext | None] = ContextVar("current_batch", default=None)
@@ -61,7 +63,7 @@ def predictor_headers() -> dict[str, str]:
     parent = next((m.traceparent for m in batch.members if m.traceparent), "")
     headers = {
         "x-request-id": ids[0] if len(batch.members) == 1 and ids else batch.batch_id,
-        "traceparent": continue_trace(parent),
+        "traceparent": batch.traceparent or continue_trace(parent),
     }
     if ids:
         headers["x-batch-request-ids"] = ",".join(ids[:MAX_IDS])

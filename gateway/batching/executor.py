@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from gateway.batching import padding as pad
 from gateway.batching.config import PaddingConfig
 from gateway.batching.merge import concatenate
+from gateway.batching.observer import NO_OBSERVATION, BatchObservation
 from gateway.batching.request import Part
 from gateway.batching.stats import Durations, ModelStats
 from wire.errors import BadPredictorAnswer, DeadlineExceeded, GatewayError, HandlerFailed, PredictorRejected
@@ -44,31 +45,32 @@ Outcome = list[Tensor] | GatewayError
 """A group's merged outputs, or the error to answer each of its requests with."""
 
 
-async def execute(executor: Executor, parts: list[Part], batch_id: str, model: str,
-                  stats: ModelStats, padding: PaddingConfig | None = None) -> list[tuple[list[Part], Outcome]]:
+async def execute(executor: Executor, parts: list[Part], batch_id: str, model: str, stats: ModelStats,
+                  padding: PaddingConfig | None = None,
+                  observation: BatchObservation = NO_OBSERVATION,
+                  ) -> list[tuple[list[Part], Outcome]]:
     """Run the live parts as one executor call. If the predictor rejects the merged batch
     as bad input, bisect it, so that only the offending request fails and the others
     still get their answers (log2(n) extra calls per bad request, in the same slot)."""
     live = [part for part in parts if part.live]
     if not live:
         return []
-    outcome = await call(executor, live, batch_id, model, stats, padding)
+    outcome = await call(executor, live, batch_id, model, stats, padding, observation)
     if isinstance(outcome, (PredictorRejected, HandlerFailed)) and len({id(p.request) for p in live}) > 1:
         stats.isolations += 1
         middle = len(live) // 2
-        return (await execute(executor, live[:middle], batch_id, model, stats, padding)
-                + await execute(executor, live[middle:], batch_id, model, stats, padding))
+        return (await execute(executor, live[:middle], batch_id, model, stats, padding, observation)
+                + await execute(executor, live[middle:], batch_id, model, stats, padding, observation))
     return [(live, outcome)]
 
 
 async def call(executor: Executor, parts: list[Part], batch_id: str, model: str, stats: ModelStats,
-               padding: PaddingConfig | None = None) -> Outcome:
+               padding: PaddingConfig | None = None,
+               observation: BatchObservation = NO_OBSERVATION) -> Outcome:
     """One executor call; every failure comes back as the GatewayError to answer."""
     loop = asyncio.get_running_loop()
     rows = sum(part.size for part in parts)
-    # The backend reads the batch's ids and trace from here (see wire.tracing).
-    token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts),
-                                           parts[0].request.parameters))  # the same for every part
+    token = None
     try:
         shapes = [part.shape for part in parts if part.shape is not None]
         if padding is None or len(shapes) < len(parts):  # parts queued before a reload set padding travel as before
@@ -77,9 +79,14 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
         else:
             inputs = pad.pad_batch([part.inputs for part in parts], shapes, padding)
         started = loop.time()
-        # timeout_at, not wait_for: no extra task, so the call starts in this loop turn.
-        async with asyncio.timeout_at(max(part.request.deadline for part in parts)):
-            outputs = await executor(inputs)
+        with observation.predictor_call(rows) as traceparent:
+            # The backend reads the batch's ids and trace from here (see wire.tracing).
+            token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts),
+                                                   parts[0].request.parameters,  # the same for every part
+                                                   traceparent))
+            # timeout_at, not wait_for: no extra task, so the call starts in this loop turn.
+            async with asyncio.timeout_at(max(part.request.deadline for part in parts)):
+                outputs = await executor(inputs)
         elapsed = loop.time() - started
         stats.predictor_s.observe(elapsed)
         for tensor in outputs:
@@ -110,4 +117,5 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
         log.exception("a batch for model %s failed", model)
         return GatewayError(f"model '{model}': internal error while running the batch")
     finally:
-        current_batch.reset(token)
+        if token is not None:
+            current_batch.reset(token)

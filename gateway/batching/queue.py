@@ -46,6 +46,7 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, execute
 from gateway.batching.inflight import InflightTuner
 from gateway.batching.merge import slice_result, split_request, take_oldest_group
+from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import make_policy
 from gateway.batching.request import NO_PARAMETERS, BatchResult, Part, Request
 from gateway.batching.stats import LevelCounts, ModelStats
@@ -59,7 +60,7 @@ log = logging.getLogger("gateway.batching.scheduler")  # the logger name operato
 
 class ModelQueue:
     def __init__(self, name: str, executor: Executor, config: BatchingConfig, loop: asyncio.AbstractEventLoop,
-                 next_batch_id: Callable[[], str]) -> None:
+                 next_batch_id: Callable[[], str], observer: BatchObserver = NO_OBSERVER) -> None:
         self.name = name
         self.executor = executor
         self.config = config
@@ -75,6 +76,7 @@ class ModelQueue:
         self.stats = ModelStats()
         self._loop = loop
         self._next_batch_id = next_batch_id
+        self.observer = observer
         self.tuner = InflightTuner(config.inflight_ceiling, loop.time()) if config.auto_inflight else None
 
     @property
@@ -211,10 +213,10 @@ class ModelQueue:
             if until is not None:
                 self._wake_at(until)
                 return
-            parts = self._take_batch(now)
+            parts, reason = self._take_batch(now)
             self._woken = False  # only the first batch of a wake-up left because of it
             self.inflight += 1
-            task = self._loop.create_task(self._run_batch(parts))
+            task = self._loop.create_task(self._run_batch(parts, reason))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
@@ -235,7 +237,8 @@ class ModelQueue:
         finally:
             self._woken = False
 
-    def _take_batch(self, now: float) -> list[Part]:
+    def _take_batch(self, now: float) -> tuple[list[Part], str]:
+        """The next batch's parts, and why it leaves now (a departure reason)."""
         # Never below the oldest part's size: the oldest always leaves (a part that could
         # not make its deadline even alone was dropped before this).
         leader = self.leader()
@@ -247,8 +250,9 @@ class ModelQueue:
         for part in parts:
             part.request.sent = True
             self._unqueue(part.request, part.size)
-        self.stats.departures[self._departure(sum(part.size for part in parts), policy_limit)] += 1
-        return parts
+        reason = self._departure(sum(part.size for part in parts), policy_limit)
+        self.stats.departures[reason] += 1
+        return parts, reason
 
     def _departure(self, rows: int, policy_limit: int) -> str:
         """Why a batch of `rows` rows is leaving now (see `policies.departures`)."""
@@ -350,7 +354,7 @@ class ModelQueue:
                 if why is not None:
                     self._drop(part.request, why)
 
-    async def _run_batch(self, parts: list[Part]) -> None:
+    async def _run_batch(self, parts: list[Part], reason: str) -> None:
         batch_id = self._next_batch_id()
         rows = sum(part.size for part in parts)
         self.stats.batches += 1
@@ -359,18 +363,23 @@ class ModelQueue:
         self.stats.batch_size.observe(rows)
         padding = self.config.padding
         shapes = [part.shape for part in parts if part.shape is not None]
+        padded, real = pad.elements(shapes) if shapes else (0, 0)
         if shapes:
-            self.stats.count_padding(*pad.elements(shapes))
+            self.stats.count_padding(padded, real)
         self.stats.last_batch_unix_s = time.time()
+        requests = list({id(part.request): part.request for part in parts}.values())
+        observation = self.observer.batch_left(self.name, batch_id, [r.client for r in requests], rows, reason,
+                                               padded, real)
         now = self._loop.time()
         for part in parts:
             self.stats.queue_wait_s.observe(now - part.enqueued_at)
         started = self._loop.time()
         try:
-            outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats, padding)
+            outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats, padding, observation)
         except asyncio.CancelledError:
             for part in parts:
                 part.request.fail(Unavailable("the gateway is shutting down"))
+            observation.ended(len(requests))
             raise
         finally:
             self.inflight -= 1
@@ -379,6 +388,8 @@ class ModelQueue:
             if self.tuner is not None:
                 self.tuner.on_batch_returned(now)
             self.pump()  # ship (or hold) the next batch before waking this one's clients
+        observation.ended(len({id(part.request) for group, outcome in outcomes
+                               if isinstance(outcome, GatewayError) for part in group}))
         for group, outcome in outcomes:
             if isinstance(outcome, GatewayError):
                 for part in group:

@@ -32,6 +32,7 @@ import numpy as np
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor
+from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import names as policy_names
 from gateway.batching.queue import ModelQueue
 from gateway.batching.request import NO_PARAMETERS, BatchResult
@@ -44,8 +45,9 @@ __all__ = ["BatchResult", "BatchScheduler", "Executor"]
 
 
 class BatchScheduler:
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None, observer: BatchObserver = NO_OBSERVER) -> None:
         self._loop = loop or asyncio.get_event_loop()
+        self.observer = observer  # told of every batch (a tracer: see batching.observer)
         self._queues: dict[str, ModelQueue] = {}
         self._batch_counter = itertools.count(1)
         self._batch_prefix = os.urandom(4).hex()
@@ -62,7 +64,7 @@ class BatchScheduler:
         if existing is not None:
             existing.retune(executor, config)
             return
-        self._queues[name] = ModelQueue(name, executor, config, self._loop, self._next_batch_id)
+        self._queues[name] = ModelQueue(name, executor, config, self._loop, self._next_batch_id, self.observer)
 
     async def remove_model(self, name: str, grace_s: float) -> None:
         """Stop taking requests for a model; let what it has queued and in flight finish

@@ -1,0 +1,322 @@
+"""OpenTelemetry traces of requests and batches (optional: `pip install '.[otel]'`).
+
+Spans, as OpenTelemetry prescribes for batching (a span has one parent, so a batch that
+serves many requests *links* to them):
+
+* **request** (SERVER): one per inference request, from its arrival to its answer; it
+  continues the client's `traceparent`. Events: `queued` (admitted to its model's queue)
+  and `batched` (its batch left, with the batch id); attributes: model, front end,
+  priority, request id and the HTTP status of the outcome (gRPC codes are paired with one).
+* **batch** (INTERNAL): one per batch, linked to every request span it carries and a child
+  of the first sampled one (so a trace viewer shows it under a request); attributes: model,
+  batch id, rows, requests, why it left, padded and real elements, predictor calls (more
+  than one: bisected), failed requests.
+* **predictor** (CLIENT): one per predictor call, a child of its batch; its context is the
+  `traceparent` sent to the predictor, so the predictor's own spans hang under it.
+
+Turning it on: the standard variables alone are enough, as in any instrumented program
+(`OTEL_TRACES_EXPORTER`, `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`,
+`OTEL_TRACES_SAMPLER[_ARG]`, `OTEL_SERVICE_NAME`, `OTEL_BSP_*`, `OTEL_SDK_DISABLED`); a
+`[tracing]` key wins over its variable. Spans leave through a batch processor with a
+bounded queue: when the collector is slow or down, new spans are dropped and counted
+(`gateway_trace_spans_total{outcome="dropped"}`), never held or waited for. Off, nothing
+is imported and each request and batch costs a method call.
+
+It knows the request's Call, the batch observer seam and W3C trace context; no front end,
+no codec and no predictor protocol.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.batching.observer import NO_OBSERVER, BatchObservation, BatchObserver
+from gateway.config import OTLP_PROTOCOLS, TRACES_EXPORTERS, ConfigError, TracingConfig
+from gateway.lifecycle import Call
+from wire.tracing import ClientContext
+
+MAX_LINKS = 128  # OpenTelemetry's default span link limit; a larger batch links its first 128 requests
+
+
+@dataclass(frozen=True, slots=True)
+class TracingSettings:
+    """What tracing runs with, once `[tracing]` and the environment are resolved."""
+    exporter: str         # otlp | console
+    protocol: str         # grpc | http/protobuf (otlp)
+    endpoint: str         # "" : the exporter's own default or its variables
+    sample_ratio: float | None
+    service_name: str
+    max_queue_size: int   # 0: OTEL_BSP_MAX_QUEUE_SIZE or the SDK's 2048
+
+
+def resolve(config: TracingConfig, environ: Mapping[str, str] = os.environ) -> TracingSettings | None:
+    """The tracing to run, or None for none. A ConfigError (exit 2) when tracing is asked
+    for but the `otel` extra is not installed, or a variable has a value we cannot use."""
+    def env(*names: str) -> str:
+        return next((environ[name].strip() for name in names if environ.get(name, "").strip()), "")
+
+    exporter = config.exporter or env("OTEL_TRACES_EXPORTER").lower()
+    if config.enabled is False or env("OTEL_SDK_DISABLED").lower() == "true":
+        return None
+    endpoint = config.endpoint or env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not (config.enabled or (exporter and exporter != "none") or endpoint):
+        return None
+    exporter = exporter or "otlp"
+    if exporter == "none":
+        return None
+    if exporter not in TRACES_EXPORTERS:
+        raise ConfigError("OTEL_TRACES_EXPORTER", f"must be one of {', '.join(TRACES_EXPORTERS)}; got {exporter!r}")
+    protocol = config.protocol or env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL").lower()
+    protocol = protocol or "http/protobuf"  # the specification's default
+    if protocol not in OTLP_PROTOCOLS:
+        raise ConfigError("OTEL_EXPORTER_OTLP_PROTOCOL", f"must be one of {', '.join(OTLP_PROTOCOLS)}; "
+                                                         f"got {protocol!r}")
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401
+        if exporter == "otlp" and protocol == "grpc":
+            import opentelemetry.exporter.otlp.proto.grpc.trace_exporter  # noqa: F401
+        elif exporter == "otlp":
+            import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
+    except ImportError:
+        raise ConfigError("tracing", "tracing is on, but OpenTelemetry is not installed: pip install "
+                                     "'batching-gateway[otel]'") from None
+    return TracingSettings(exporter, protocol, endpoint, config.sample_ratio,
+                           config.service_name or env("OTEL_SERVICE_NAME") or "batching-gateway",
+                           config.max_queue_size)
+
+
+class Telemetry:
+    """No tracing: what the service and the scheduler hold when tracing is off."""
+
+    enabled = False
+    batches: BatchObserver = NO_OBSERVER
+
+    def request_started(self, call: Call) -> ClientContext:
+        """The request of `call` is admitted to its queue; the client context it carries
+        (to its batch, and from there to the predictor)."""
+        return call.client
+
+    def request_closed(self, call: Call) -> None:
+        """`call` is closed (its status set)."""
+
+    def span_counts(self) -> dict[str, int]:
+        """Spans by outcome: exported, failed (the collector refused or could not be
+        reached) and dropped (the export queue was full)."""
+        return {}
+
+    def shutdown(self) -> None:
+        """Export what is queued (bounded by the exporter's timeout), then stop."""
+
+
+NO_TELEMETRY = Telemetry()
+
+
+def start(settings: TracingSettings | None) -> Telemetry:
+    """The telemetry for these settings: off, or OpenTelemetry's tracer with its exporter."""
+    return NO_TELEMETRY if settings is None else _OpenTelemetry(settings)
+
+
+class _OpenTelemetry(Telemetry):
+    enabled = True
+
+    def __init__(self, settings: TracingSettings) -> None:
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider, sampling
+
+        sampler = (sampling.ParentBased(sampling.TraceIdRatioBased(settings.sample_ratio))
+                   if settings.sample_ratio is not None else None)  # None: OTEL_TRACES_SAMPLER, else parent-based on
+        self._provider = TracerProvider(resource=Resource.create({SERVICE_NAME: settings.service_name}),
+                                        sampler=sampler)
+        self._counts = _Counts()
+        self._processor = _processor(settings, self._counts)
+        self._provider.add_span_processor(self._processor)
+        self.tracer = self._provider.get_tracer("batching-gateway")
+        self._open: dict[int, Any] = {}  # span id -> the open request span (for the batch's `batched` event)
+        self.batches = _BatchTracer(self)
+
+    def request_started(self, call: Call) -> ClientContext:
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        parent = TraceContextTextMapPropagator().extract({"traceparent": call.client.traceparent})
+        arrived_ns = time.time_ns() - int(call.elapsed_s * 1e9)
+        span = self.tracer.start_span(f"{call.front_end} {call.model}", context=parent, kind=trace.SpanKind.SERVER,
+                                      start_time=arrived_ns, attributes=_request_attributes(call))
+        span.add_event("queued")
+        call.span = span
+        context = span.get_span_context()
+        self._open[context.span_id] = span
+        return ClientContext(call.client.request_id, _traceparent(context))
+
+    def request_closed(self, call: Call) -> None:
+        from opentelemetry import trace
+
+        span = call.span
+        if span is None:  # refused before its queue (its token, its input, its model): a span all the same
+            parent = _context_from(call.client.traceparent)
+            span = self.tracer.start_span(f"{call.front_end} {call.model}", context=parent,
+                                          kind=trace.SpanKind.SERVER,
+                                          start_time=time.time_ns() - int(call.elapsed_s * 1e9),
+                                          attributes=_request_attributes(call))
+        else:
+            self._open.pop(span.get_span_context().span_id, None)
+        status = call.status or 0
+        span.set_attribute("http.response.status_code", status)
+        if status >= 500:
+            span.set_status(trace.StatusCode.ERROR, f"status {status}")
+        span.end()
+
+    def span_counts(self) -> dict[str, int]:
+        return {"exported": self._counts.exported, "failed": self._counts.failed, "dropped": self._counts.dropped}
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()
+
+
+class _BatchTracer:
+    def __init__(self, telemetry: _OpenTelemetry) -> None:
+        self._telemetry = telemetry
+
+    def batch_left(self, model: str, batch_id: str, members: Sequence[ClientContext], rows: int, reason: str,
+                   padded_elements: int, real_elements: int) -> BatchObservation:
+        from opentelemetry import trace
+
+        contexts = [c for c in (_span_context(m.traceparent) for m in members) if c is not None]
+        parent = next((c for c in contexts if c.trace_flags.sampled), contexts[0] if contexts else None)
+        attributes: dict[str, Any] = {
+            "gateway.model": model, "gateway.batch.id": batch_id, "gateway.batch.rows": rows,
+            "gateway.batch.requests": len(members), "gateway.batch.departure": reason}
+        if padded_elements:
+            attributes.update({"gateway.batch.padded_elements": padded_elements,
+                               "gateway.batch.real_elements": real_elements})
+        span = self._telemetry.tracer.start_span(
+            f"batch {model}", kind=trace.SpanKind.INTERNAL, attributes=attributes,
+            context=trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent is not None else None,
+            links=[trace.Link(c) for c in contexts[:MAX_LINKS]])
+        for context in contexts:
+            member = self._telemetry._open.get(context.span_id)
+            if member is not None:
+                member.add_event("batched", {"gateway.batch.id": batch_id})
+        return _BatchSpan(self._telemetry, span, model)
+
+
+class _BatchSpan:
+    def __init__(self, telemetry: _OpenTelemetry, span: Any, model: str) -> None:
+        self._telemetry = telemetry
+        self._span = span
+        self._model = model
+        self._calls = 0
+
+    @contextlib.contextmanager
+    def predictor_call(self, rows: int) -> Iterator[str]:
+        from opentelemetry import trace
+
+        self._calls += 1
+        with self._telemetry.tracer.start_as_current_span(
+                f"predictor {self._model}", context=trace.set_span_in_context(self._span),
+                kind=trace.SpanKind.CLIENT, attributes={"gateway.batch.rows": rows},
+                record_exception=False, set_status_on_exception=True) as span:
+            yield _traceparent(span.get_span_context())
+
+    def ended(self, failed_requests: int) -> None:
+        from opentelemetry import trace
+
+        self._span.set_attribute("gateway.batch.predictor_calls", self._calls)
+        self._span.set_attribute("gateway.batch.bisected", self._calls > 1)
+        self._span.set_attribute("gateway.batch.failed_requests", failed_requests)
+        if failed_requests:
+            self._span.set_status(trace.StatusCode.ERROR, f"{failed_requests} of its requests failed")
+        self._span.end()
+
+
+def _request_attributes(call: Call) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"gateway.model": call.model, "gateway.front_end": call.front_end}
+    if call.priority:
+        attributes["gateway.priority"] = call.priority
+    if call.client.request_id:
+        attributes["gateway.request_id"] = call.client.request_id
+    return attributes
+
+
+def _traceparent(context: Any) -> str:
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def _span_context(traceparent: str) -> Any:
+    """A W3C traceparent as a remote SpanContext (None if it is not valid)."""
+    from opentelemetry import trace
+
+    span = trace.get_current_span(_context_from(traceparent))
+    context = span.get_span_context()
+    return context if context.is_valid else None
+
+
+def _context_from(traceparent: str) -> Any:
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator().extract({"traceparent": traceparent} if traceparent else {})
+
+
+@dataclass(slots=True)
+class _Counts:
+    exported: int = 0
+    failed: int = 0
+    dropped: int = 0
+
+
+def _processor(settings: TracingSettings, counts: _Counts) -> Any:
+    """A batch span processor whose exporter counts what it delivered, and which counts
+    what it drops: the SDK's drops the oldest queued span when its queue is full."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class CountingExporter(SpanExporter):
+        def __init__(self, inner: SpanExporter) -> None:
+            self.inner = inner
+
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            try:
+                result = self.inner.export(spans)
+            except Exception:  # noqa: BLE001 - an exporter that raises has failed, like one that says so
+                result = SpanExportResult.FAILURE
+            if result is SpanExportResult.SUCCESS:
+                counts.exported += len(spans)
+            else:
+                counts.failed += len(spans)
+            return result
+
+        def shutdown(self) -> None:
+            self.inner.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(self.inner.force_flush(timeout_millis))
+
+    class CountingProcessor(BatchSpanProcessor):
+        def on_end(self, span: Any) -> None:
+            # The SDK's processor keeps its queue in a bounded deque (pinned: opentelemetry-sdk 1.45).
+            queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
+            if (span.context is not None and span.context.trace_flags.sampled and queue is not None
+                    and queue.maxlen is not None and len(queue) >= queue.maxlen):
+                counts.dropped += 1
+            super().on_end(span)
+
+    queue = settings.max_queue_size or None
+    return CountingProcessor(CountingExporter(_exporter(settings)), max_queue_size=queue,
+                             max_export_batch_size=min(queue, 512) if queue else None)  # the SDK wants batch <= queue
+
+
+def _exporter(settings: TracingSettings) -> Any:
+    if settings.exporter == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+        return ConsoleSpanExporter()
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        return GrpcExporter(endpoint=settings.endpoint or None)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    endpoint = settings.endpoint
+    if endpoint and not endpoint.rstrip("/").endswith("/v1/traces"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"  # a base address, as OTEL_EXPORTER_OTLP_ENDPOINT is
+    return HttpExporter(endpoint=endpoint or None)

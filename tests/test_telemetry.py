@@ -1,0 +1,204 @@
+"""OpenTelemetry traces (gateway/telemetry.py): turned on by the standard OTEL_* variables
+alone or by `[tracing]`; a span per request continuing its client's trace, a span per
+batch linked to every request it carries, a client span per predictor call whose context
+is what the predictor receives; exported over OTLP gRPC and HTTP to a receiver speaking
+the collector's protocol; sampling follows the parent; a collector that is down costs
+dropped, counted spans, never an answer."""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import orjson
+import pytest
+
+from gateway import telemetry
+from gateway.config import ConfigError, TracingConfig
+from gateway.config import parse as parse_config
+from tests.harness import http_json, running_gateway
+from tests.otlp_receiver import grpc_receiver, http_receiver
+from tests.processes import gateway as gateway_process
+from tools.processes import free_port
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+
+SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32"}], "outputs": [{"name": "OUTPUT0", "datatype": "FP32"}]}
+SERVER, CLIENT = 2, 3  # opentelemetry.proto's SpanKind numbers
+
+
+def parent(trace: str, span: str, sampled: bool = True) -> str:
+    return f"00-{trace}-{span}-{'01' if sampled else '00'}"
+
+
+# -- turning it on ----------------------------------------------------------------------
+
+def test_the_standard_variables_alone_turn_it_on_and_a_table_key_wins_over_its_variable():
+    assert telemetry.resolve(TracingConfig(), {}) is None  # nothing said: off, nothing imported
+    on = telemetry.resolve(TracingConfig(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
+    assert on is not None and (on.exporter, on.protocol, on.service_name) == ("otlp", "http/protobuf",
+                                                                             "batching-gateway")
+    on = telemetry.resolve(TracingConfig(), {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                                             "OTEL_SERVICE_NAME": "edge"})
+    assert on is not None and (on.protocol, on.service_name) == ("grpc", "edge")
+    assert telemetry.resolve(TracingConfig(), {"OTEL_TRACES_EXPORTER": "none"}) is None
+    assert telemetry.resolve(TracingConfig(), {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}) is None
+    assert telemetry.resolve(TracingConfig(enabled=False), {"OTEL_TRACES_EXPORTER": "otlp"}) is None
+    on = telemetry.resolve(TracingConfig(protocol="grpc", sample_ratio=0.01), {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                                                                              "OTEL_TRACES_EXPORTER": "otlp"})
+    assert on is not None and on.protocol == "grpc" and on.sample_ratio == 0.01
+    with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER"):
+        telemetry.resolve(TracingConfig(), {"OTEL_TRACES_EXPORTER": "zipkin"})
+
+
+def test_the_tracing_table_is_validated_like_every_other():
+    with pytest.raises(ConfigError, match="tracing.sample_ratio"):
+        parse_config({"models": [{"name": "m", "backend": "simulated"}], "tracing": {"sample_ratio": 2}})
+    with pytest.raises(ConfigError, match="tracing.protocol"):
+        parse_config({"models": [{"name": "m", "backend": "simulated"}], "tracing": {"protocol": "thrift"}})
+
+
+# -- the spans of a batch -----------------------------------------------------------------
+
+@contextlib.contextmanager
+def held_v1_predictor() -> Iterator[tuple[str, list[dict], threading.Event]]:
+    """A KServe v1 predictor that records each call's headers and holds every call until
+    released: what arrives meanwhile queues behind it, into one batch."""
+    seen: list[dict] = []
+    release = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append({k.lower(): v for k, v in self.headers.items()})
+            release.wait(10)
+            answer = orjson.dumps({"predictions": [[2 * x for x in row] for row in body["instances"]]})
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen, release
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_batch_of_http_and_grpc_requests_is_one_span_linked_to_each_request_span(tmp_path):
+    """Set up by the standard variables alone (OTLP over gRPC), in a gateway process."""
+    traces = {name: (f"{index:x}" * 32)[:32] for index, name in enumerate(("first", "http", "grpc"), start=1)}
+    spans_of = {name: f"{index + 10:016x}" for index, name in enumerate(traces)}
+    with grpc_receiver() as (endpoint, received), held_v1_predictor() as (url, seen, release):
+        config = tmp_path / "gateway.toml"
+        config.write_text(f'[[models]]\nname = "demo"\nbackend = "kserve"\napi = "v1"\nurl = "{url}"\n'
+                          '[[models.inputs]]\nname = "INPUT0"\ndatatype = "FP32"\n'
+                          '[[models.outputs]]\nname = "OUTPUT0"\ndatatype = "FP32"\n')
+        env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "gateway-under-test",
+               "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        process = gateway_process(config, env=env)
+        try:
+            http_url, grpc_address = "http://" + process.fields["http"], process.fields["grpc"]
+
+            def over_http(name: str):
+                return http_json("POST", f"{http_url}/v1/models/demo:predict", {"instances": [[1.0]]},
+                                 headers={"traceparent": parent(traces[name], spans_of[name]),
+                                          "X-Request-Id": name})
+
+            def over_grpc(name: str):
+                with grpc.insecure_channel(grpc_address) as channel:
+                    request = pb.ModelInferRequest(model_name="demo", id=name)
+                    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1)
+                    return pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+                        request, timeout=10, metadata=(("traceparent", parent(traces[name], spans_of[name])),))
+
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:
+                first = pool.submit(over_http, "first")
+                wait_for(lambda: len(seen) == 1)  # held at the predictor: the next two queue behind it
+                later = [pool.submit(over_http, "http"), pool.submit(over_grpc, "grpc")]
+                time.sleep(0.3)
+                release.set()
+                assert first.result()[0] == 200 and later[0].result()[0] == 200 and later[1].result().outputs
+        finally:
+            assert process.stop() == 0  # SIGTERM: the queued spans are exported before it exits
+        wait_for(lambda: len(received.named("batch")) == 2)
+
+    requests = {bytes(s.trace_id).hex(): s for s in received.named("") if s.kind == SERVER}
+    assert set(requests) == set(traces.values())
+    for name, trace in traces.items():
+        span = requests[trace]
+        assert bytes(span.parent_span_id).hex() == spans_of[name]  # the client's trace, continued
+        assert [event.name for event in span.events] == ["queued", "batched"]
+    resource = received.spans[0][0]
+    assert resource["service.name"] == "gateway-under-test"
+
+    batches = sorted(received.named("batch"), key=lambda s: s.start_time_unix_nano)
+    merged = batches[1]
+    linked = {bytes(link.span_id) for link in merged.links}
+    assert linked == {bytes(requests[traces["http"]].span_id), bytes(requests[traces["grpc"]].span_id)}
+    attributes = {a.key: a.value for a in merged.attributes}
+    assert attributes["gateway.batch.rows"].int_value == 2 and attributes["gateway.batch.requests"].int_value == 2
+    assert attributes["gateway.batch.departure"].string_value
+    assert attributes["gateway.batch.predictor_calls"].int_value == 1
+    batch_id = attributes["gateway.batch.id"].string_value
+    for name in ("http", "grpc"):
+        [batched] = [e for e in requests[traces[name]].events if e.name == "batched"]
+        assert batched.attributes[0].value.string_value == batch_id
+    # The predictor call: a client span under its batch, and the context the predictor got.
+    calls = sorted((s for s in received.named("predictor") if s.kind == CLIENT), key=lambda s: s.start_time_unix_nano)
+    assert [bytes(c.parent_span_id) for c in calls] == [bytes(b.span_id) for b in batches]
+    assert seen[1]["traceparent"] == parent(bytes(calls[1].trace_id).hex(), bytes(calls[1].span_id).hex())
+    assert seen[1]["x-batch-request-ids"].split(",") in (["http", "grpc"], ["grpc", "http"])
+
+
+def test_over_otlp_http_sampling_follows_the_parent_and_a_ratio_samples_new_traces():
+    """The `[tracing]` table alone (OTLP over HTTP): a ratio of 0 samples no new trace, but a
+    client's sampled trace is followed, and its batch with it."""
+    with http_receiver() as (endpoint, received):
+        document = {"models": [{"name": "demo", "backend": "simulated"}],
+                    "server": {"http_port": 0, "grpc_port": 0},
+                    "tracing": {"enabled": True, "protocol": "http/protobuf", "endpoint": endpoint,
+                                "sample_ratio": 0.0}}
+        with running_gateway(parse_config(document)) as gw:
+            url = f"{gw.http_url}/v1/models/demo:predict"
+            traced = parent("ab" * 16, "cd" * 8)
+            assert http_json("POST", url, {"instances": [[1]]}, headers={"traceparent": traced})[0] == 200
+            assert http_json("POST", url, {"instances": [[2]]})[0] == 200  # a new trace, at ratio 0
+            assert http_json("POST", url, {"instances": [[3]]},
+                             headers={"traceparent": parent("ef" * 16, "cd" * 8, sampled=False)})[0] == 200
+        wait_for(lambda: received.named("batch"))
+        assert {bytes(s.trace_id).hex() for _, s in received.spans} == {"ab" * 16}
+        assert sorted(s.name.split()[0] for _, s in received.spans) == ["batch", "predictor", "v1"]
+
+
+def test_a_collector_that_is_down_costs_dropped_counted_spans_never_an_answer(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # each failed export gives up after 1 s
+    document = {"models": [{"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}}],
+                "server": {"http_port": 0, "grpc_port": 0},
+                "tracing": {"enabled": True, "protocol": "http/protobuf", "max_queue_size": 8,
+                            "endpoint": f"http://127.0.0.1:{free_port()}"}}  # nothing listens there
+    with running_gateway(parse_config(document)) as gw:
+        url = f"{gw.http_url}/v1/models/demo:predict"
+        statuses = [http_json("POST", url, {"instances": [[i]]}, headers={"traceparent": parent("ab" * 16, "cd" * 8)})[0]
+                    for i in range(40)]
+        assert statuses == [200] * 40
+        counts = gw.gateway.telemetry.span_counts()
+    assert counts["dropped"] > 0 and counts["exported"] == 0, counts
