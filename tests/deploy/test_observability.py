@@ -1,0 +1,218 @@
+"""The Grafana dashboard (deploy/grafana) and the Prometheus alerting rules
+(deploy/prometheus) against the gateway they watch: every metric name their PromQL names is
+in a running gateway's /metrics, the rules pass `promtool check rules` and their unit tests
+(`promtool test rules`), and the dashboard is importable (its datasource an input, every
+panel titled and queried, every query valid PromQL).
+
+It knows the files' formats (Grafana's dashboard JSON, Prometheus' rule files), not what
+each panel or alert means: those are read from the files themselves.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.deploy.support import DEPLOY, ROOT
+from tests.harness import config_for, http, http_json, running_gateway
+
+DASHBOARD = DEPLOY / "grafana" / "batching-gateway.json"
+RULES = DEPLOY / "prometheus" / "alerts.yaml"
+RULE_TESTS = DEPLOY / "prometheus" / "alerts.test.yaml"
+DATASOURCE_INPUT = "DS_PROMETHEUS"
+DATASOURCE = {"type": "prometheus", "uid": "${" + DATASOURCE_INPUT + "}"}
+# Metric names in PromQL: the gateway's all start so. Label values and legends are not read.
+METRIC_NAME = re.compile(r"\bgateway_[a-zA-Z0-9_]*")
+# Grafana's variables, as a Prometheus would see them once Grafana has substituted them.
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h", "$model": ".*"}
+
+# A model with priority levels and one with a padded input: their families appear only
+# once such a model has served a request.
+PRIORITY_MODEL = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1, "per_instance_ms": 1},
+                  "batching": {"priority_levels": 2, "max_batch_size": 8}}
+PADDED_MODEL = {"name": "padded", "backend": "simulated", "simulated": {"call_ms": 1},
+                "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1], "pad": {"dim": 1, "value": 0}}],
+                "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, -1], "follows_pad": 1}]}
+
+
+# -- reading the files ----------------------------------------------------------------
+
+def load_dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())
+
+
+def dashboard_panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel, rows included, and the panels a collapsed row holds."""
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def dashboard_exprs(dashboard: dict[str, Any]) -> list[str]:
+    exprs = [target["expr"] for panel in dashboard_panels(dashboard) for target in panel.get("targets", [])]
+    exprs += [variable["definition"] for variable in dashboard["templating"]["list"] if variable["type"] == "query"]
+    return exprs
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+
+
+def rule_test_series() -> list[str]:
+    """The input series of alerts.test.yaml, as PromQL selectors."""
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    return [series["series"] for test in tests for series in test["input_series"]]
+
+
+def referenced_names(texts: list[str]) -> set[str]:
+    return {name for text in texts for name in METRIC_NAME.findall(text)}
+
+
+def as_prometheus_sees_it(expr: str) -> str:
+    for variable, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    executable = shutil.which("promtool")
+    # Required, never skipped: tools/run_tests.sh installs it (Debian's prometheus package).
+    assert executable, "promtool is not on PATH: install Debian's prometheus package (tools/run_tests.sh does)"
+    return subprocess.run([executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+# -- the names against a running gateway ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def exported_names() -> set[str]:
+    """Every sample name a gateway exports once it has served a little of everything:
+    answers, a refused and a bad request, priority levels, a padded batch."""
+    with running_gateway(config_for(PRIORITY_MODEL, PADDED_MODEL, max_body_bytes=1 << 20)) as gw:
+        predict = f"{gw.http_url}/v1/models/demo:predict"
+        for rows in (1, 3, 8, 2):  # batches of several sizes: the latency profile is fitted
+            status, _ = http_json("POST", predict, {"instances": [[float(i)] for i in range(rows)]},
+                                  headers={"X-Request-Priority": "1"})
+            assert status == 200
+        assert http_json("POST", predict, {"instances": [[1.0]]})[0] == 200  # the default level, 2
+        assert http_json("POST", predict, {"instances": []})[0] == 400
+        assert http_json("POST", predict, {"instances": [[1.0]]}, headers={"X-Request-Priority": "9"})[0] == 400
+        assert http_json("POST", f"{gw.http_url}/v1/models/absent:predict", {"instances": [[1.0]]})[0] == 404
+        assert http_json("POST", f"{gw.http_url}/v1/models/padded:predict",
+                         {"instances": [[1.0, 2.0, 3.0], [4.0]]})[0] == 200
+        status, _, body = http("GET", f"{gw.http_url}/metrics")
+    assert status == 200
+    return {sample.name for family in text_string_to_metric_families(body.decode()) for sample in family.samples}
+
+
+def test_every_metric_the_dashboard_queries_is_exported(exported_names: set[str]) -> None:
+    referenced = referenced_names(dashboard_exprs(load_dashboard()))
+    assert referenced, "no gateway_ metric found in the dashboard's queries"
+    assert referenced <= exported_names, f"the dashboard queries metrics the gateway does not export: " \
+                                         f"{sorted(referenced - exported_names)}"
+
+
+def test_every_metric_the_alerts_name_is_exported(exported_names: set[str]) -> None:
+    rules = alert_rules()
+    in_exprs = referenced_names([rule["expr"] for rule in rules])
+    assert in_exprs, "no gateway_ metric found in the alert rules"
+    # What an operator is told to look at, and what the unit tests feed the rules, too.
+    in_annotations = referenced_names([text for rule in rules for text in rule["annotations"].values()])
+    in_tests = referenced_names(rule_test_series())
+    for where, referenced in (("expressions", in_exprs), ("annotations", in_annotations), ("unit tests", in_tests)):
+        missing = referenced - exported_names
+        assert not missing, f"the alert rules' {where} name metrics the gateway does not export: {sorted(missing)}"
+
+
+# -- the rules ---------------------------------------------------------------------------
+
+def test_the_rules_pass_promtool_check() -> None:
+    checked = promtool("check", "rules", str(RULES.relative_to(ROOT)))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_rules_unit_tests_pass() -> None:
+    tested = promtool("test", "rules", str(RULE_TESTS.relative_to(ROOT)))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_every_alert_waits_has_a_severity_and_says_what_to_do() -> None:
+    rules = alert_rules()
+    assert rules
+    for rule in rules:
+        assert "alert" in rule, f"{rule.get('record')}: only alerting rules belong in alerts.yaml"
+        assert rule.get("for"), f"{rule['alert']}: no `for:` (one scrape's blip would page)"
+        assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]
+        assert {"summary", "description"} <= set(rule["annotations"]), rule["alert"]
+
+
+def test_every_alert_is_unit_tested_firing() -> None:
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    fired = {case["alertname"] for test in tests for case in test.get("alert_rule_test", []) if case.get("exp_alerts")}
+    assert {rule["alert"] for rule in alert_rules()} <= fired
+
+
+# -- the dashboard ----------------------------------------------------------------------
+
+def test_the_dashboard_is_importable_with_its_datasource_an_input() -> None:
+    dashboard = load_dashboard()
+    inputs = {entry["name"]: entry for entry in dashboard["__inputs"]}
+    assert inputs[DATASOURCE_INPUT]["type"] == "datasource"
+    assert inputs[DATASOURCE_INPUT]["pluginId"] == "prometheus"
+    assert dashboard["uid"] and dashboard["title"]
+    assert dashboard.get("id") is None  # an import gets its own id
+    (model,) = [variable for variable in dashboard["templating"]["list"] if variable["name"] == "model"]
+    assert model["query"]["query"] == "label_values(gateway_queue_depth, model)"
+    assert model["datasource"] == DATASOURCE
+
+
+def test_every_datasource_reference_is_the_input() -> None:
+    def references(node: Any) -> Iterator[Any]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "datasource":
+                    yield value
+                else:
+                    yield from references(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from references(item)
+
+    found = list(references({key: value for key, value in load_dashboard().items() if key != "__inputs"}))
+    assert found
+    assert all(reference == DATASOURCE for reference in found), {json.dumps(r) for r in found if r != DATASOURCE}
+
+
+def test_every_panel_has_a_title_a_query_and_a_unit() -> None:
+    panels = list(dashboard_panels(load_dashboard()))
+    ids = [panel["id"] for panel in panels]
+    assert len(ids) == len(set(ids)), "two panels share an id"
+    for panel in panels:
+        assert panel.get("title"), f"panel {panel['id']} has no title"
+        assert "gridPos" in panel, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel.get("targets"), f"{panel['title']}: no query"
+        for target in panel["targets"]:
+            assert target.get("expr") and target.get("refId"), panel["title"]
+        assert panel["fieldConfig"]["defaults"].get("unit"), f"{panel['title']}: no unit"
+
+
+def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
+    # promtool parses a rule's expression: each query, its Grafana variables substituted,
+    # becomes a recording rule of a throwaway file.
+    exprs = dashboard_exprs(load_dashboard())
+    queries = [expr for expr in exprs if not expr.startswith("label_values(")]  # Grafana's own function
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:query_{index}", "expr": as_prometheus_sees_it(expr)} for index, expr in enumerate(queries)]}]}
+    path = tmp_path / "dashboard-queries.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    checked = promtool("check", "rules", str(path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
