@@ -93,6 +93,15 @@ class BatchScheduler:
         """Batches the model may have in flight now: `max_inflight`, or its learned value."""
         return self._queues[name].inflight_limit
 
+    def queued_requests(self, name: str) -> int:
+        """Requests with rows still queued (not yet all taken into batches, not yet answered)."""
+        # A request split into parts is one request; parts of answered requests wait to be skipped.
+        return len({id(part.request) for part in self._queues[name].pending if part.live})
+
+    def batching_config(self, name: str) -> BatchingConfig:
+        """The model's batching settings now (the latest re-tune's)."""
+        return self._queues[name].config
+
     def model_names(self) -> list[str]:
         return list(self._queues)
 

@@ -1,0 +1,116 @@
+"""What the live page shows: a JSON snapshot of each model's batching, from the scheduler's stats.
+
+`snapshot(scheduler)` is a plain dict, ready for any JSON encoder: `GET /dashboard/data`
+(`gateway.rest.dashboard`) serializes it and the page (`gateway/rest/static/`) polls it
+about once a second. Counts are cumulative since the model was added; the page turns two
+successive snapshots into rates with `server_time_unix_s`, so this module keeps no history
+and costs nothing between polls. Times are in milliseconds.
+
+The shape, per model (`models`, sorted by name):
+
+- `name`, `policy`, `max_batch_size`, `max_queue`, `slo_ms` (null without one),
+  `priority_levels` (0: none);
+- `queue`: `rows` queued now, and `requests` they belong to;
+- `inflight`: `batches` at the predictor now, `limit` (the one they may have now), `auto`
+  (whether `max_inflight = "auto"` learned that limit) and `ceiling` (auto's most, else null);
+- `batch_size`: the histogram of rows per batch, `bounds` (upper bounds, inclusive) and
+  `counts` (per bucket, not cumulative; one more than the bounds: the last is above the
+  last bound), `sum`, `count`; and `recent`: the sizes of the latest batches, oldest first;
+- `departures`: why batches left the queue, each reason of `policies.departures()` with its count;
+- `profile`: the learned latency ℓ(b) = `intercept_ms` + `per_row_ms` × b, from `calls`
+  predictor calls, and `predicted` ([b, ms] for b from 1 to max_batch_size, at most
+  `PROFILE_POINTS` of them); the coefficients are null and `predicted` empty before the first call;
+- `observed`: what the profile learns from, per batch size seen: `batch_size`, `calls`
+  (successful predictor calls) and `mean_ms` (their mean predictor time);
+- `counts`: cumulative `requests`, `answered` (successfully), `refused` (queue full, or
+  evicted for a higher level), `refused_late` (at admission: predicted to miss the
+  deadline), `dropped` (from the queue, it could no longer meet its deadline), `expired`
+  (its deadline passed), `batches`, `instances` (rows batched);
+- `goodput`: null without `slo_ms`; else `slo_ms` and `answered_within_slo`, which is
+  `counts.answered`: with `slo_ms` every request's deadline is at most `slo_ms` from its
+  arrival at the scheduler, and a request still unanswered at its deadline is answered
+  with an error and counted `expired`, never `answered` (`stats.LevelCounts`). So every
+  answer counted is within its deadline, and goodput per second is answered per second;
+- `padding`: null for a model that pads nothing; else `padded_elements`, `real_elements`
+  and `waste` (padded / real: 1.0 is none);
+- `levels`: per priority level (empty without levels), `level`, `requests`, `answered`,
+  `refused` (all refusals), `dropped`, `expired`;
+- `last_batch_unix_s`: when the latest batch left (null before the first).
+
+It reads the scheduler on the scheduler's own loop (the HTTP front end shares it) and
+must not know Tornado, HTTP or any front end, nor change anything it reads.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gateway.batching.policies import departures as departure_reasons
+from gateway.batching.profile import LatencyProfile
+from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.stats import ModelStats
+
+RECENT_BATCHES = 120  # recent batch sizes sent per model: two minutes of a batch a second
+PROFILE_POINTS = 256  # ℓ(b) points sent: enough for a line however large max_batch_size is
+
+
+def snapshot(scheduler: BatchScheduler, now_unix_s: float | None = None) -> dict[str, Any]:
+    """Every model's batching now. Call on the scheduler's loop."""
+    return {
+        "server_time_unix_s": time.time() if now_unix_s is None else now_unix_s,
+        "departure_reasons": list(departure_reasons()),
+        "models": [model_snapshot(scheduler, name) for name in sorted(scheduler.model_names())],
+    }
+
+
+def model_snapshot(scheduler: BatchScheduler, name: str) -> dict[str, Any]:
+    """One model's entry of `snapshot` (the module docstring says what each field holds)."""
+    stats = scheduler.stats(name)
+    config = scheduler.batching_config(name)
+    return {
+        "name": name,
+        "policy": config.policy,
+        "max_batch_size": config.max_batch_size,
+        "max_queue": config.max_queue,
+        "slo_ms": None if config.slo_s is None else config.slo_s * 1000,
+        "priority_levels": config.priority_levels,
+        "queue": {"rows": scheduler.queue_depth(name), "requests": scheduler.queued_requests(name)},
+        "inflight": {"batches": scheduler.inflight(name), "limit": scheduler.inflight_limit(name),
+                     "auto": config.auto_inflight, "ceiling": config.inflight_ceiling if config.auto_inflight else None},
+        "batch_size": {"bounds": list(stats.batch_size.bounds), "counts": list(stats.batch_size.counts),
+                       "sum": stats.batch_size.sum, "count": stats.batch_size.count,
+                       "recent": _latest(stats, RECENT_BATCHES)},
+        "departures": {reason: stats.departures[reason] for reason in departure_reasons()},
+        "profile": _profile(stats.profile, config.max_batch_size),
+        "observed": [{"batch_size": size, "calls": durations.count, "mean_ms": durations.seconds / durations.count * 1000}
+                     for size, durations in sorted(stats.by_batch_size.items()) if durations.count],
+        "counts": {"requests": stats.requests, "answered": stats.succeeded.count, "refused": stats.refused,
+                   "refused_late": stats.refused_late, "dropped": stats.dropped, "expired": stats.expired,
+                   "batches": stats.batches, "instances": stats.instances},
+        "goodput": None if config.slo_s is None else {"slo_ms": config.slo_s * 1000,
+                                                      "answered_within_slo": stats.succeeded.count},
+        "padding": None if not stats.real_elements else {
+            "padded_elements": stats.padded_elements, "real_elements": stats.real_elements,
+            "waste": stats.padded_elements / stats.real_elements},
+        "levels": [{"level": level, "requests": counts.requests, "answered": counts.answered,
+                    "refused": counts.refused, "dropped": counts.dropped, "expired": counts.expired}
+                   for level, counts in sorted(stats.by_level.items())],
+        "last_batch_unix_s": stats.last_batch_unix_s or None,
+    }
+
+
+def _latest(stats: ModelStats, count: int) -> list[int]:
+    recent = stats.recent_batch_sizes
+    return list(recent)[-count:]
+
+
+def _profile(profile: LatencyProfile, max_batch_size: int) -> dict[str, Any]:
+    coefficients = profile.coefficients
+    if coefficients is None:
+        return {"intercept_ms": None, "per_row_ms": None, "calls": profile.calls, "predicted": []}
+    intercept, per_row = coefficients
+    # Every batch size when there are few; else evenly spaced ones, both ends included (a line needs no more).
+    step = max(1, -(-max_batch_size // PROFILE_POINTS))
+    sizes = sorted({*range(1, max_batch_size + 1, step), max_batch_size})
+    return {"intercept_ms": intercept * 1000, "per_row_ms": per_row * 1000, "calls": profile.calls,
+            "predicted": [[size, (intercept + per_row * size) * 1000] for size in sizes]}
