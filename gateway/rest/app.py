@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from gateway.rest import oip, operations, v1
+from gateway.rest import dashboard, oip, operations, v1
 from gateway.rest import torchserve as ts
 from gateway.rest.base import NotFoundHandler
 from gateway.service import InferenceService
@@ -19,6 +19,9 @@ def make_app(service: InferenceService, limits: Limits, auth_token: str = "") ->
         (rf"/v1/models/{MODEL}:predict", v1.V1PredictHandler),
         (rf"/v1/models/{MODEL}", v1.V1ModelHandler),
         (r"/metrics", operations.MetricsHandler),
+        (r"/dashboard", dashboard.DashboardPageHandler),  # the live page of the batching
+        (r"/dashboard/dashboard\.js", dashboard.DashboardScriptHandler),
+        (r"/dashboard/data", dashboard.DashboardDataHandler),
         (r"/v2/health/live", oip.LiveHandler),
         (r"/v2/health/ready", oip.ReadyHandler),
         (r"/v2/?", oip.ServerMetadataHandler),

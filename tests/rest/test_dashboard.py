@@ -1,0 +1,135 @@
+"""GET /dashboard and /dashboard/data (gateway/rest/dashboard.py): the JSON says what the
+scheduler's stats say after real traffic, both are behind the bearer token, and the page,
+in a real headless Chromium (tests/browser.py), loads without console errors and follows
+the traffic as it comes."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.browser import CHROMEDRIVER, CHROMIUM, chromium
+from tests.harness import config_for, http, http_json, run_clients, running_gateway, timed_predict
+from wire.request import PRIORITY_HEADER
+
+PATHS = ("/dashboard", "/dashboard/dashboard.js", "/dashboard/data")
+
+
+def test_the_data_is_the_schedulers_stats_after_traffic():
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 2},
+                         "batching": {"max_batch_size": 8}},
+                        {"name": "slo", "backend": "simulated", "simulated": {"call_ms": 1},
+                         "batching": {"slo_ms": 500, "priority_levels": 2, "max_inflight": "auto"}})
+    with running_gateway(config) as gw:
+        results = run_clients(gw, seconds=5, workers=6, limit=120, pause_s=0.001)
+        assert results and all(status == 200 for status, _, _ in results)
+        for priority in ("1", "2", "2"):
+            status, _ = http_json("POST", f"{gw.http_url}/v1/models/slo:predict", {"instances": [[1.0]]},
+                                  headers={PRIORITY_HEADER: priority})
+            assert status == 200
+        status, snapshot = http_json("GET", f"{gw.http_url}/dashboard/data")
+        assert status == 200
+        stats = gw.stats("demo")  # traffic is over: nothing changes them now
+        (demo, slo) = snapshot["models"]
+        assert demo["name"] == "demo" and slo["name"] == "slo"
+        assert demo["counts"] == {"requests": len(results), "answered": len(results), "refused": 0,
+                                  "refused_late": 0, "dropped": 0, "expired": 0,
+                                  "batches": stats.batches, "instances": stats.instances}
+        assert demo["batch_size"]["counts"] == stats.batch_size.counts
+        assert demo["batch_size"]["recent"] == list(stats.recent_batch_sizes)[-len(demo["batch_size"]["recent"]):]
+        assert demo["departures"] == {reason: stats.departures[reason] for reason in snapshot["departure_reasons"]}
+        assert {point["batch_size"]: point["calls"] for point in demo["observed"]} == \
+            {size: durations.count for size, durations in stats.by_batch_size.items()}
+        assert demo["profile"]["intercept_ms"] == pytest.approx(stats.profile.coefficients[0] * 1000)
+        assert len(demo["profile"]["predicted"]) == 8 and demo["max_batch_size"] == 8
+        assert demo["queue"] == {"rows": 0, "requests": 0}
+        assert demo["inflight"] == {"batches": 0, "limit": 1, "auto": False, "ceiling": None}
+        assert demo["goodput"] is None and demo["levels"] == []
+        assert slo["slo_ms"] == pytest.approx(500) and slo["policy"] == "deadline"
+        assert slo["goodput"] == {"slo_ms": pytest.approx(500), "answered_within_slo": 3}
+        assert slo["inflight"]["auto"] is True
+        assert [level["answered"] for level in slo["levels"]] == [level.answered for _, level in
+                                                                  sorted(gw.stats("slo").by_level.items())]
+        assert abs(snapshot["server_time_unix_s"] - time.time()) < 60
+
+
+def test_the_page_and_its_script_come_from_the_gateway_alone():
+    with running_gateway(config_for({"name": "demo", "backend": "simulated"})) as gw:
+        status, headers, page = http("GET", f"{gw.http_url}/dashboard")
+        assert status == 200 and headers["Content-Type"].startswith("text/html")
+        assert b'<script src="dashboard/dashboard.js">' in page
+        assert "default-src 'none'" in headers["Content-Security-Policy"]
+        status, headers, script = http("GET", f"{gw.http_url}/dashboard/dashboard.js")
+        assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+        for body in (page, script):
+            assert b"https://" not in body and b"cdn" not in body.lower()
+        assert http("GET", f"{gw.http_url}/dashboard/data")[1]["Cache-Control"] == "no-store"
+
+
+def test_the_dashboard_is_behind_the_bearer_token(monkeypatch):
+    monkeypatch.setenv("GATEWAY_TOKEN", "s3cret")
+    config = config_for({"name": "demo", "backend": "simulated"}, server={"auth_token_env": "GATEWAY_TOKEN"})
+    with running_gateway(config) as gw:
+        for path in PATHS:
+            status, _, body = http("GET", f"{gw.http_url}{path}")
+            assert status == 401 and b"Bearer" in body, path
+            assert http("GET", f"{gw.http_url}{path}?token=s3cret")[0] == 401, path  # the header, nothing else
+            assert http("GET", f"{gw.http_url}{path}", headers={"Authorization": "Bearer s3cret"})[0] == 200, path
+
+
+# -- the page in a real browser ------------------------------------------------------------------
+
+FIELDS = ("answered", "batches", "requests", "answered_rate", "queue_rows")
+READ_FIELDS = f"const fields = {json.dumps(FIELDS)};" + """
+const card = document.querySelector('[data-model="demo"]');
+if (!card) return null;
+const out = {};
+for (const field of fields) out[field] = card.querySelector('[data-field="' + field + '"]').textContent;
+return out;
+"""
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", "")) if text not in ("", "–") else 0.0
+
+
+@pytest.mark.skipif(not (Path(CHROMEDRIVER).exists() and Path(CHROMIUM).exists()),
+                    reason="needs Debian's chromium and chromium-driver (tools/run_tests.sh installs them)")
+def test_the_page_in_chromium_has_no_console_errors_and_follows_the_traffic(tmp_path):
+    requests = 300
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 3}})
+    with running_gateway(config) as gw, chromium(tmp_path) as browser:
+        browser.get(f"{gw.http_url}/dashboard")
+        browser.wait_for("return Number(document.body.dataset.polls || 0)", lambda polls: polls >= 2, timeout=15,
+                         what="two polls of /dashboard/data")
+        before = browser.execute(READ_FIELDS)
+        assert before is not None and number(before["answered"]) == 0 and number(before["batches"]) == 0
+
+        def load() -> None:  # a fixed number of requests, one after another
+            for _ in range(requests):
+                timed_predict(gw, "demo", [1.0, 1.0], timeout=10)
+
+        client = threading.Thread(target=load, name="dashboard-load")
+        client.start()
+        try:
+            browser.wait_for(READ_FIELDS, lambda fields: number(fields["answered_rate"]) > 0, timeout=20,
+                             what="a positive answered rate on the page")
+        finally:
+            client.join(timeout=60)
+        assert not client.is_alive(), "the load's client hung"
+        after = browser.wait_for(READ_FIELDS, lambda fields: number(fields["answered"]) == requests, timeout=15,
+                                 what=f"{requests} answered on the page")
+        assert number(after["requests"]) == requests
+        assert number(after["batches"]) == gw.stats("demo").batches > 0
+        charts = browser.execute("""
+            const card = document.querySelector('[data-model="demo"]');
+            const count = (chart, selector) => card.querySelectorAll('[data-chart="' + chart + '"] ' + selector).length;
+            return {bars: count("histogram", "rect.bar"), line: count("profile", "polyline.profile"),
+                    points: count("profile", "circle.observed"), rates: count("rates", "polyline.answered")};
+        """)
+        assert charts["bars"] > 0 and charts["line"] == 1 and charts["points"] >= 1 and charts["rates"] == 1
+        severe = [entry for entry in browser.console() if entry["level"] == "SEVERE"]
+        assert severe == [], severe
