@@ -133,3 +133,20 @@ def test_the_page_in_chromium_has_no_console_errors_and_follows_the_traffic(tmp_
         assert charts["bars"] > 0 and charts["line"] == 1 and charts["points"] >= 1 and charts["rates"] == 1
         severe = [entry for entry in browser.console() if entry["level"] == "SEVERE"]
         assert severe == [], severe
+
+
+@pytest.mark.skipif(not (Path(CHROMEDRIVER).exists() and Path(CHROMIUM).exists()),
+                    reason="needs Debian's chromium and chromium-driver (tools/run_tests.sh installs them)")
+def test_behind_a_token_the_page_works_when_every_request_carries_the_header(tmp_path, monkeypatch):
+    """As behind a proxy that adds the header: the page, its script and its polls all carry it."""
+    monkeypatch.setenv("GATEWAY_TOKEN", "s3cret")
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}},
+                        server={"auth_token_env": "GATEWAY_TOKEN"})
+    with running_gateway(config) as gw, chromium(tmp_path) as browser:
+        browser.cdp("Network.enable")
+        browser.cdp("Network.setExtraHTTPHeaders", {"headers": {"Authorization": "Bearer s3cret"}})
+        browser.get(f"{gw.http_url}/dashboard")
+        browser.wait_for("return Number(document.body.dataset.polls || 0)", lambda polls: polls >= 1, timeout=15,
+                         what="a poll of /dashboard/data")
+        assert browser.execute('return document.getElementById("status").dataset.state') == "live"
+        assert [entry for entry in browser.console() if entry["level"] == "SEVERE"] == []
