@@ -18,7 +18,7 @@ It knows no front end and no predictor client: a replica set is recognised by wh
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from gateway.batching.policies import departures as departure_reasons
-from gateway.batching.queue import ModelQueue
 from gateway.batching.scheduler import BatchScheduler
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -74,6 +73,11 @@ class Metrics:
     def watch_connections(self, stats: ConnectionStats) -> None:
         """Export the HTTP front end's connection counts, read when /metrics is scraped."""
         self.registry.register(_ConnectionCollector(stats))
+
+    def watch_spans(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        """Export trace spans by outcome (exported, failed, dropped), read when /metrics is
+        scraped: `counts` is the tracer's (gateway.telemetry)."""
+        self.registry.register(_SpanCollector(counts))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -156,10 +160,10 @@ class _SchedulerCollector:
                 intercept.add_metric([model], coefficients[0])
                 per_row.add_metric([model], coefficients[1])
             depth.add_metric([model], self.scheduler.queue_depth(model))
-            queue = _queue(self.scheduler, model)
-            queue_limit.add_metric([model], queue.config.max_queue)
-            batch_size_limit.add_metric([model], queue.config.max_batch_size)
-            healthy = _replica_health(queue.executor)
+            config = self.scheduler.batching_config(model)
+            queue_limit.add_metric([model], config.max_queue)
+            batch_size_limit.add_metric([model], config.max_batch_size)
+            healthy = _replica_health(self.scheduler.executor(model))
             replicas.add_metric([model], len(healthy))
             in_rotation.add_metric([model], sum(healthy))
             inflight.add_metric([model], self.scheduler.inflight(model))
@@ -189,12 +193,6 @@ class _SchedulerCollector:
         yield intercept
         yield per_row
         yield from _padding_families(self.scheduler)
-
-
-def _queue(scheduler: BatchScheduler, model: str) -> ModelQueue:
-    # The scheduler has no public accessor for a model's config or executor yet (it gives
-    # depth, in-flight and their limit); its queue holds both. One place reads it.
-    return scheduler._queues[model]
 
 
 def _replica_health(executor: Any) -> list[bool]:
@@ -229,6 +227,22 @@ def _padding_families(scheduler: BatchScheduler) -> Iterator[Metric]:
         waste.add_metric([model], stats.padded_elements / stats.real_elements)
         cost.add_metric([model], stats.batch_cost.cumulative(), stats.batch_cost.sum)
     yield from (padded, real, waste, cost)
+
+
+class _SpanCollector:
+    def __init__(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self.counts = counts
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        spans = CounterMetricFamily("gateway_trace_spans", "Trace spans by outcome: exported, failed (the collector "
+                                    "refused them or could not be reached) or dropped (the export queue was full)",
+                                    labels=["outcome"])
+        for outcome, count in sorted(self.counts().items()):
+            spans.add_metric([outcome], count)
+        yield spans
 
 
 class _ConnectionCollector:

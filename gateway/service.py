@@ -52,6 +52,8 @@ class InferenceService:
         self.models: dict[str, ServedModel] = {}
         self.active_requests = 0  # inside infer_*: what a graceful stop waits for
         self.metrics = Metrics(scheduler)
+        if telemetry.enabled:
+            self.metrics.watch_spans(telemetry.span_counts)
         self._background: set[asyncio.Task] = set()  # held so they are not collected mid-flight
 
     async def start(self) -> None:

@@ -7,8 +7,10 @@ serves many requests *links* to them):
   continues the client's `traceparent`. Events: `queued` (admitted to its model's queue)
   and `batched` (its batch left, with the batch id); attributes: model, front end,
   priority, request id and the HTTP status of the outcome (gRPC codes are paired with one).
-* **batch** (INTERNAL): one per batch, linked to every request span it carries and a child
-  of the first sampled one (so a trace viewer shows it under a request); attributes: model,
+  A request the sampler leaves out records nothing and passes its client's context on.
+* **batch** (INTERNAL): one per batch with a sampled request, linked to every sampled
+  request span it carries and a child of the first (so a trace viewer shows it under a
+  request); attributes: model,
   batch id, rows, requests, why it left, padded and real elements, predictor calls (more
   than one: bisected), failed requests.
 * **predictor** (CLIENT): one per predictor call, a child of its batch; its context is the
@@ -29,16 +31,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.batching.observer import NO_OBSERVER, BatchObservation, BatchObserver
+from gateway.batching.observer import NO_OBSERVATION, NO_OBSERVER, BatchObservation, BatchObserver
 from gateway.config import OTLP_PROTOCOLS, TRACES_EXPORTERS, ConfigError, TracingConfig
 from gateway.lifecycle import Call
 from wire.tracing import ClientContext
 
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 MAX_LINKS = 128  # OpenTelemetry's default span link limit; a larger batch links its first 128 requests
 
 
@@ -140,12 +144,12 @@ class _OpenTelemetry(Telemetry):
 
     def request_started(self, call: Call) -> ClientContext:
         from opentelemetry import trace
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        parent = TraceContextTextMapPropagator().extract({"traceparent": call.client.traceparent})
-        arrived_ns = time.time_ns() - int(call.elapsed_s * 1e9)
-        span = self.tracer.start_span(f"{call.front_end} {call.model}", context=parent, kind=trace.SpanKind.SERVER,
-                                      start_time=arrived_ns, attributes=_request_attributes(call))
+        span = self.tracer.start_span(f"{call.front_end} {call.model}", context=_context_from(call.client.traceparent),
+                                      kind=trace.SpanKind.SERVER, start_time=time.time_ns() - int(call.elapsed_s * 1e9))
+        if not span.is_recording():
+            return call.client  # not sampled: nothing to record, its context travels on unchanged
+        span.set_attributes(_request_attributes(call))
         span.add_event("queued")
         call.span = span
         context = span.get_span_context()
@@ -156,9 +160,11 @@ class _OpenTelemetry(Telemetry):
         from opentelemetry import trace
 
         span = call.span
-        if span is None:  # refused before its queue (its token, its input, its model): a span all the same
-            parent = _context_from(call.client.traceparent)
-            span = self.tracer.start_span(f"{call.front_end} {call.model}", context=parent,
+        if span is None:
+            if call.status is None or call.status < 400 or not self._sampled_parent_or_new(call):
+                return  # not sampled (an answered request that was would have its span)
+            # Refused before its queue (its token, its input, its model): a span all the same.
+            span = self.tracer.start_span(f"{call.front_end} {call.model}", context=_context_from(call.client.traceparent),
                                           kind=trace.SpanKind.SERVER,
                                           start_time=time.time_ns() - int(call.elapsed_s * 1e9),
                                           attributes=_request_attributes(call))
@@ -169,6 +175,12 @@ class _OpenTelemetry(Telemetry):
         if status >= 500:
             span.set_status(trace.StatusCode.ERROR, f"status {status}")
         span.end()
+
+    def _sampled_parent_or_new(self, call: Call) -> bool:
+        """Whether a span for a request refused before its queue may be sampled: its client's
+        trace is sampled, or it starts a new one (the sampler decides)."""
+        context = _span_context(call.client.traceparent)
+        return context is None or bool(context.trace_flags.sampled)
 
     def span_counts(self) -> dict[str, int]:
         return {"exported": self._counts.exported, "failed": self._counts.failed, "dropped": self._counts.dropped}
@@ -185,8 +197,12 @@ class _BatchTracer:
                    padded_elements: int, real_elements: int) -> BatchObservation:
         from opentelemetry import trace
 
-        contexts = [c for c in (_span_context(m.traceparent) for m in members) if c is not None]
-        parent = next((c for c in contexts if c.trace_flags.sampled), contexts[0] if contexts else None)
+        # Only sampled requests carry their own span's context (see request_started): a batch
+        # none of whose requests is sampled is not traced either.
+        contexts = [c for c in (_span_context(m.traceparent) for m in members) if c is not None and c.trace_flags.sampled]
+        if not contexts:
+            return NO_OBSERVATION
+        parent = contexts[0]
         attributes: dict[str, Any] = {
             "gateway.model": model, "gateway.batch.id": batch_id, "gateway.batch.rows": rows,
             "gateway.batch.requests": len(members), "gateway.batch.departure": reason}
@@ -195,7 +211,7 @@ class _BatchTracer:
                                "gateway.batch.real_elements": real_elements})
         span = self._telemetry.tracer.start_span(
             f"batch {model}", kind=trace.SpanKind.INTERNAL, attributes=attributes,
-            context=trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent is not None else None,
+            context=trace.set_span_in_context(trace.NonRecordingSpan(parent)),
             links=[trace.Link(c) for c in contexts[:MAX_LINKS]])
         for context in contexts:
             member = self._telemetry._open.get(context.span_id)
@@ -247,18 +263,25 @@ def _traceparent(context: Any) -> str:
 
 
 def _span_context(traceparent: str) -> Any:
-    """A W3C traceparent as a remote SpanContext (None if it is not valid)."""
+    """A W3C traceparent as a remote SpanContext (None if it is not valid). Parsed here, not
+    by the SDK's propagator: a batch asks it of every member, on the scheduler's loop."""
     from opentelemetry import trace
 
-    span = trace.get_current_span(_context_from(traceparent))
-    context = span.get_span_context()
-    return context if context.is_valid else None
+    match = _TRACEPARENT.match(traceparent) if traceparent else None
+    if match is None:
+        return None
+    trace_id, span_id = int(match.group(1), 16), int(match.group(2), 16)
+    if not trace_id or not span_id:
+        return None
+    return trace.SpanContext(trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(int(match.group(3), 16)))
 
 
 def _context_from(traceparent: str) -> Any:
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    """The parent context of a span continuing `traceparent` (None: a new trace)."""
+    from opentelemetry import trace
 
-    return TraceContextTextMapPropagator().extract({"traceparent": traceparent} if traceparent else {})
+    context = _span_context(traceparent)
+    return None if context is None else trace.set_span_in_context(trace.NonRecordingSpan(context))
 
 
 @dataclass(slots=True)

@@ -21,8 +21,8 @@ from gateway import telemetry
 from gateway.config import ConfigError, TracingConfig
 from gateway.config import parse as parse_config
 from tests.harness import http_json, running_gateway
-from tests.otlp_receiver import grpc_receiver, http_receiver
 from tests.processes import gateway as gateway_process
+from tools.otlp_receiver import grpc_receiver, http_receiver
 from tools.processes import free_port
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
@@ -201,4 +201,6 @@ def test_a_collector_that_is_down_costs_dropped_counted_spans_never_an_answer(mo
                     for i in range(40)]
         assert statuses == [200] * 40
         counts = gw.gateway.telemetry.span_counts()
+        exposition = gw.gateway.service.metrics.exposition().decode()
     assert counts["dropped"] > 0 and counts["exported"] == 0, counts
+    assert 'gateway_trace_spans_total{outcome="dropped"}' in exposition

@@ -113,10 +113,12 @@ class Predictor(Server):
 class Gateway(Server):
     """The gateway serving `models` (written to a TOML config), ready once it says so."""
 
-    def __init__(self, log_dir: Path, name: str, models: list[dict[str, Any]], loop: str = "asyncio") -> None:
+    def __init__(self, log_dir: Path, name: str, models: list[dict[str, Any]], loop: str = "asyncio",
+                 tracing: dict[str, Any] | None = None) -> None:
         self.config_path = log_dir / f"{name}.toml"
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(to_toml(models))
+        tracing_table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (tracing or {}).items())
+        self.config_path.write_text(to_toml(models) + (f"\n[tracing]\n{tracing_table}" if tracing else ""))
         super().__init__(name, python_module_command(
             "gateway", "serve", "--config", str(self.config_path), "--host", "127.0.0.1", "--http-port", "0",
             "--grpc-port", "0", "--log-level", "WARNING", "--loop", loop), log_dir)

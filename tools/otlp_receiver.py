@@ -1,6 +1,7 @@
-"""An OTLP trace receiver for the tests: the collector's own protocol (the
-opentelemetry-proto messages), over gRPC (TraceService/Export) and over HTTP (POST
-/v1/traces, protobuf), keeping every span it is sent."""
+"""An OTLP trace receiver, for the tests and the `tracing` bench scenario: the collector's
+own protocol (the opentelemetry-proto messages), over gRPC (TraceService/Export) and over
+HTTP (POST /v1/traces, protobuf), keeping every span it is sent (or, `keep=False`, only
+counting them). It knows nothing of the gateway."""
 from __future__ import annotations
 
 import contextlib
@@ -20,10 +21,15 @@ class Received:
     """What a receiver was sent: each span with its resource's attributes."""
     spans: list[tuple[dict[str, str], trace_pb2.Span]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    keep: bool = True
+    count: int = 0
 
     def add(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
         with self.lock:
             for resource_spans in request.resource_spans:
+                if not self.keep:
+                    self.count += sum(len(scope.spans) for scope in resource_spans.scope_spans)
+                    continue
                 resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
                 for scope_spans in resource_spans.scope_spans:
                     self.spans.extend((resource, span) for span in scope_spans.spans)
@@ -43,9 +49,9 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 @contextlib.contextmanager
-def grpc_receiver() -> Iterator[tuple[str, Received]]:
+def grpc_receiver(keep: bool = True) -> Iterator[tuple[str, Received]]:
     """(its address as OTEL_EXPORTER_OTLP_ENDPOINT wants it, what it received)."""
-    received = Received()
+    received = Received(keep=keep)
     server = grpc.server(futures.ThreadPoolExecutor(2))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(received), server)
     port = server.add_insecure_port("127.0.0.1:0")
