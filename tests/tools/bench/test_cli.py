@@ -85,7 +85,8 @@ def test_goodput_smoke_run_reports_every_system_at_each_load(tmp_path):
     systems = ("adaptive (FIFO)", "window (50 ms)", "deadline", "Triton dynamic batcher")
     assert [(r["name"], r["load"]) for r in rows] == [
         *((system, load) for system in systems for load in (0.5, 0.8, 1.0, 1.2, 1.5, 2.0, "bursty")),
-        ("deadline, priority 1 of 2", 1.5), ("deadline, priority 2 of 2", 1.5)]
+        *((f"deadline, priority {level} of 2", load) for load in ("1.5: 0.75 + 0.75", "1.5: 1.2 + 0.3")
+          for level in (1, 2))]
     # Every system answers at every load (the lower of two priority levels may be refused
     # entirely at 1.5x: levels never share a batch, and level 1 keeps the predictor busy).
     assert all(r["answered"] > 0 for r in rows if r["name"] != "deadline, priority 2 of 2")
