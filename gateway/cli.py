@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                        help="DEBUG adds one line per batch")
     serve.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line")
+    serve.add_argument("--workers", help="protocol processes batching as one: a number, or auto for the "
+                                          "machine's cores (default 1, or [server] workers)")
     serve.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop", "auto"],
                        help="event loop: the standard asyncio one (default), uvloop (pip install '.[uvloop]'), "
                             "or uvloop when installed (auto)")
@@ -37,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {key: value for key, value in
                      (("host", args.host), ("http_port", args.http_port), ("grpc_port", args.grpc_port))
                      if value is not None}
+        if args.workers is not None:
+            overrides["workers"] = gateway_config.workers(args.workers, "--workers")
         for key in ("http_port", "grpc_port"):
             if key in overrides and not 0 <= overrides[key] <= 65535:
                 raise gateway_config.ConfigError(f"--{key.replace('_', '-')}", "must be between 0 and 65535")
@@ -48,16 +52,20 @@ def main(argv: list[str] | None = None) -> int:
 
     logs.configure(args.log_level, args.log_format)
     from gateway.server import serve as run  # imported late: check-config needs no servers
+    from gateway.workers.supervisor import supervise
     try:
-        with _runner(args.loop) as runner:
-            runner.run(run(loaded, args.config))
+        with event_loop_runner(args.loop) as runner:
+            if loaded.server.workers > 1:
+                runner.run(supervise(loaded, args.config, args.loop, args.log_level, args.log_format))
+            else:
+                runner.run(run(loaded, args.config))
     except OSError as error:
         print(f"batching-gateway: cannot start: {error}", file=sys.stderr)
         return 1
     return 0
 
 
-def _runner(loop: str) -> asyncio.Runner:
+def event_loop_runner(loop: str) -> asyncio.Runner:
     """The event loop both front ends and the scheduler share: asyncio's, or uvloop's when
     `loop` asks for it ("auto": if it is installed)."""
     if loop != "asyncio":

@@ -61,6 +61,7 @@ class ServerConfig:
     idle_timeout_s: float = 75.0     # a kept-alive connection's next head (nginx; above cloud LBs' 60 s)
     max_connections: int = 0         # per front end; 0: from the open-files limit (gateway.server)
     max_concurrent_streams: int = 256  # gRPC calls at once on one connection (Go's bound is 250)
+    workers: int = 1                 # protocol processes batching as one (gateway.workers); "auto": the cores
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +232,8 @@ def _batching(raw: dict, key: str) -> BatchingConfig:
 
 def _server(raw: dict) -> ServerConfig:
     _only(raw, "server", {"host", "http_port", "grpc_port", "grace_s", "tls", "auth_token_env", "header_timeout_s",
-                          "body_timeout_s", "idle_timeout_s", "max_connections", "max_concurrent_streams"})
+                          "body_timeout_s", "idle_timeout_s", "max_connections", "max_concurrent_streams",
+                          "workers"})
     default = ServerConfig()
     tls = _table(raw, "tls", "server.tls")
     _only(tls, "server.tls", {"cert_file", "key_file"})
@@ -256,7 +258,22 @@ def _server(raw: dict) -> ServerConfig:
         max_connections=_number(raw, "server", "max_connections", default.max_connections, integer=True, minimum=0),
         max_concurrent_streams=_number(raw, "server", "max_concurrent_streams", default.max_concurrent_streams,
                                        integer=True, minimum=1),
+        workers=workers(raw.get("workers", default.workers), "server.workers"),
     )
+
+
+MAX_WORKERS = 64
+
+
+def workers(value: Any, key: str) -> int:
+    """A worker count: a positive integer, or "auto" for the machine's cores."""
+    if value == "auto":
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
+        raise ConfigError(key, f"must be \"auto\" or an integer from 1 to {MAX_WORKERS}, got {value!r}")
+    return value
 
 
 def _timeout(raw: dict, key: str, default: float) -> float:

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import resource
 import signal
+from typing import cast
 
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import ConfigError, GatewayConfig
@@ -18,6 +19,7 @@ from gateway.service import InferenceService
 from gateway.telemetry import NO_TELEMETRY, Telemetry
 from gateway.telemetry import resolve as resolve_tracing
 from gateway.telemetry import start as start_telemetry
+from gateway.workers.remote import BatcherClient, RemoteScheduler
 
 log = logging.getLogger(__name__)
 # Descriptors kept back from client connections: predictor connections, gRPC's own, files, logs.
@@ -28,8 +30,10 @@ class Gateway:
     """One gateway: the scheduler (what decides batches), the service every front end
     calls, and the front ends that serve it on this process's sockets (`FrontEnds`)."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, batcher_path: str | None = None) -> None:
         self.config = config
+        self.batcher_path = batcher_path  # a worker of gateway.workers: the batcher's socket
+        self.batcher: BatcherClient | None = None
         self.scheduler: BatchScheduler | None = None
         self.service: InferenceService | None = None
         self.front_ends: FrontEnds | None = None
@@ -45,8 +49,17 @@ class Gateway:
 
     async def start(self) -> None:
         self.telemetry = start_telemetry(resolve_tracing(self.config.tracing))
-        self.scheduler = BatchScheduler(asyncio.get_running_loop(), self.telemetry.batches)
-        self.service = InferenceService(self.config, self.scheduler, self.telemetry)
+        if self.batcher_path is None:
+            self.scheduler = BatchScheduler(asyncio.get_running_loop(), self.telemetry.batches)
+            self.service = InferenceService(self.config, self.scheduler, self.telemetry)
+        else:
+            # A worker: batches are decided by the batcher; its scheduler stands in for one
+            # here (the service reads only add_model, remove_model, submit, close and the
+            # empty model_names of it), and the whole gateway's views are read there.
+            self.batcher = await BatcherClient.connect(self.batcher_path)
+            self.scheduler = cast(BatchScheduler, RemoteScheduler(self.batcher))
+            self.service = InferenceService(self.config, self.scheduler, self.telemetry, self.batcher.view)
+            self.batcher.answer["exposition"] = self.service.metrics.exposition
         await self.service.start()
         self.front_ends = FrontEnds(self.service, self.config, connection_cap(self.config.server.max_connections))
         await self.front_ends.start()
@@ -127,14 +140,18 @@ def connection_cap(configured: int) -> int:
     return configured
 
 
-async def serve(config: GatewayConfig, config_path: str | None = None) -> None:
+async def serve(config: GatewayConfig, config_path: str | None = None, batcher_path: str | None = None) -> None:
     """Run until SIGTERM or SIGINT, then stop gracefully; a second signal hurries the stop.
     SIGHUP reloads `config_path` (models added, removed, re-tuned); a bad file is logged
-    and the running config kept."""
+    and the running config kept. `batcher_path`: run as a worker of `gateway.workers`
+    (which also stops when its batcher has gone)."""
     raise_open_files_limit()
-    gateway = Gateway(config)
+    gateway = Gateway(config, batcher_path)
     await gateway.start()
     stopping = asyncio.Event()
+    if gateway.batcher is not None:
+        lost = asyncio.get_running_loop().create_task(gateway.batcher.lost.wait())
+        lost.add_done_callback(lambda _: stopping.set())
 
     def on_signal() -> None:
         if stopping.is_set():

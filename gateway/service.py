@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from backends.registry import create_backend
-from gateway import __version__, triton
+from gateway import __version__, live, triton
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import GatewayConfig, ModelConfig
 from gateway.lifecycle import Call
@@ -45,9 +46,13 @@ class InferenceOutcome:
 
 
 class InferenceService:
-    def __init__(self, config: GatewayConfig, scheduler: BatchScheduler, telemetry: Telemetry = NO_TELEMETRY) -> None:
+    def __init__(self, config: GatewayConfig, scheduler: BatchScheduler, telemetry: Telemetry = NO_TELEMETRY,
+                 views: Callable[..., Awaitable[Any]] | None = None) -> None:
         self.config = config
         self.scheduler = scheduler
+        # In a worker (gateway.workers) the scheduler is the batcher's: what describes the
+        # whole gateway is read there, by `views(name, *args)`.
+        self._views = views
         self.telemetry = telemetry  # request spans (the scheduler holds its batch observer)
         self.models: dict[str, ServedModel] = {}
         self.active_requests = 0  # inside infer_*: what a graceful stop waits for
@@ -141,9 +146,35 @@ class InferenceService:
         return triton.model_config(served, await served.backend.model_config())
 
     def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        """Triton's statistics document for one model, or (no name) every model."""
+        """Triton's statistics document for one model, or (no name) every model, from this
+        process's scheduler."""
         served = [self.model(name, version)] if name else list(self.models.values())
         return {"model_stats": [triton.model_statistics(m, self.scheduler.stats(m.name)) for m in served]}
+
+    # -- views of the whole gateway (the batcher's, in a worker) -------------------------
+
+    async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """Triton's statistics document (`model_statistics`) of the whole gateway."""
+        if self._views is None:
+            return self.model_statistics(name, version)
+        if name:
+            self.model(name, version)  # an unknown model or version: refused here, as in one process
+        document: dict[str, Any] = await self._views("statistics", name, version)
+        return document
+
+    async def exposition(self) -> bytes:
+        """/metrics of the whole gateway."""
+        if self._views is None:
+            return self.metrics.exposition()
+        text: bytes = await self._views("exposition")
+        return text
+
+    async def live(self) -> dict[str, Any]:
+        """The live page's snapshot (`gateway.live`) of the whole gateway."""
+        if self._views is None:
+            return live.snapshot(self.scheduler)
+        snapshot: dict[str, Any] = await self._views("live")
+        return snapshot
 
     # -- requests --------------------------------------------------------------------
 

@@ -72,7 +72,7 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest,
                               context: grpc.aio.ServicerContext) -> pb.ModelStatisticsResponse:
         response = pb.ModelStatisticsResponse()
-        json_format.ParseDict(self.service.model_statistics(request.name, request.version), response)
+        json_format.ParseDict(await self.service.statistics(request.name, request.version), response)
         return response
 
     @rpc(front_end="oip_grpc")

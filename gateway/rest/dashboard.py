@@ -7,13 +7,13 @@ says so to the browser). Read-only, and behind the bearer token like every other
 (`BaseHandler.prepare`): with `[server] auth_token_env` set, the browser must send the
 `Authorization` header (a proxy in front of it, or a browser extension, adds it).
 
-Handlers here only serialize what `gateway.live` builds: they know no stats of their own.
+Handlers here only serialize what `gateway.live` builds, read through the service (the
+batcher's, in a worker of `gateway.workers`): they know no stats of their own.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from gateway import live
 from gateway.rest.base import BaseHandler
 from wire.errors import NotFound
 
@@ -61,6 +61,6 @@ class DashboardScriptHandler(_StaticHandler):
 
 
 class DashboardDataHandler(BaseHandler):
-    def get(self) -> None:
+    async def get(self) -> None:
         self.set_header("Cache-Control", "no-store")
-        self.write_json(live.snapshot(self.service.scheduler))
+        self.write_json(await self.service.live())

@@ -45,7 +45,7 @@ class ModelStatisticsHandler(BaseHandler):
     """Triton's statistics extension: one model, or every model."""
 
     async def get(self, model: str | None = None, version: str | None = None) -> None:
-        self.write_json(self.service.model_statistics(model or "", version or ""))
+        self.write_json(await self.service.statistics(model or "", version or ""))
 
 
 class ModelReadyHandler(BaseHandler):

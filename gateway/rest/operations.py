@@ -6,6 +6,6 @@ from gateway.rest.base import BaseHandler
 
 
 class MetricsHandler(BaseHandler):
-    def get(self) -> None:
+    async def get(self) -> None:
         self.set_header("Content-Type", metrics.CONTENT_TYPE)
-        self.finish(self.service.metrics.exposition())
+        self.finish(await self.service.exposition())
