@@ -201,3 +201,17 @@ def test_variable_length_config_errors_name_the_key(model, key, problem):
     with pytest.raises(config.ConfigError) as error:
         config.parse({"models": [model]})
     assert error.value.key == key and problem in error.value.problem
+
+
+def test_workers_default_to_one_and_take_a_count_or_auto_for_the_cores():
+    import os
+
+    def server(**keys):
+        return config.parse({"server": keys, "models": [{"name": "m", "backend": "simulated"}]}).server
+
+    assert server().workers == 1 and server(workers=4).workers == 4
+    assert server(workers="auto").workers == len(os.sched_getaffinity(0))
+    for bad in (0, -1, 65, "many", 2.5, True):
+        with pytest.raises(config.ConfigError, match="server.workers"):
+            server(workers=bad)
+    assert config.workers("3", "--workers") == 3  # the command line's form

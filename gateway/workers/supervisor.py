@@ -62,10 +62,11 @@ class WorkerProcess:
 
     async def start(self) -> None:
         """Start it and wait for its READY line (RuntimeError if it exits or stays silent)."""
-        # Its stdin is a pipe it never reads: when this process dies, the pipe closes with
-        # it (and so does the batcher's socket, which is what stops the worker).
+        # Its own session: signals reach it from here alone (a terminal's ctrl-c or a group
+        # kill would otherwise come twice, and a second signal hurries a drain). If this
+        # process dies, the batcher's socket closes with it, which stops the worker.
         self.process = await asyncio.create_subprocess_exec(
-            *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            *self.command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, start_new_session=True)
         assert self.process.stdout is not None
         try:
             line = await asyncio.wait_for(self.process.stdout.readline(), READY_TIMEOUT_S)

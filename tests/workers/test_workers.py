@@ -1,0 +1,371 @@
+"""`serve --workers N` (gateway/workers): N protocol processes on the same ports batch as
+one. Real processes: the gateway as users start it, a predictor that records the batches
+it gets (and holds them, so that what arrives meanwhile queues), clients on many
+connections, which the kernel spreads over the workers (checked, per connection, in /proc)."""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import http.client
+import http.server
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import orjson
+import pytest
+
+from tests.harness import http_json
+from tests.processes import ServerProcess, python_module
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
+
+WORKERS = 2
+
+
+# -- the predictor and the gateway ------------------------------------------------------------
+
+class RecordingPredictor:
+    """A KServe v1 predictor that records each call's rows and how many calls it had at once;
+    with `hold` set, every call waits for `release`."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[list[float]]] = []
+        self.concurrent = 0
+        self.most_concurrent = 0
+        self.lock = threading.Lock()
+        self.hold = False
+        self.release = threading.Event()
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[str]:
+        predictor = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802
+                rows = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))["instances"]
+                with predictor.lock:
+                    predictor.batches.append(rows)
+                    predictor.concurrent += 1
+                    predictor.most_concurrent = max(predictor.most_concurrent, predictor.concurrent)
+                try:
+                    if predictor.hold:
+                        predictor.release.wait(10)
+                    time.sleep(0.002)
+                finally:
+                    with predictor.lock:
+                        predictor.concurrent -= 1
+                answer = orjson.dumps({"predictions": [[2 * x for x in row] for row in rows]})
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def do_GET(self) -> None:  # noqa: N802 - KServe v1 readiness: GET /v1/models/<name>
+                answer = orjson.dumps({"name": self.path.rsplit("/", 1)[-1], "ready": True})
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            self.release.set()
+            server.shutdown()
+            server.server_close()
+
+
+MODEL = '''[[models]]
+name = "{name}"
+backend = "kserve"
+api = "v1"
+url = "{url}"
+[[models.inputs]]
+name = "INPUT0"
+datatype = "FP32"
+[[models.outputs]]
+name = "OUTPUT0"
+datatype = "FP32"
+[models.batching]
+max_batch_size = 64
+max_inflight = 1
+'''
+
+
+@contextlib.contextmanager
+def gateway_with_workers(config: Path, workers: int = WORKERS) -> Iterator[ServerProcess]:
+    process = python_module("gateway", "serve", "--config", str(config), "--http-port", "0", "--grpc-port", "0",
+                            "--workers", str(workers), "--log-level", "INFO", ready_timeout=60)
+    try:
+        yield process
+    finally:
+        pids = worker_pids(process)
+        process.stop()
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in pids:  # never left behind, whatever the test did
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def worker_pids(process: ServerProcess) -> list[int]:
+    """The workers' PIDs now, as the supervisor logged them (started, or started again)."""
+    pids: dict[int, int] = {}
+    for index, pid in re.findall(r"(\d+) \(pid (\d+)\)", process.log_text()):
+        pids[int(index)] = int(pid)
+    for index, pid in re.findall(r"worker (\d+) started again \(pid (\d+)\)", process.log_text()):
+        pids[int(index)] = int(pid)
+    return list(pids.values())
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def owner_of(connection: http.client.HTTPConnection, server_port: int, pids: list[int]) -> int | None:
+    """Which process holds the server side of a client's TCP connection (from /proc)."""
+    assert connection.sock is not None
+    client_port = connection.sock.getsockname()[1]
+    inode = None
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = fields[1], fields[2]
+        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
+            inode = fields[9]
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) == f"socket:[{inode}]":
+                    return pid
+    return None
+
+
+def post(connection: http.client.HTTPConnection, model: str, value: float) -> tuple[int, dict]:
+    connection.request("POST", f"/v1/models/{model}:predict", orjson.dumps({"instances": [[value]]}),
+                       {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    return response.status, orjson.loads(response.read())
+
+
+def connections_on_every_worker(process: ServerProcess, count: int) -> list[http.client.HTTPConnection]:
+    """`count` open connections, at least one held by each worker."""
+    pids = worker_pids(process)
+    connections: list[http.client.HTTPConnection] = []
+    owners: set[int | None] = set()
+    for _ in range(200):
+        connection = http.client.HTTPConnection("127.0.0.1", process.port("http"), timeout=30)
+        connection.connect()
+        time.sleep(0.005)  # accepted by its worker
+        connections.append(connection)
+        owners.add(owner_of(connection, process.port("http"), pids))
+        if len(connections) >= count and owners >= set(pids):
+            return connections
+    raise AssertionError(f"200 connections never reached every worker: {owners} of {pids}")
+
+
+@pytest.fixture
+def predictor() -> Iterator[tuple[RecordingPredictor, str]]:
+    recording = RecordingPredictor()
+    with recording.serving() as url:
+        yield recording, url
+
+
+# -- one gateway ---------------------------------------------------------------------------
+
+def test_one_ready_line_names_the_workers_and_every_worker_serves_the_ports(tmp_path, predictor):
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        assert gw.fields["workers"] == str(WORKERS)
+        pids = worker_pids(gw)
+        assert len(pids) == WORKERS and all(alive(pid) for pid in pids)
+        connections = connections_on_every_worker(gw, 4)
+        for index, connection in enumerate(connections):
+            status, body = post(connection, "demo", index)
+            assert status == 200 and body["predictions"] == [[2.0 * index]]
+            connection.close()
+
+
+def test_requests_at_different_workers_leave_in_one_batch_and_max_inflight_holds_for_the_gateway(
+        tmp_path, predictor):
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        connections = connections_on_every_worker(gw, 12)
+        recording.hold = True
+        with concurrent.futures.ThreadPoolExecutor(len(connections)) as pool:
+            first = pool.submit(post, connections[0], "demo", 1000)
+            deadline = time.monotonic() + 10
+            while not recording.batches and time.monotonic() < deadline:
+                time.sleep(0.01)  # at the predictor, held: the others queue at the batcher
+            rest = [pool.submit(post, connection, "demo", index) for index, connection in enumerate(connections[1:])]
+            time.sleep(0.5)
+            recording.hold = False
+            recording.release.set()
+            answers = [first.result(), *(future.result() for future in rest)]
+        assert all(status == 200 for status, _ in answers)
+        assert [body["predictions"] for _, body in answers[1:]] == [[[2.0 * i]] for i in range(len(rest))]
+        # The workers' requests, queued together at the one batcher, left as one batch.
+        assert sorted(row[0] for row in recording.batches[1]) == sorted(float(i) for i in range(len(rest)))
+        assert len(recording.batches) == 2
+        # Under load from every worker, one batch at a time (max_inflight = 1 for the gateway).
+        recording.batches.clear()
+        with concurrent.futures.ThreadPoolExecutor(len(connections)) as pool:
+            loads = [pool.submit(lambda c: [post(c, "demo", 1)[0] for _ in range(20)], c) for c in connections]
+            assert all(statuses == [200] * 20 for statuses in (f.result() for f in loads))
+        assert recording.most_concurrent == 1 and len(recording.batches) < 20 * len(connections)
+        for connection in connections:
+            connection.close()
+
+
+def test_metrics_statistics_and_readiness_describe_the_whole_gateway(tmp_path, predictor):
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        connections = connections_on_every_worker(gw, 6)
+        for connection in connections:
+            for value in range(5):
+                assert post(connection, "demo", value)[0] == 200
+            connection.close()
+        answered = 5 * len(connections)
+        for _ in range(3):  # whichever worker answers, the same whole-gateway figures
+            status, text = _get(gw, "/metrics")
+            assert status == 200
+            assert f'gateway_requests_total{{code="200",model="demo",protocol="v1"}} {answered}.0' in text
+            assert f'gateway_batched_instances_total{{model="demo"}} {answered}.0' in text
+            status, statistics = http_json("GET", f"{gw.http_url}/v2/models/demo/stats")
+            assert status == 200 and statistics["model_stats"][0]["inference_count"] == answered
+            status, live = http_json("GET", f"{gw.http_url}/dashboard/data")
+            assert status == 200 and live["models"][0]["counts"]["answered"] == answered
+        assert http_json("GET", f"{gw.http_url}/v2/models/nope/stats")[0] == 404
+        assert http_json("GET", f"{gw.http_url}/v2/health/ready")[0] == 200
+
+
+def test_every_front_end_works_through_the_workers(tmp_path, predictor):
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        status, body = http_json("POST", f"{gw.http_url}/v2/models/demo/infer", {"inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [3]}]})
+        assert status == 200 and body["outputs"][0]["data"] == [6.0]
+        connection = http.client.HTTPConnection("127.0.0.1", gw.port("http"), timeout=10)
+        connection.request("POST", "/predictions/demo", b"[4]", {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200 and orjson.loads(response.read()) == [8.0]  # TorchServe's JSON form
+        connection.close()
+        with grpc.insecure_channel(gw.grpc_address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            request = pb.ModelInferRequest(model_name="demo", id="g")
+            request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(5)
+            assert stub.ModelInfer(request, timeout=10).id == "g"
+            answers = list(stub.ModelStreamInfer(iter([request, request]), timeout=10))
+            assert [a.infer_response.id for a in answers] == ["g", "g"] and not answers[0].error_message
+            statistics = stub.ModelStatistics(pb.ModelStatisticsRequest(name="demo"), timeout=10)
+            assert statistics.model_stats[0].inference_count >= 4
+        connection = http.client.HTTPConnection("127.0.0.1", gw.port("http"), timeout=10)
+        connection.request("POST", "/v1/models/demo:predict", b'{"instances": [[1]', {"Content-Type": "application/json"})
+        assert connection.getresponse().status == 400  # a bad input is the worker's to refuse, as in one process
+        connection.close()
+
+
+# -- lifecycle ------------------------------------------------------------------------------
+
+def test_a_killed_worker_is_restarted_and_its_clients_get_errors_never_hangs(tmp_path, predictor):
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        connections = connections_on_every_worker(gw, 4)
+        victim = worker_pids(gw)[0]
+        on_victim = [c for c in connections if owner_of(c, gw.port("http"), [victim]) == victim]
+        recording.hold = True
+        with concurrent.futures.ThreadPoolExecutor(len(on_victim)) as pool:
+            held = [pool.submit(post, connection, "demo", 1) for connection in on_victim]
+            time.sleep(0.3)
+            os.kill(victim, signal.SIGKILL)
+            for future in held:  # an error (the connection closed), within its timeout, not a hang
+                with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+                    future.result(timeout=30)
+        recording.hold = False
+        recording.release.set()
+        deadline = time.monotonic() + 30
+        while not re.search(r"worker \d started again", gw.log_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert re.search(r"worker \d \(pid \d+\) exited with status -9", gw.log_text()), gw.log_text()
+        assert re.search(r"worker \d started again", gw.log_text()), gw.log_text()
+        assert len([pid for pid in worker_pids(gw) if alive(pid)]) == WORKERS
+        fresh = connections_on_every_worker(gw, 4)  # both workers serve again
+        assert all(post(connection, "demo", 2)[0] == 200 for connection in fresh)
+        for connection in connections + fresh:
+            connection.close()
+
+
+def test_reload_and_drain_reach_every_worker(tmp_path, predictor):
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        config.write_text(MODEL.format(name="demo", url=url) + MODEL.format(name="added", url=url))
+        gw.signal(signal.SIGHUP)
+        connections = connections_on_every_worker(gw, 6)
+        deadline = time.monotonic() + 20
+        pending = list(connections)
+        while pending and time.monotonic() < deadline:  # every worker takes the new model
+            pending = [c for c in pending if post(c, "added", 1)[0] != 200]
+            time.sleep(0.05)
+        assert not pending, "a worker never took the reloaded model"
+        # SIGTERM drains every worker: what they hold is answered, then everything exits.
+        recording.hold = True
+        pids = worker_pids(gw)
+        with concurrent.futures.ThreadPoolExecutor(len(connections)) as pool:
+            held = [pool.submit(post, connection, "demo", 1) for connection in connections]
+            time.sleep(0.3)
+            os.kill(gw.pid, signal.SIGTERM)
+            time.sleep(0.3)
+            recording.hold = False
+            recording.release.set()
+            assert [future.result(timeout=30)[0] for future in held] == [200] * len(connections)
+        assert gw.wait(30) == 0
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in pids if alive(pid)]
+
+
+def test_a_config_error_exits_2_before_anything_starts(tmp_path):
+    config = tmp_path / "gateway.toml"
+    config.write_text('[server]\nworkers = 0\n[[models]]\nname = "demo"\nbackend = "simulated"\n')
+    with pytest.raises(RuntimeError, match=r"server.workers"):
+        python_module("gateway", "serve", "--config", str(config), ready_timeout=20)
+
+
+def _get(gw: ServerProcess, path: str) -> tuple[int, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", gw.port("http"), timeout=10)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
