@@ -361,11 +361,56 @@ def test_a_config_error_exits_2_before_anything_starts(tmp_path):
         python_module("gateway", "serve", "--config", str(config), ready_timeout=20)
 
 
-def _get(gw: ServerProcess, path: str) -> tuple[int, str]:
+def _get(gw: ServerProcess, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
     connection = http.client.HTTPConnection("127.0.0.1", gw.port("http"), timeout=10)
     try:
-        connection.request("GET", path)
+        connection.request("GET", path, headers=headers or {})
         response = connection.getresponse()
         return response.status, response.read().decode()
     finally:
         connection.close()
+
+
+def test_padding_priorities_deadlines_and_the_token_hold_through_the_workers(tmp_path):
+    config = tmp_path / "gateway.toml"
+    config.write_text('''[server]
+auth_token_env = "WORKERS_TEST_TOKEN"
+[[models]]
+name = "enc"
+backend = "simulated"
+simulated = { call_ms = 5 }
+[[models.inputs]]
+name = "INPUT0"
+datatype = "FP32"
+shape = [-1, -1]
+pad = { dim = 1, value = 0 }
+[[models.outputs]]
+name = "OUTPUT0"
+datatype = "FP32"
+shape = [-1, -1]
+follows_pad = 1
+[models.batching]
+slo_ms = 500
+priority_levels = 2
+''')
+    os.environ["WORKERS_TEST_TOKEN"] = "s3cret"  # read by the supervisor when it parses the config
+    try:
+        with gateway_with_workers(config) as gw:
+            url = f"{gw.http_url}/v1/models/enc:predict"
+            assert http_json("POST", url, {"instances": [[1.0]]})[0] == 401
+            auth = {"Authorization": "Bearer s3cret"}
+            status, body = http_json("POST", url, {"instances": [[1.0, 2.0, 3.0], [4.0]]}, headers=auth)
+            assert status == 200 and body["predictions"] == [[2.0, 4.0, 6.0], [8.0]]  # each at its own length
+            status, body = http_json("POST", f"{gw.http_url}/v2/models/enc/infer", {
+                "parameters": {"priority": 1, "timeout": 400000}, "inputs": [
+                    {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}, headers=auth)
+            assert status == 200 and body["outputs"][0]["data"] == [2.0, 4.0]
+            status, body = http_json("POST", f"{gw.http_url}/v2/models/enc/infer", {"parameters": {"priority": 3},
+                                     "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1]}]},
+                                     headers=auth)
+            assert status == 400 and "batching.priority_levels" in body["error"]  # the batcher's refusal, relayed
+            status, text = _get(gw, "/metrics", auth)
+            assert 'gateway_priority_requests_total{level="1",model="enc"} 1.0' in text
+    finally:
+        del os.environ["WORKERS_TEST_TOKEN"]
+
