@@ -128,6 +128,14 @@ class BatchScheduler:
         return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client, parameters, priority,
                                                                 lengths))
 
+    def enqueue(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
+                client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
+                priority: int = 0, lengths: np.ndarray | None = None) -> asyncio.Future[BatchResult]:
+        """`submit` without a coroutine, on the scheduler's own loop: the future of the
+        request's rows (cancelling it withdraws the request). For a caller that answers
+        from a callback (the workers' batcher), one task fewer per request."""
+        return self._queue(model).add(inputs, timeout_s, client, parameters, priority, lengths)
+
     def submit_threadsafe(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
                           client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
                           priority: int = 0, lengths: np.ndarray | None = None) -> concurrent.futures.Future:

@@ -39,7 +39,7 @@ ASK_TIMEOUT_S = 5.0  # a worker that does not answer a view's question in time i
 class _Worker:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.requests: dict[int, asyncio.Task[None]] = {}
+        self.requests: dict[int, asyncio.Future[Any]] = {}
         self.questions: dict[int, asyncio.Future[Any]] = {}
 
 
@@ -74,8 +74,8 @@ class Batcher:
             pass
         finally:
             self._workers.discard(worker)
-            for task in worker.requests.values():
-                task.cancel()  # its clients went with it
+            for request in list(worker.requests.values()):
+                request.cancel()  # its clients went with it
             for question in worker.questions.values():
                 question.cancel()
             worker.channel.close()
@@ -83,11 +83,11 @@ class Batcher:
     def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "submit":
-            worker.requests[message[1]] = self._spawn(self._submit(worker, *message[1:]))
+            self._submit(worker, *message[1:])
         elif kind == "cancel":
-            task = worker.requests.pop(message[1], None)
-            if task is not None:
-                task.cancel()
+            request = worker.requests.pop(message[1], None)
+            if request is not None:
+                request.cancel()
         elif kind == "view":
             self._spawn(self._view(worker, message[1], message[2], message[3]))
         elif kind == "answer":
@@ -103,26 +103,38 @@ class Batcher:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _submit(self, worker: _Worker, request_id: int, model: str, inputs: list[tuple[str, str, Any]],
-                      timeout_s: float | None, client: tuple[str, str] | None, parameters: dict[str, Any] | None,
-                      priority: int, lengths: Any) -> None:
+    def _submit(self, worker: _Worker, request_id: int, model: str, inputs: list[tuple[str, str, Any]],
+                timeout_s: float | None, client: tuple[str, str] | None, parameters: dict[str, Any] | None,
+                priority: int, lengths: Any) -> None:
         # The worker sends plain tuples (see remote.RemoteScheduler.submit), and gets them back.
+        # Answered from the future's callback: no task per request.
         try:
-            result = await self.service.scheduler.submit(
+            future = self.service.scheduler.enqueue(
                 model, [Tensor(*tensor) for tensor in inputs], timeout_s,
                 ClientContext(*client) if client is not None else NO_CONTEXT, parameters or NO_PARAMETERS,
                 priority, lengths)
+        except GatewayError as error:
+            worker.channel.send(("error", request_id, error))
+            return
+        worker.requests[request_id] = future
+        future.add_done_callback(lambda done: self._answer(worker, request_id, model, done))
+
+    @staticmethod
+    def _answer(worker: _Worker, request_id: int, model: str, future: asyncio.Future[Any]) -> None:
+        worker.requests.pop(request_id, None)
+        if worker.channel.closed or future.cancelled():
+            return  # withdrawn by its worker, or the worker has gone
+        error = future.exception()
+        if error is None:
+            result = future.result()
             reply: tuple[Any, ...] = ("result", request_id,
                                       ([(t.name, t.datatype, t.data) for t in result.outputs], result.batch_ids))
-        except GatewayError as error:
+        elif isinstance(error, GatewayError):
             reply = ("error", request_id, error)
-        except Exception:  # a bug: the worker's client still gets an answer
-            log.exception("a request from a worker failed in the batcher")
+        else:  # a bug: the worker's client still gets an answer
+            log.error("a request from a worker failed in the batcher", exc_info=error)
             reply = ("error", request_id, GatewayError(f"model '{model}': internal error in the batcher"))
-        finally:
-            worker.requests.pop(request_id, None)
-        if not worker.channel.closed:
-            worker.channel.send(reply)
+        worker.channel.send(reply)
 
     async def _view(self, worker: _Worker, request_id: int, name: str, args: tuple[Any, ...]) -> None:
         try:

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import csv
+import io
 import json
 import math
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 import urllib.error
@@ -114,14 +117,14 @@ class Gateway(Server):
     """The gateway serving `models` (written to a TOML config), ready once it says so."""
 
     def __init__(self, log_dir: Path, name: str, models: list[dict[str, Any]], loop: str = "asyncio",
-                 tracing: dict[str, Any] | None = None) -> None:
+                 tracing: dict[str, Any] | None = None, workers: int = 1) -> None:
         self.config_path = log_dir / f"{name}.toml"
         log_dir.mkdir(parents=True, exist_ok=True)
         tracing_table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (tracing or {}).items())
         self.config_path.write_text(to_toml(models) + (f"\n[tracing]\n{tracing_table}" if tracing else ""))
         super().__init__(name, python_module_command(
             "gateway", "serve", "--config", str(self.config_path), "--host", "127.0.0.1", "--http-port", "0",
-            "--grpc-port", "0", "--log-level", "WARNING", "--loop", loop), log_dir)
+            "--grpc-port", "0", "--log-level", "WARNING", "--loop", loop, "--workers", str(workers)), log_dir)
 
     def wait_ready(self) -> None:
         super().wait_ready()
@@ -320,6 +323,21 @@ def metric(gateway: Gateway, name: str, model: str) -> float | None:
         if line.startswith(f'{name}{{model="{model}"}} '):
             return float(line.rsplit(" ", 1)[1])
     return None
+
+
+def hey(url: str, body: Path, clients: int, duration: float, *, method: str = "POST",
+        content_type: str = "application/json") -> dict[str, Any]:
+    """The real `hey` (Go: the load costs little of the cores it shares with the gateway),
+    sending the file `body` (`-D`, as `curl -T` or `-d @file` would) for `duration` seconds."""
+    command = ["hey", "-z", f"{duration:g}s", "-c", str(clients), "-m", method, "-T", content_type,
+               "-D", str(body), "-t", "30", "-o", "csv", url]
+    output = subprocess.run(command, capture_output=True, text=True, check=True, timeout=duration + 120).stdout
+    rows = list(csv.DictReader(io.StringIO(output)))
+    ok = sorted(float(r["response-time"]) for r in rows if r["status-code"] == "200")
+    elapsed = max((float(r["offset"]) + float(r["response-time"]) for r in rows), default=duration)
+    return {"ok": len(ok), "errors": len(rows) - len(ok), "rps": len(ok) / elapsed,
+            "p50_ms": 1000 * ok[len(ok) // 2] if ok else None,
+            "p99_ms": 1000 * ok[min(len(ok) - 1, int(len(ok) * 0.99))] if ok else None}
 
 
 def batch_totals(gateway: Gateway, model: str) -> tuple[float, float]:

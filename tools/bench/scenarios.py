@@ -27,12 +27,14 @@ from tools.bench.torchserve import torchserve_scenario
 from tools.bench.tracing import tracing
 from tools.bench.triton import triton_scenario
 from tools.bench.variable_length import variable_length
+from tools.bench.workers import workers
 
 SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "kserve-docs": (kserve_docs, "5 clients, window vs adaptive vs direct (KServe's documented example)"),
     "saturation": (saturation, "128 clients on a 20 ms + 0.25 ms/instance predictor; HTTP and gRPC; inflight 1/2"),
     "overhead": (overhead, "gateway vs minimal Tornado / grpc.aio servers; added latency at 1 client"),
     "tracing": (tracing, "what OpenTelemetry tracing costs: off vs 1% vs 100% of requests traced"),
+    "workers": (workers, "one gateway process vs --workers 2: gateway-bound, the seed scenario, saturation"),
     "latency-curve": (latency_curve, "p50/p99 vs req/s for direct, window and adaptive (plot)"),
     "memory": (memory, "RSS with 10,000 requests queued, and across 200,000 requests"),
     "loadgen-ceiling": (loadgen_ceiling, "the load generator's own cost per request against trivial servers"),

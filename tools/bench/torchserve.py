@@ -26,12 +26,10 @@ It must not import another scenario.
 from __future__ import annotations
 
 import asyncio
-import csv
 import io
 import json
 import shutil
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ from tools.bench.harness import (
     Server,
     check,
     closed_loop,
+    hey,
     lognormal_lengths,
 )
 from tools.processes import ROOT
@@ -89,19 +88,6 @@ def png(size: int = 224, seed: int = 7) -> bytes:
     return out.getvalue()
 
 
-def hey(url: str, upload: Path, clients: int, duration: float, content_type: str = "image/png") -> dict[str, Any]:
-    """The real `hey`, PUTting the file `upload` as `curl -T` would, for `duration` seconds."""
-    command = ["hey", "-z", f"{duration:g}s", "-c", str(clients), "-m", "PUT", "-T", content_type,
-               "-D", str(upload), "-t", "30", "-o", "csv", url]
-    output = subprocess.run(command, capture_output=True, text=True, check=True, timeout=duration + 120).stdout
-    rows = list(csv.DictReader(io.StringIO(output)))
-    ok = sorted(float(r["response-time"]) for r in rows if r["status-code"] == "200")
-    elapsed = max((float(r["offset"]) + float(r["response-time"]) for r in rows), default=duration)
-    return {"ok": len(ok), "errors": len(rows) - len(ok), "rps": len(ok) / elapsed,
-            "p50_ms": 1000 * ok[len(ok) // 2] if ok else None,
-            "p99_ms": 1000 * ok[min(len(ok) - 1, int(len(ok) * 0.99))] if ok else None}
-
-
 def _cpu(servers: list[Server]) -> float:
     return sum(server.group_cpu_seconds() for server in servers)
 
@@ -144,13 +130,13 @@ def torchserve_scenario(ctx: Context) -> dict[str, Any]:
                 (f"gateway window {DELAY_MS} ms", f"{gateway.http_url}/predictions/image-window", [gateway, enveloped]),
             ]
             for _, target, _ in plan:
-                hey(target, image_path, 4, 1.0)  # warm up: connections, the workers' first calls
+                hey(target, image_path, 4, 1.0, method="PUT", content_type="image/png")  # warm up: connections, the workers' first calls
             for rep in range(ctx.repeat):
                 for clients in IMAGE_CLIENTS:
                     for name, target, servers in plan:
                         ctx.say(f"  torchserve: {name}, {clients} clients ({rep + 1}/{ctx.repeat})")
                         cpu = _cpu(servers)
-                        result = hey(target, image_path, clients, ctx.duration)
+                        result = hey(target, image_path, clients, ctx.duration, method="PUT", content_type="image/png")
                         cpu_us = (_cpu(servers) - cpu) / max(result["ok"], 1) * 1e6
                         runs.append({"table": "image", "name": name, "clients": clients, **result, "cpu_us": cpu_us})
             runs += _encoder_runs(ctx, own, enveloped, gateway)

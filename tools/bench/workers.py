@@ -1,0 +1,121 @@
+"""The `workers` scenario of `python -m tools.bench`: one gateway process vs `--workers 2`.
+
+Both gateways run side by side and are loaded in interleaved rounds, in four regimes:
+- **gateway-bound**: a free predictor (call-ms 0) in its own process and 64 `hey` clients,
+  where the gateway's own CPU is the limit: the throughput ratio is what a second worker
+  buys on this machine, whose two cores the predictor and hey share;
+- **gateway-bound, embedded**: the same with the simulated predictor inside the gateway (the
+  batcher's process), so that only the gateway and hey share the cores;
+- **the seed scenario**: 5 closed-loop clients, a 5 ms predictor: p50 and throughput;
+- **saturation**: 128 clients, 20 ms + 0.25 ms per row, max_inflight 2: mean batch and
+  throughput, which show whether batches still form as in one process.
+
+It holds this scenario only; the harness (servers, load, rows, checks) is
+`tools.bench.harness`'. It must not import another scenario.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from tools.bench.harness import (
+    V1_BODY,
+    Context,
+    Gateway,
+    Predictor,
+    batch_totals,
+    check,
+    hey,
+    load,
+    mean_batch_between,
+    v1_model,
+    warm_up,
+)
+
+SIDES = {"1 process": 1, "2 workers": 2}
+
+
+def workers(ctx: Context) -> dict[str, Any]:
+    """One process vs two workers: gateway-bound throughput, the seed scenario, saturation."""
+    free = Predictor(ctx.log_dir, "predictor-free", call_ms=0).start()
+    seed = Predictor(ctx.log_dir, "predictor-seed", call_ms=5).start()
+    saturated = Predictor(ctx.log_dir, "predictor-saturation", call_ms=20, per_instance_ms=0.25).start()
+    body_file = ctx.log_dir / "v1-body.json"
+    body_file.write_bytes(V1_BODY)
+    models = [v1_model("free", free, max_batch_size=32), v1_model("seed", seed, max_batch_size=32),
+              v1_model("saturation", saturated, max_batch_size=32, max_inflight=2),
+              {"name": "embedded", "backend": "simulated", "simulated": {"call_ms": 0},
+               "batching": {"max_batch_size": 32}}]
+    runs: list[dict[str, Any]] = []
+    try:
+        gateways = {side: Gateway(ctx.log_dir, f"gateway-workers-{count}", models, workers=count).start()
+                    for side, count in SIDES.items()}
+        try:
+            for gateway in gateways.values():
+                for model in ("free", "embedded", "seed", "saturation"):
+                    warm_up(f"{gateway.http_url}/v1/models/{model}:predict", V1_BODY, 8)
+            for rep in range(max(3, ctx.repeat)):
+                for side, gateway in gateways.items():
+                    ctx.say(f"  workers: {side}, round {rep + 1}")
+                    result = hey(f"{gateway.http_url}/v1/models/free:predict", body_file, 64, ctx.duration)
+                    runs.append({"regime": "gateway-bound", "side": side, "round": rep, **result})
+                    result = hey(f"{gateway.http_url}/v1/models/embedded:predict", body_file, 64, ctx.duration)
+                    runs.append({"regime": "gateway-bound, embedded", "side": side, "round": rep, **result})
+                    closed = load(f"{gateway.http_url}/v1/models/seed:predict", V1_BODY, concurrency=5,
+                                  duration=ctx.duration)
+                    runs.append({"regime": "seed", "side": side, "round": rep, "rps": closed.ok / closed.elapsed_s,
+                                 "p50_ms": closed.percentiles_ms()["50"], "errors": closed.summary()["errors"]})
+                    before = batch_totals(gateway, "saturation")
+                    busy = load(f"{gateway.http_url}/v1/models/saturation:predict", V1_BODY, concurrency=128,
+                                duration=ctx.duration)
+                    runs.append({"regime": "saturation", "side": side, "round": rep, "rps": busy.ok / busy.elapsed_s,
+                                 "mean_batch": mean_batch_between(before, batch_totals(gateway, "saturation")),
+                                 "errors": busy.summary()["errors"]})
+        finally:
+            for gateway in gateways.values():
+                gateway.stop()
+    finally:
+        for predictor in (free, seed, saturated):
+            predictor.stop()
+
+    def ratio(regime: str, key: str) -> float:
+        one = [r for r in runs if r["regime"] == regime and r["side"] == "1 process"]
+        two = [r for r in runs if r["regime"] == regime and r["side"] == "2 workers"]
+        return statistics.median(b[key] / a[key] for a, b in zip(one, two, strict=True) if a[key])
+
+    def median(regime: str, side: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs if r["regime"] == regime and r["side"] == side)
+
+    rows: list[dict[str, Any]] = [{"regime": regime, "metric": key, "one": median(regime, "1 process", key),
+             "two": median(regime, "2 workers", key), "ratio": ratio(regime, key)}
+            for regime, key in (("gateway-bound", "rps"), ("gateway-bound", "p50_ms"),
+                                ("gateway-bound, embedded", "rps"), ("seed", "rps"),
+                                ("seed", "p50_ms"), ("saturation", "rps"), ("saturation", "mean_batch"))]
+    by: dict[tuple[str, str], float] = {(r["regime"], r["metric"]): r["ratio"] for r in rows}
+    checks = [
+        check("gateway-bound (free predictor, 64 hey clients): req/s, 2 workers vs 1 process", ">= 1.3x",
+              f"{by[('gateway-bound', 'rps')]:.2f}x", by[("gateway-bound", "rps")] >= 1.3),
+        check("gateway-bound, embedded predictor: req/s, 2 workers vs 1 process", ">= 1.3x",
+              f"{by[('gateway-bound, embedded', 'rps')]:.2f}x", by[("gateway-bound, embedded", "rps")] >= 1.3),
+        check("seed (5 clients, 5 ms): p50, 2 workers vs 1 process", "within 10%",
+              f"{by[('seed', 'p50_ms')]:.2f}x", abs(by[("seed", "p50_ms")] - 1) <= 0.10),
+        check("seed (5 clients, 5 ms): req/s, 2 workers vs 1 process", "within 10%",
+              f"{by[('seed', 'rps')]:.2f}x", abs(by[("seed", "rps")] - 1) <= 0.10),
+        check("saturation (128 clients, 20 ms + 0.25 ms/row, max_inflight 2): mean batch", "within 5%",
+              f"{by[('saturation', 'mean_batch')]:.2f}x", abs(by[("saturation", "mean_batch")] - 1) <= 0.05),
+        check("saturation: req/s", "within 5%", f"{by[('saturation', 'rps')]:.2f}x",
+              abs(by[("saturation", "rps")] - 1) <= 0.05),
+    ]
+    return {
+        "title": "Workers: one gateway process vs --workers 2",
+        "setup": f"Both gateways side by side, loaded in {max(3, ctx.repeat)} interleaved rounds of {ctx.duration:g} s "
+                 "per regime; v1 requests of one row, max_batch_size 32; simulated predictors in their own "
+                 "processes (embedded: inside the gateway). Gateway-bound: call-ms 0, the real hey with 64 "
+                 "clients. Seed: call-ms 5, 5 closed-loop clients (tools.loadgen). "
+                 "Saturation: 20 ms + 0.25 ms per row, max_inflight 2, 128 clients. "
+                 "Ratios are medians of each round's 2-workers / 1-process ratio.",
+        "tables": [{"title": "", "rows": rows, "columns": [
+            ["regime", "regime", "s"], ["metric", "metric", "s"], ["one", "1 process", ".1f"],
+            ["two", "2 workers", ".1f"], ["ratio", "2 workers / 1 process", ".2f"]]}],
+        "checks": checks, "runs": runs,
+    }
