@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                 runner.run(supervise(loaded, args.config, args.loop, args.log_level, args.log_format))
             else:
                 runner.run(run(loaded, args.config))
-    except OSError as error:
+    except (OSError, RuntimeError) as error:  # a port taken; a worker that never said READY
         print(f"batching-gateway: cannot start: {error}", file=sys.stderr)
         return 1
     return 0

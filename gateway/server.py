@@ -82,23 +82,31 @@ class Gateway:
         await asyncio.to_thread(self.telemetry.shutdown)
 
     async def reload(self, path: str) -> None:
-        """Re-read the config file and apply its model changes (server and limits changes
-        need a restart: they are reported, not applied)."""
-        try:
-            fresh = load_config(path)
-        except ConfigError as error:
-            log.error("reload: config error, keeping the running config: %s", error)
-            return
-        fresh = dataclasses.replace(fresh, server=self.config.server, limits=self.config.limits)
+        """Re-read the config file and apply its model changes (see `reload_models`)."""
         assert self.service is not None, "reload before start"
-        changes = await self.service.reconfigure(fresh, self.config.server.grace_s)
-        self.config = fresh
-        log.info("reload: %s", ", ".join(f"{kind} {names}" for kind, names in changes.items() if names) or "no changes")
+        fresh = await reload_models(self.service, path)
+        if fresh is not None:
+            self.config = fresh
 
     def hurry(self) -> None:
         """End the grace period now: what is still queued or in flight is answered 503."""
         if self.scheduler is not None:
             self.scheduler.hurry()
+
+
+async def reload_models(service: InferenceService, path: str) -> GatewayConfig | None:
+    """Re-read the config file at `path` and apply its model changes to `service`; the
+    config now running, or None if the file is broken (logged; the running config kept).
+    Server and limits changes need a restart: they are kept as they are."""
+    try:
+        fresh = load_config(path)
+    except ConfigError as error:
+        log.error("reload: config error, keeping the running config: %s", error)
+        return None
+    fresh = dataclasses.replace(fresh, server=service.config.server, limits=service.config.limits)
+    changes = await service.reconfigure(fresh, service.config.server.grace_s)
+    log.info("reload: %s", ", ".join(f"{kind} {names}" for kind, names in changes.items() if names) or "no changes")
+    return fresh
 
 
 def raise_open_files_limit() -> None:

@@ -19,7 +19,6 @@ import struct
 from typing import Any
 
 _LENGTH = struct.Struct(">I")
-MAX_FRAME = 1 << 31  # a request may be as large as the body limit allows
 
 
 class ChannelClosed(ConnectionError):

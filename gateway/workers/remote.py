@@ -23,7 +23,7 @@ import numpy as np
 from gateway.batching.config import BatchingConfig
 from gateway.batching.request import NO_PARAMETERS, BatchResult
 from gateway.workers.channel import Channel, ChannelClosed
-from wire.errors import GatewayError, ModelNotFound, Unavailable
+from wire.errors import ModelNotFound, Unavailable
 from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
@@ -154,6 +154,3 @@ class RemoteScheduler:
     def hurry(self) -> None:
         """The batcher answers what is left when it is told to hurry; nothing to do here."""
 
-
-def is_gateway_error(value: Any) -> bool:
-    return isinstance(value, GatewayError)

@@ -34,9 +34,8 @@ import sys
 import tempfile
 
 from gateway.batching.scheduler import BatchScheduler
-from gateway.config import ConfigError, GatewayConfig, ServerConfig
-from gateway.config import load as load_config
-from gateway.server import raise_open_files_limit
+from gateway.config import GatewayConfig, ServerConfig
+from gateway.server import raise_open_files_limit, reload_models
 from gateway.service import InferenceService
 from gateway.telemetry import resolve as resolve_tracing
 from gateway.telemetry import start as start_telemetry
@@ -200,16 +199,9 @@ def _install_signals(loop: asyncio.AbstractEventLoop, stopping: asyncio.Event, s
     reloads: set[asyncio.Task[None]] = set()
 
     async def reload() -> None:
-        try:
-            fresh = load_config(config_path)
-        except ConfigError as error:
-            log.error("reload: config error, keeping the running config: %s", error)
+        assert config_path is not None
+        if await reload_models(service, config_path) is None:
             return
-        fresh = dataclasses.replace(fresh, server=service.config.server, limits=service.config.limits)
-        changes = await service.reconfigure(fresh, service.config.server.grace_s)
-        service.config = fresh
-        log.info("reload: %s", ", ".join(f"{kind} {names}" for kind, names in changes.items() if names)
-                 or "no changes")
         for worker in workers:  # after the batcher: a new model is batched before any worker takes it
             worker.signal(signal.SIGHUP)
 
