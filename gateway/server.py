@@ -72,10 +72,7 @@ class Gateway:
             await self.front_ends.stop_accepting()
         if self.service is not None:
             await self.service.close(grace)
-            # Let every answered request write its response before connections close.
-            flush_deadline = asyncio.get_running_loop().time() + 2.0
-            while self.service.active_requests and asyncio.get_running_loop().time() < flush_deadline:
-                await asyncio.sleep(0.01)
+            await answers_written(self.service)
         if self.front_ends is not None:
             await self.front_ends.close()
         # Off the loop: exporting what is queued may wait for the collector (its own timeout).
@@ -92,6 +89,14 @@ class Gateway:
         """End the grace period now: what is still queued or in flight is answered 503."""
         if self.scheduler is not None:
             self.scheduler.hurry()
+
+
+async def answers_written(service: InferenceService, limit_s: float = 2.0) -> None:
+    """Wait (at most `limit_s`) until every answered request has written its response,
+    before the connections close."""
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while service.active_requests and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
 
 
 async def reload_models(service: InferenceService, path: str) -> GatewayConfig | None:

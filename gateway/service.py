@@ -50,9 +50,10 @@ class InferenceService:
                  views: Callable[..., Awaitable[Any]] | None = None) -> None:
         self.config = config
         self.scheduler = scheduler
-        # In a worker (gateway.workers) the scheduler is the batcher's: what describes the
-        # whole gateway is read there, by `views(name, *args)`.
-        self._views = views
+        # With workers (gateway.workers), what describes the whole gateway is read by
+        # `views(name, *args)`: from the batcher in a worker, and in the batcher's own
+        # process, summed with the workers' counts there (set by its supervisor).
+        self.views = views
         self.telemetry = telemetry  # request spans (the scheduler holds its batch observer)
         self.models: dict[str, ServedModel] = {}
         self.active_requests = 0  # inside infer_*: what a graceful stop waits for
@@ -155,25 +156,25 @@ class InferenceService:
 
     async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """Triton's statistics document (`model_statistics`) of the whole gateway."""
-        if self._views is None:
+        if self.views is None:
             return self.model_statistics(name, version)
         if name:
             self.model(name, version)  # an unknown model or version: refused here, as in one process
-        document: dict[str, Any] = await self._views("statistics", name, version)
+        document: dict[str, Any] = await self.views("statistics", name, version)
         return document
 
     async def exposition(self) -> bytes:
         """/metrics of the whole gateway."""
-        if self._views is None:
+        if self.views is None:
             return self.metrics.exposition()
-        text: bytes = await self._views("exposition")
+        text: bytes = await self.views("exposition")
         return text
 
     async def live(self) -> dict[str, Any]:
         """The live page's snapshot (`gateway.live`) of the whole gateway."""
-        if self._views is None:
+        if self.views is None:
             return live.snapshot(self.scheduler)
-        snapshot: dict[str, Any] = await self._views("live")
+        snapshot: dict[str, Any] = await self.views("live")
         return snapshot
 
     # -- requests --------------------------------------------------------------------

@@ -27,9 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway import live
 from gateway.batching.request import NO_PARAMETERS
 from gateway.service import InferenceService
-from gateway.workers.channel import Channel, ChannelClosed
+from gateway.workers.channel import Channel, ChannelClosed, Packed, pack, unpack
 from wire.errors import GatewayError
-from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
 log = logging.getLogger(__name__)
@@ -103,14 +102,14 @@ class Batcher:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _submit(self, worker: _Worker, request_id: int, model: str, inputs: list[tuple[str, str, Any]],
+    def _submit(self, worker: _Worker, request_id: int, model: str, inputs: list[Packed],
                 timeout_s: float | None, client: tuple[str, str] | None, parameters: dict[str, Any] | None,
                 priority: int, lengths: Any) -> None:
         # The worker sends plain tuples (see remote.RemoteScheduler.submit), and gets them back.
         # Answered from the future's callback: no task per request.
         try:
             future = self.service.scheduler.enqueue(
-                model, [Tensor(*tensor) for tensor in inputs], timeout_s,
+                model, [unpack(tensor) for tensor in inputs], timeout_s,
                 ClientContext(*client) if client is not None else NO_CONTEXT, parameters or NO_PARAMETERS,
                 priority, lengths)
         except GatewayError as error:
@@ -128,7 +127,7 @@ class Batcher:
         if error is None:
             result = future.result()
             reply: tuple[Any, ...] = ("result", request_id,
-                                      ([(t.name, t.datatype, t.data) for t in result.outputs], result.batch_ids))
+                                      ([pack(t) for t in result.outputs], result.batch_ids))
         elif isinstance(error, GatewayError):
             reply = ("error", request_id, error)
         else:  # a bug: the worker's client still gets an answer

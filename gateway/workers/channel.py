@@ -9,7 +9,11 @@ Messages are tuples whose first item says what they are (see `batcher` and `remo
 list into one frame and written at once, so a burst of requests or of a batch's answers
 costs one pickle and one write, not one per message.
 
-It knows asyncio and pickle only.
+Tensors travel packed (`pack`, `unpack`): a numeric array as its bytes, dtype and shape,
+which pickle copies at memory speed, where an ndarray costs a reduce call and its metadata
+each (a third of the batcher's pickling time, profiled, for one-row requests).
+
+It knows asyncio, pickle and the Tensor it carries.
 """
 from __future__ import annotations
 
@@ -18,7 +22,27 @@ import pickle
 import struct
 from typing import Any
 
+import numpy as np
+
+from wire.tensors import Tensor
+
 _LENGTH = struct.Struct(">I")
+
+
+Packed = tuple[str, str, Any, tuple[int, ...], str]  # name, datatype, bytes (or an object array), shape, dtype
+
+
+def pack(tensor: Tensor) -> Packed:
+    data = tensor.data
+    if data.dtype == object:  # BYTES: an array of bytes objects, pickled as it is
+        return tensor.name, tensor.datatype, data, data.shape, ""
+    return tensor.name, tensor.datatype, data.tobytes(), data.shape, data.dtype.str
+
+
+def unpack(packed: Packed) -> Tensor:
+    name, datatype, data, shape, dtype = packed
+    array = data if not dtype else np.frombuffer(data, dtype).reshape(shape)
+    return Tensor(name, datatype, array)
 
 
 class ChannelClosed(ConnectionError):

@@ -1,17 +1,19 @@
 """The batcher process of `serve --workers N`: the one scheduler, and its workers' keeper.
 
 It starts the models (the scheduler, the predictors' clients) and the batcher's socket,
-then N worker processes (`gateway.workers.worker`) on the same HTTP and gRPC ports, and
-prints one READY line once every worker has said READY. Then:
+serves both front ends itself on the gateway's ports (it is the first of the N: its own
+requests reach the scheduler without a message, and N workers cost N processes, not N+1,
+on the cores they share), then starts N-1 worker processes (`gateway.workers.worker`) on
+the same ports, and prints one READY line once every worker has said READY. Then:
 
 * **A worker that dies** is logged and started again (after a pause that grows while it
   keeps dying, up to 5 s); the clients it was serving see their connections close, and
   its requests still queued here are cancelled: nothing hangs.
 * **SIGHUP** reloads the models here first (so a new model is batched before any worker
   takes a request for it), then in every worker.
-* **SIGTERM or SIGINT** drains: every worker stops taking requests and finishes its own,
-  which are batched here until the last worker has gone; then the models close. A second
-  signal hurries it: what is still queued is answered 503.
+* **SIGTERM or SIGINT** drains: this process and every worker stop taking requests and
+  finish their own, which are batched here until the last worker has gone; then the
+  models close. A second signal hurries it: what is still queued is answered 503.
 
 Port 0 means one free port for all workers: it is reserved here with SO_REUSEPORT (bound,
 never listening, so it takes no connection) before the workers bind it.
@@ -35,7 +37,8 @@ import tempfile
 
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import GatewayConfig, ServerConfig
-from gateway.server import raise_open_files_limit, reload_models
+from gateway.front_ends import FrontEnds
+from gateway.server import answers_written, connection_cap, raise_open_files_limit, reload_models
 from gateway.service import InferenceService
 from gateway.telemetry import resolve as resolve_tracing
 from gateway.telemetry import start as start_telemetry
@@ -90,7 +93,8 @@ class WorkerProcess:
 
 async def supervise(config: GatewayConfig, config_path: str | None, loop_name: str, log_level: str,
                     log_format: str) -> None:
-    """Run the batcher and `config.server.workers` workers until SIGTERM or SIGINT."""
+    """Run the batcher, serving as the first worker, and `config.server.workers` - 1 more
+    until SIGTERM or SIGINT."""
     raise_open_files_limit()
     loop = asyncio.get_running_loop()
     directory = tempfile.mkdtemp(prefix="batching-gateway-")  # private (0700): the socket and the config
@@ -99,38 +103,52 @@ async def supervise(config: GatewayConfig, config_path: str | None, loop_name: s
     service = InferenceService(config, BatchScheduler(loop, telemetry.batches), telemetry)
     batcher = Batcher(service, os.path.join(directory, "batcher.sock"))
     workers: list[WorkerProcess] = []
+    front_ends: FrontEnds | None = None
     stopping = asyncio.Event()
+    drained = False
     try:
         await service.start()
         await batcher.start()
+        service.views = lambda name, *args: batcher.view(name, args)  # its own front ends see the whole gateway
         server = _with_reserved_ports(config.server, reserved)
+        front_ends = FrontEnds(service, dataclasses.replace(config, server=server), connection_cap(server.max_connections))
+        await front_ends.start()
         config_file = os.path.join(directory, "config.pickle")
         with open(config_file, "wb") as handle:
             pickle.dump(dataclasses.replace(config, server=server), handle)
         command = [sys.executable, "-m", "gateway.workers.worker", config_file, batcher.path, "--loop", loop_name,
                    "--log-level", log_level, "--log-format", log_format,
                    *(("--config-path", config_path) if config_path else ())]
-        workers = [WorkerProcess(index, command) for index in range(server.workers)]
+        workers = [WorkerProcess(index, command) for index in range(1, server.workers)]
         await asyncio.gather(*(worker.start() for worker in workers))
         watchers = [loop.create_task(_keep_running(worker, stopping)) for worker in workers]
         _install_signals(loop, stopping, service, workers, config_path)
+        # Logged before READY: whoever waits for READY may read the PIDs at once.
+        log.info("workers: 0 (pid %d, the batcher), %s", os.getpid(),
+                 ", ".join(f"{w.index} (pid {w.pid})" for w in workers))
         print(f"READY http={server.host}:{server.http_port} grpc={server.host}:{server.grpc_port} "
-              f"models={','.join(m.name for m in config.models)} loop={loop_name} workers={len(workers)}",
+              f"models={','.join(m.name for m in config.models)} loop={loop_name} workers={server.workers}",
               flush=True)
-        log.info("workers: %s", ", ".join(f"{w.index} (pid {w.pid})" for w in workers))
         await stopping.wait()
         log.info("stopping: the workers finish their requests (grace %s s)", config.server.grace_s)
+        await front_ends.stop_accepting()
         for worker in workers:
             worker.signal(signal.SIGTERM)
         await _wait_for_exits(workers, config.server.grace_s + 15.0)
         for watcher in watchers:
             watcher.cancel()
+        await service.close(config.server.grace_s)  # what this process's own clients still wait for
+        drained = True
+        await answers_written(service)
     finally:
         for worker in workers:
             if worker.process is not None and worker.process.returncode is None:
                 worker.process.kill()
                 await worker.process.wait()
-        await service.close(0.0)
+        if not drained:
+            await service.close(0.0)
+        if front_ends is not None:
+            await front_ends.close()
         await batcher.close()
         await asyncio.to_thread(telemetry.shutdown)
         for held in reserved:

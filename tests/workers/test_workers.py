@@ -123,9 +123,10 @@ def gateway_with_workers(config: Path, workers: int = WORKERS) -> Iterator[Serve
 
 
 def worker_pids(process: ServerProcess) -> list[int]:
-    """The workers' PIDs now, as the supervisor logged them (started, or started again)."""
+    """The workers' PIDs now, as the supervisor logged them (started, or started again);
+    worker 0 is the batcher's own process."""
     pids: dict[int, int] = {}
-    for index, pid in re.findall(r"(\d+) \(pid (\d+)\)", process.log_text()):
+    for index, pid in re.findall(r"(\d+) \(pid (\d+)[,)]", process.log_text()):
         pids[int(index)] = int(pid)
     for index, pid in re.findall(r"worker (\d+) started again \(pid (\d+)\)", process.log_text()):
         pids[int(index)] = int(pid)
@@ -298,7 +299,7 @@ def test_a_killed_worker_is_restarted_and_its_clients_get_errors_never_hangs(tmp
     config.write_text(MODEL.format(name="demo", url=url))
     with gateway_with_workers(config) as gw:
         connections = connections_on_every_worker(gw, 4)
-        victim = worker_pids(gw)[0]
+        victim = next(pid for pid in worker_pids(gw) if pid != gw.pid)  # a worker process, not the batcher
         on_victim = [c for c in connections if owner_of(c, gw.port("http"), [victim]) == victim]
         recording.hold = True
         with concurrent.futures.ThreadPoolExecutor(len(on_victim)) as pool:
