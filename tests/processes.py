@@ -31,7 +31,9 @@ def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -
 
 
 def gateway(config_path: Path, log_level: str = "WARNING", open_files_limit: int | None = None,
-            env: dict[str, str] | None = None) -> ServerProcess:
+            env: dict[str, str] | None = None, workers: int = 1) -> ServerProcess:
+    """`batching-gateway serve` on free ports; `workers` > 1: `--workers N` (gateway.workers)."""
     return python_module("gateway", "serve", "--config", str(config_path),
                          "--http-port", "0", "--grpc-port", "0", "--log-level", log_level,
+                         *(("--workers", str(workers)) if workers > 1 else ()),
                          open_files_limit=open_files_limit, env=env)

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import http
@@ -34,12 +35,13 @@ def metric(exposition: str, name: str, model: str) -> float:
     raise AssertionError(f"{name}{{model={model!r}}} is not in /metrics")
 
 
-def test_hey_against_the_v1_endpoint_all_200_and_merged(tmp_path):
+@pytest.mark.parametrize("gateway_workers", [1, 2], ids=["one-process", "workers-2"])
+def test_hey_against_the_v1_endpoint_all_200_and_merged(tmp_path, gateway_workers):
     hey = shutil.which("hey")
     assert hey, "hey is not installed: run tools/run_tests.sh (it runs apt-get install -y hey) or install it"
     config = tmp_path / "gateway.toml"
     config.write_text(CONFIG)
-    process = gateway(config)
+    process = gateway(config, workers=gateway_workers)
     try:
         http_url = "http://" + process.fields["http"]
         result = subprocess.run(

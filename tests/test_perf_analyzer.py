@@ -24,11 +24,13 @@ def tool():
     return perf_analyzer()
 
 
-@pytest.fixture(scope="module")
-def simulated_gateway(tmp_path_factory):
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-process", "workers-2"])
+def simulated_gateway(tmp_path_factory, request):
+    """One gateway process, and `--workers 2` (perf_analyzer reads the whole gateway's
+    statistics whichever worker answers)."""
     config = tmp_path_factory.mktemp("perf") / "gateway.toml"
     config.write_text('[[models]]\nname = "demo"\nbackend = "simulated"\n')
-    with gateway(config) as process:
+    with gateway(config, workers=request.param) as process:
         yield process
 
 
