@@ -53,6 +53,15 @@ def test_the_standard_variables_alone_turn_it_on_and_a_table_key_wins_over_its_v
     assert on is not None and on.protocol == "grpc" and on.sample_ratio == 0.01
     with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER"):
         telemetry.resolve(TracingConfig(), {"OTEL_TRACES_EXPORTER": "zipkin"})
+    # A parent-based sampler from the variables is the gateway's to apply (before any span is made).
+    otlp = {"OTEL_TRACES_EXPORTER": "otlp"}
+    assert telemetry.resolve(TracingConfig(), otlp).sample_ratio == 1.0  # the default, parentbased_always_on
+    assert telemetry.resolve(TracingConfig(), {**otlp, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                                               "OTEL_TRACES_SAMPLER_ARG": "0.01"}).sample_ratio == 0.01
+    assert telemetry.resolve(TracingConfig(), {**otlp, "OTEL_TRACES_SAMPLER": "always_on"}).sample_ratio is None
+    with pytest.raises(ConfigError, match="OTEL_TRACES_SAMPLER_ARG"):
+        telemetry.resolve(TracingConfig(), {**otlp, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                                            "OTEL_TRACES_SAMPLER_ARG": "2"})
 
 
 def test_the_tracing_table_is_validated_like_every_other():
@@ -187,6 +196,21 @@ def test_over_otlp_http_sampling_follows_the_parent_and_a_ratio_samples_new_trac
         wait_for(lambda: received.named("batch"))
         assert {bytes(s.trace_id).hex() for _, s in received.spans} == {"ab" * 16}
         assert sorted(s.name.split()[0] for _, s in received.spans) == ["batch", "predictor", "v1"]
+
+
+def test_a_ratio_samples_that_share_of_new_traces_and_their_batches_with_them():
+    with http_receiver() as (endpoint, received):
+        document = {"models": [{"name": "demo", "backend": "simulated", "simulated": {"call_ms": 0}}],
+                    "server": {"http_port": 0, "grpc_port": 0},
+                    "tracing": {"enabled": True, "endpoint": endpoint, "sample_ratio": 0.5}}
+        with running_gateway(parse_config(document)) as gw:
+            url = f"{gw.http_url}/v1/models/demo:predict"
+            assert all(http_json("POST", url, {"instances": [[i]]})[0] == 200 for i in range(400))
+        wait_for(lambda: received.named("batch"))
+        requests = [s for _, s in received.spans if s.kind == SERVER]
+        batches = received.named("batch")
+    assert 100 < len(requests) < 300, len(requests)  # 200 expected; 10 standard deviations either side
+    assert {bytes(s.trace_id) for s in batches} <= {bytes(s.trace_id) for s in requests}  # under their requests
 
 
 def test_a_collector_that_is_down_costs_dropped_counted_spans_never_an_answer(monkeypatch):

@@ -1,7 +1,7 @@
 """The `tracing` scenario of `python -m tools.bench`: what OpenTelemetry tracing costs.
 
-The same gateway three ways, loaded in interleaved rounds: tracing off, on at a 1% ratio,
-and on for every request, exporting over OTLP gRPC to a receiver in this process (the
+The same gateway four ways, loaded in interleaved rounds: tracing off (twice: two identical
+processes show the noise floor), on at a 1% ratio, and on for every request, exporting over OTLP gRPC to a receiver in this process (the
 collector's protocol; it counts what it is sent). Closed-loop v1 clients that send no
 traceparent (so the ratio decides), a free predictor: the gateway is the limit, which is
 where a cost per request shows.
@@ -17,7 +17,9 @@ from typing import Any
 from tools.bench.harness import V1_BODY, Context, Gateway, Predictor, check, load, run_row, v1_model, warm_up
 from tools.otlp_receiver import grpc_receiver
 
-SETTINGS = {"off": None, "1%": 0.01, "100%": 1.0}
+# "off again" is a second gateway with tracing off: the difference two identical processes
+# show, the noise floor the other ratios are read against.
+SETTINGS = {"off": None, "off again": None, "1%": 0.01, "100%": 1.0}
 
 
 def tracing(ctx: Context) -> dict[str, Any]:
@@ -28,7 +30,7 @@ def tracing(ctx: Context) -> dict[str, Any]:
     runs = []
     try:
         with grpc_receiver(keep=False) as (endpoint, received):
-            gateways = {label: Gateway(ctx.log_dir, f"gateway-tracing-{label.rstrip('%')}", models, tracing=(
+            gateways = {label: Gateway(ctx.log_dir, f"gateway-tracing-{label.rstrip('%').replace(' ', '-')}", models, tracing=(
                 None if ratio is None else {"enabled": True, "protocol": "grpc", "endpoint": endpoint,
                                             "sample_ratio": ratio})).start()
                         for label, ratio in SETTINGS.items()}
