@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import http.server
 import threading
 import time
 from collections.abc import Iterator
 
 import grpc
-import orjson
 import pytest
 
 from gateway import telemetry
 from gateway.config import ConfigError, TracingConfig
 from gateway.config import parse as parse_config
 from tests.harness import http_json, running_gateway
+from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
 from tools.otlp_receiver import grpc_receiver, http_receiver
 from tools.processes import free_port
@@ -80,28 +79,18 @@ def held_v1_predictor() -> Iterator[tuple[str, list[dict], threading.Event]]:
     seen: list[dict] = []
     release = threading.Event()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self) -> None:  # noqa: N802
-            body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = self.read_json()
             seen.append({k.lower(): v for k, v in self.headers.items()})
             release.wait(10)
-            answer = orjson.dumps({"predictions": [[2 * x for x in row] for row in body["instances"]]})
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            self.answer_json({"predictions": [[2 * x for x in row] for row in body["instances"]]})
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen, release
+        with serving(Handler) as url:
+            yield url, seen, release
     finally:
         release.set()
-        server.shutdown()
-        server.server_close()
 
 
 def wait_for(condition, timeout: float = 10.0) -> None:

@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import http.server
 import threading
 
 import grpc
 import numpy as np
-import orjson
 
 from tests.harness import config_for, http_json, running_gateway
+from tests.http_stub import JsonHandler, serving
 from wire import tracing
 from wire.codecs import oip_grpc
 from wire.generated.inference import grpc_service_pb2 as pb
@@ -30,28 +28,14 @@ def test_continue_trace_keeps_the_trace_and_makes_a_new_span():
         assert trace != TRACE and len(trace) == 32 and flags == "01"
 
 
-@contextlib.contextmanager
 def capturing_v1_predictor(seen: list[dict]):
-    class Capture(http.server.BaseHTTPRequestHandler):
+    class Capture(JsonHandler):
         def do_POST(self):
-            body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = self.read_json()
             seen.append({k.lower(): v for k, v in self.headers.items()})
-            answer = orjson.dumps({"predictions": [[2 * x for x in row] for row in body["instances"]]})
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            self.answer_json({"predictions": [[2 * x for x in row] for row in body["instances"]]})
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Capture)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return serving(Capture)
 
 
 def test_http_predictor_gets_request_id_and_trace():

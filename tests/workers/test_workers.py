@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from tests.harness import http_json
+from tests.http_stub import JsonHandler, serving
 from tests.processes import ServerProcess, python_module
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
@@ -46,11 +47,11 @@ class RecordingPredictor:
     def serving(self) -> Iterator[str]:
         predictor = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:  # noqa: N802
-                rows = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))["instances"]
+                rows = self.read_json()["instances"]
                 with predictor.lock:
                     predictor.batches.append(rows)
                     predictor.concurrent += 1
@@ -62,30 +63,16 @@ class RecordingPredictor:
                 finally:
                     with predictor.lock:
                         predictor.concurrent -= 1
-                answer = orjson.dumps({"predictions": [[2 * x for x in row] for row in rows]})
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                self.answer_json({"predictions": [[2 * x for x in row] for row in rows]})
 
             def do_GET(self) -> None:  # noqa: N802 - KServe v1 readiness: GET /v1/models/<name>
-                answer = orjson.dumps({"name": self.path.rsplit("/", 1)[-1], "ready": True})
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                self.answer_json({"name": self.path.rsplit("/", 1)[-1], "ready": True})
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
-            yield f"http://127.0.0.1:{server.server_address[1]}"
+            with serving(Handler) as url:
+                yield url
         finally:
             self.release.set()
-            server.shutdown()
-            server.server_close()
 
 
 MODEL = '''[[models]]
