@@ -145,3 +145,25 @@ def test_in_token_mode_server_liveness_and_readiness_need_no_token_on_either_pro
             with pytest.raises(grpc.RpcError) as caught:
                 stub.ModelReady(pb.ModelReadyRequest(name="demo"), timeout=10)
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_tls_holds_through_workers(certificates, tmp_path):
+    """`--workers 2`: every process serves TLS on both ports (each connection, whichever
+    process the kernel gives it to)."""
+    from tests.processes import gateway
+
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[server.tls]\ncert_file = "{certificates["cert"]}"\nkey_file = "{certificates["key"]}"\n'
+                      '[[models]]\nname = "demo"\nbackend = "simulated"\nsimulated = { call_ms = 1 }\n')
+    process = gateway(config, workers=2)
+    try:
+        for value in range(8):  # a new connection each, which the kernel spreads over the processes
+            status, body = https_json(f"https://{process.http_address}/v1/models/demo:predict",
+                                      {"instances": [[value]]}, certificates["ca"])
+            assert status == 200 and body["predictions"] == [[2 * value]]
+        credentials = grpc.ssl_channel_credentials(root_certificates=Path(certificates["ca"]).read_bytes())
+        for _ in range(4):
+            with grpc.secure_channel(process.grpc_address, credentials) as channel:
+                np.testing.assert_array_equal(grpc_infer(channel), [2, 4])
+    finally:
+        assert process.stop() == 0
