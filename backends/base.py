@@ -48,5 +48,10 @@ class Backend(ABC):
         (Triton's model configuration extension)."""
         return None
 
+    def replicas_in_rotation(self) -> list[bool]:
+        """Whether each of the model's predictor replicas is in rotation now: one
+        predictor is one replica, always in (every batch goes to it, reachable or not)."""
+        return [True]
+
     async def close(self) -> None:  # noqa: B027 (optional: a client may have nothing to close)
         """Close connections."""

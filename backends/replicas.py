@@ -75,6 +75,9 @@ class ReplicaSet(Backend):
                 self.healthy[index] = True
                 log.warning("replica %s answers again: back in rotation", self.names[index])
 
+    def replicas_in_rotation(self) -> list[bool]:
+        return list(self.healthy)
+
     async def ready(self) -> bool:
         checks = await asyncio.gather(*(replica.ready() for replica in self.replicas))
         return any(checks)

@@ -46,14 +46,17 @@ class ConnectionStats:
 
 
 class Metrics:
-    def __init__(self, scheduler: BatchScheduler) -> None:
+    def __init__(self, scheduler: BatchScheduler,
+                 replicas: Callable[[str], list[bool]] = lambda model: [True]) -> None:
+        """`replicas(model)`: whether each of the model's predictor replicas is in rotation
+        (the service asks its backend), read when /metrics is scraped."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._requests = Counter("gateway_requests", "Inference requests answered, by model, protocol and status code",
                                  ["model", "protocol", "code"], registry=self.registry)
         self._durations = Histogram("gateway_request_duration_seconds",
                                     "Inference requests from arrival to answer (or error), by model and protocol",
                                     ["model", "protocol"], buckets=REQUEST_BUCKETS_S, registry=self.registry)
-        self.registry.register(_SchedulerCollector(scheduler))
+        self.registry.register(_SchedulerCollector(scheduler, replicas))
         # Each label set's children, looked up once: prometheus_client's labels() validates
         # and locks on every call, a few microseconds on each request's path.
         self._counted: dict[tuple[str, str, str], Any] = {}
@@ -84,8 +87,9 @@ class Metrics:
 
 
 class _SchedulerCollector:
-    def __init__(self, scheduler: BatchScheduler) -> None:
+    def __init__(self, scheduler: BatchScheduler, replicas: Callable[[str], list[bool]]) -> None:
         self.scheduler = scheduler
+        self.replicas = replicas
 
     def describe(self) -> list[Metric]:
         return []  # families are only known at collect time
@@ -163,7 +167,7 @@ class _SchedulerCollector:
             config = self.scheduler.batching_config(model)
             queue_limit.add_metric([model], config.max_queue)
             batch_size_limit.add_metric([model], config.max_batch_size)
-            healthy = _replica_health(self.scheduler.executor(model))
+            healthy = self.replicas(model)
             replicas.add_metric([model], len(healthy))
             in_rotation.add_metric([model], sum(healthy))
             inflight.add_metric([model], self.scheduler.inflight(model))
@@ -193,18 +197,6 @@ class _SchedulerCollector:
         yield intercept
         yield per_row
         yield from _padding_families(self.scheduler)
-
-
-def _replica_health(executor: Any) -> list[bool]:
-    """Whether each of the model's predictor replicas is in rotation: a single predictor
-    is one replica, always in (every batch goes to it, reachable or not)."""
-    # The executor is the backend's bound `infer`, or the served model's own method that
-    # calls its `backend` (gateway.models). A ReplicaSet (backends.replicas, which the
-    # gateway may not import) keeps `healthy`, one flag per replica.
-    owner = getattr(executor, "__self__", None)
-    backend = getattr(owner, "backend", owner)
-    healthy = getattr(backend, "healthy", None)
-    return list(healthy) if isinstance(healthy, list) else [True]
 
 
 def _padding_families(scheduler: BatchScheduler) -> Iterator[Metric]:

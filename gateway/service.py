@@ -57,7 +57,7 @@ class InferenceService:
         self.telemetry = telemetry  # request spans (the scheduler holds its batch observer)
         self.models: dict[str, ServedModel] = {}
         self.active_requests = 0  # inside infer_*: what a graceful stop waits for
-        self.metrics = Metrics(scheduler)
+        self.metrics = Metrics(scheduler, self._replicas_in_rotation)
         if telemetry.enabled:
             self.metrics.watch_spans(telemetry.span_counts)
         self._background: set[asyncio.Task] = set()  # held so they are not collected mid-flight
@@ -127,6 +127,10 @@ class InferenceService:
         await self.scheduler.close(grace_s)
         for served in self.models.values():
             await served.close()
+
+    def _replicas_in_rotation(self, name: str) -> list[bool]:
+        served = self.models.get(name)  # a model removed by a reload may still be draining
+        return served.backend.replicas_in_rotation() if served is not None else [True]
 
     def model(self, name: str, version: str = "") -> ServedModel:
         served = self.models.get(name)

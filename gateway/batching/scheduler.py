@@ -102,10 +102,6 @@ class BatchScheduler:
         """The model's batching settings now (the latest re-tune's)."""
         return self._queues[name].config
 
-    def executor(self, name: str) -> Executor:
-        """What runs the model's batches now (the latest re-tune's)."""
-        return self._queues[name].executor
-
     def model_names(self) -> list[str]:
         return list(self._queues)
 
