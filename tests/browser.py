@@ -104,6 +104,9 @@ class Browser:
 @contextlib.contextmanager
 def chromium(tmp_path: Path, width: int = 1280, height: int = 900) -> Iterator[Browser]:
     """A headless Chromium session, profile and logs in `tmp_path`; quit and stopped on exit."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not Path(path).exists()]
+    assert not missing, (f"{', '.join(missing)} not installed: run tools/run_tests.sh (it installs Debian's "
+                         "chromium and chromium-driver) or apt-get install -y chromium chromium-driver")
     port = free_port()
     driver_url = f"http://{LOOPBACK}:{port}"
     driver = ServerProcess([CHROMEDRIVER, f"--port={port}"], name="chromedriver",

@@ -384,7 +384,7 @@ class ModelQueue:
         finally:
             self.inflight -= 1
             now = self._loop.time()
-            self.policy.on_delivery(now, len({id(part.request) for part in parts}), now - started)
+            self.policy.on_delivery(now, len(requests), now - started)
             if self.tuner is not None:
                 self.tuner.on_batch_returned(now)
             self.pump()  # ship (or hold) the next batch before waking this one's clients

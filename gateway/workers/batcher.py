@@ -172,10 +172,6 @@ class Batcher:
         finally:
             worker.questions.pop(question_id, None)
 
-    @property
-    def workers_connected(self) -> int:
-        return len(self._workers)
-
 
 def merge_expositions(texts: Iterable[bytes]) -> bytes:
     """Prometheus text expositions of the same families, as one: samples with the same name

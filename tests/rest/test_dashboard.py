@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.browser import CHROMEDRIVER, CHROMIUM, chromium
+from tests.browser import chromium
 from tests.harness import config_for, http, http_json, run_clients, running_gateway, timed_predict
 from wire.request import PRIORITY_HEADER
 
@@ -96,8 +95,6 @@ def number(text: str) -> float:
     return float(text.replace(",", "")) if text not in ("", "–") else 0.0
 
 
-@pytest.mark.skipif(not (Path(CHROMEDRIVER).exists() and Path(CHROMIUM).exists()),
-                    reason="needs Debian's chromium and chromium-driver (tools/run_tests.sh installs them)")
 def test_the_page_in_chromium_has_no_console_errors_and_follows_the_traffic(tmp_path):
     requests = 300
     config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 3}})
@@ -135,8 +132,6 @@ def test_the_page_in_chromium_has_no_console_errors_and_follows_the_traffic(tmp_
         assert severe == [], severe
 
 
-@pytest.mark.skipif(not (Path(CHROMEDRIVER).exists() and Path(CHROMIUM).exists()),
-                    reason="needs Debian's chromium and chromium-driver (tools/run_tests.sh installs them)")
 def test_behind_a_token_the_page_works_when_every_request_carries_the_header(tmp_path, monkeypatch):
     """As behind a proxy that adds the header: the page, its script and its polls all carry it."""
     monkeypatch.setenv("GATEWAY_TOKEN", "s3cret")

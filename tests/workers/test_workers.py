@@ -238,7 +238,7 @@ def test_metrics_statistics_and_readiness_describe_the_whole_gateway(tmp_path, p
             connection.close()
         answered = 5 * len(connections)
         for _ in range(3):  # whichever worker answers, the same whole-gateway figures
-            status, text = _get(gw, "/metrics")
+            status, text = _send(gw, "GET", "/metrics")
             assert status == 200
             assert f'gateway_requests_total{{code="200",model="demo",protocol="v1"}} {answered}.0' in text
             assert f'gateway_batched_instances_total{{model="demo"}} {answered}.0' in text
@@ -258,11 +258,8 @@ def test_every_front_end_works_through_the_workers(tmp_path, predictor):
         status, body = http_json("POST", f"{gw.http_url}/v2/models/demo/infer", {"inputs": [
             {"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [3]}]})
         assert status == 200 and body["outputs"][0]["data"] == [6.0]
-        connection = http.client.HTTPConnection("127.0.0.1", gw.port("http"), timeout=10)
-        connection.request("POST", "/predictions/demo", b"[4]", {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        assert response.status == 200 and orjson.loads(response.read()) == [8.0]  # TorchServe's JSON form
-        connection.close()
+        status, text = _send(gw, "POST", "/predictions/demo", b"[4]")
+        assert status == 200 and orjson.loads(text) == [8.0]  # TorchServe's JSON form
         with grpc.insecure_channel(gw.grpc_address) as channel:
             stub = pb_grpc.GRPCInferenceServiceStub(channel)
             request = pb.ModelInferRequest(model_name="demo", id="g")
@@ -272,10 +269,8 @@ def test_every_front_end_works_through_the_workers(tmp_path, predictor):
             assert [a.infer_response.id for a in answers] == ["g", "g"] and not answers[0].error_message
             statistics = stub.ModelStatistics(pb.ModelStatisticsRequest(name="demo"), timeout=10)
             assert statistics.model_stats[0].inference_count >= 4
-        connection = http.client.HTTPConnection("127.0.0.1", gw.port("http"), timeout=10)
-        connection.request("POST", "/v1/models/demo:predict", b'{"instances": [[1]', {"Content-Type": "application/json"})
-        assert connection.getresponse().status == 400  # a bad input is the worker's to refuse, as in one process
-        connection.close()
+        status, _ = _send(gw, "POST", "/v1/models/demo:predict", b'{"instances": [[1]')
+        assert status == 400  # a bad input is the worker's to refuse, as in one process
 
 
 # -- lifecycle ------------------------------------------------------------------------------
@@ -349,10 +344,12 @@ def test_a_config_error_exits_2_before_anything_starts(tmp_path):
         python_module("gateway", "serve", "--config", str(config), ready_timeout=20)
 
 
-def _get(gw: ServerProcess, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+def _send(gw: ServerProcess, method: str, path: str, body: bytes | None = None,
+          headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """One request on a connection of its own, its body sent as it is (JSON or not)."""
     connection = http.client.HTTPConnection("127.0.0.1", gw.port("http"), timeout=10)
     try:
-        connection.request("GET", path, headers=headers or {})
+        connection.request(method, path, body, {"Content-Type": "application/json", **(headers or {})})
         response = connection.getresponse()
         return response.status, response.read().decode()
     finally:
@@ -397,7 +394,7 @@ priority_levels = 2
                                      "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1], "data": [1]}]},
                                      headers=auth)
             assert status == 400 and "batching.priority_levels" in body["error"]  # the batcher's refusal, relayed
-            status, text = _get(gw, "/metrics", auth)
+            status, text = _send(gw, "GET", "/metrics", headers=auth)
             assert 'gateway_priority_requests_total{level="1",model="enc"} 1.0' in text
     finally:
         del os.environ["WORKERS_TEST_TOKEN"]
