@@ -104,6 +104,8 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
         for sock in sockets:
             sock.setblocking(False)
             self._listeners[sock.fileno()] = sock
+            if self._accepting:  # added later: its accepts start now, like the first ones'
+                self._loop.add_handler(sock, self._on_acceptable, tornado.ioloop.IOLoop.READ)
         self._start_accepting()
         self._sweeper.start()
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import orjson
 import pytest
+import tornado.netutil
 
 from tests.harness import RunningGateway, config_for, http_json, running_gateway
 
@@ -224,6 +225,19 @@ def test_an_accept_that_fails_for_want_of_descriptors_backs_off_then_resumes(gw)
     assert server.stats.accept_failures == before + 1
     # Accepting resumes by itself once the backoff has passed.
     assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", orjson.loads(PREDICT))[0] == 200
+
+
+def test_a_listening_socket_added_while_serving_is_served_too(gw):
+    server = gw.gateway.front_ends.http_server
+    later = tornado.netutil.bind_sockets(0, "127.0.0.1")
+
+    async def add() -> None:
+        server.add_sockets(later)
+
+    gw.call(add())
+    port = later[0].getsockname()[1]
+    status, _ = http_json("POST", f"http://127.0.0.1:{port}/v1/models/demo:predict", orjson.loads(PREDICT), timeout=5)
+    assert status == 200
 
 
 def _get(gw: RunningGateway, path: str) -> tuple[int, dict[str, str], bytes]:
