@@ -1,5 +1,6 @@
 """The README's quick-start commands work as written against `batching-gateway serve`
-(only the ports are changed, to the free ones the test's gateway got; hey runs 1 s).
+(only the ports are changed, to the free ones the test's gateway got; hey runs 1 s), served
+by one process and by `--workers 2`.
 ghz is not packaged for this machine, so its command is the one not run here."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from tests.processes import python_module
 from tests.readme import commands_after
@@ -20,10 +22,12 @@ def quick_start_commands() -> list[str]:
     return commands_after("Then, against the running gateway")
 
 
-def test_quick_start_commands_work_as_written(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "workers-2"])
+def test_quick_start_commands_work_as_written(tmp_path, workers):
     commands = quick_start_commands()
     assert {c.split()[0] for c in commands} >= {"curl", "grpcurl", "hey", "perf_analyzer"}
-    gateway = python_module("gateway", "serve", "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING")
+    gateway = python_module("gateway", "serve", "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING",
+                            "--workers", workers)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     try:
         http_port = gateway.fields["http"].rsplit(":", 1)[1]
