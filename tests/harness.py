@@ -1,5 +1,9 @@
 """Test support: run a real gateway on 127.0.0.1 (free ports) in a background thread, and
-a tiny stdlib HTTP client. The gateway is the production `Gateway`, not a double."""
+a tiny stdlib HTTP client. The gateway is the production `Gateway`, not a double.
+
+Tests that need requests to share (or not share) a batch make it so, never by sleeping:
+`held_slot` holds a model's one batch slot at a gate, `queued` reads how many requests wait
+behind it, and `wait_for` polls such a condition with a generous bound."""
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,3 +133,46 @@ def run_clients(gw: RunningGateway, seconds: float, workers: int = 8, limit: int
         thread.join(timeout=seconds + 30)
     assert not any(thread.is_alive() for thread in threads), "a client hung"
     return results
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds (generous:
+    what matters is that it happens, not when)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def queued(gw: RunningGateway, model: str) -> int:
+    """How many requests wait in `model`'s queue (read on the gateway's loop)."""
+    async def depth() -> int:
+        return gw.gateway.scheduler.queue_depth(model)
+    return int(gw.call(depth()))
+
+
+@contextlib.contextmanager
+def held_slot(gw: RunningGateway, model: str) -> Iterator[tuple[threading.Event, list[int]]]:
+    """Hold the model's only batch slot (max_inflight 1): the first batch sent while this is
+    active waits at the gate, before its predictor call, until the event is set; the list
+    records each batch's rows. Deterministic: no timing decides who shares a batch."""
+    served = gw.gateway.service.models[model]
+    assert served.config.batching.max_inflight == 1
+    release, batches = threading.Event(), []
+
+    async def gated(inputs):
+        batches.append(len(inputs[0].data))
+        if len(batches) == 1:
+            while not release.is_set():
+                await asyncio.sleep(0.005)
+        return await served.backend.infer(inputs)
+
+    async def install(executor):
+        gw.gateway.scheduler.add_model(model, executor, served.config.batching)
+
+    gw.call(install(gated))
+    try:
+        yield release, batches
+    finally:
+        release.set()
+        gw.call(install(served.backend.infer))

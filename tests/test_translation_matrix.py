@@ -27,10 +27,8 @@ protocol (module-scoped); the predictors are the session's real servers.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -42,7 +40,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
-from tests.harness import RunningGateway, config_for, http, http_json, running_gateway
+from tests.harness import RunningGateway, config_for, held_slot, http, http_json, queued, running_gateway, wait_for
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.generated.torchserve import inference_pb2 as ts_pb
@@ -266,44 +264,6 @@ def test_torchserve_oip_cannot_carry_fp16(front_end, predictor):
 
 # -- clients of every protocol share one batch, whatever the predictor protocol ----------------
 
-@contextlib.contextmanager
-def held_slot(gw: RunningGateway, model: str) -> Iterator[tuple[threading.Event, list[int]]]:
-    """Hold the model's only batch slot (max_inflight 1): the first batch sent while this is
-    active waits at the gate, before the real predictor call, until the event is set; the
-    list records each batch's rows. Deterministic: no timing decides who shares a batch."""
-    served = gw.gateway.service.models[model]
-    assert served.config.batching.max_inflight == 1
-    release, batches = threading.Event(), []
-
-    async def gated(inputs):
-        batches.append(len(inputs[0].data))
-        if len(batches) == 1:
-            while not release.is_set():
-                await asyncio.sleep(0.005)
-        return await served.backend.infer(inputs)
-
-    async def install(executor):
-        gw.gateway.scheduler.add_model(model, executor, served.config.batching)
-
-    gw.call(install(gated))
-    try:
-        yield release, batches
-    finally:
-        release.set()
-        gw.call(install(served.backend.infer))
-
-
-async def _queued(gw: RunningGateway) -> int:
-    return gw.gateway.scheduler.queue_depth(MODEL)
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def predictor_batch_sizes(name: str, server: Any) -> list[int]:
     """The batch sizes the predictor itself has executed so far (its own log or statistics)."""
     if name.startswith("triton"):
@@ -332,7 +292,7 @@ def test_clients_of_every_protocol_share_one_batch(predictor):
         blocker = run("blocker", "v1-http", rows_for("blocker", name, 1))
         wait_for(lambda: len(batches) == 1, "the blocker's batch to reach the gate")
         clients = [run(front_end, front_end, rows_for(f"shared/{front_end}", name, 1)) for front_end in FRONT_ENDS]
-        wait_for(lambda: gw.call(_queued(gw)) == len(FRONT_ENDS), "every client to be queued behind the blocker")
+        wait_for(lambda: queued(gw, MODEL) == len(FRONT_ENDS), "every client to be queued behind the blocker")
         release.set()
         for thread in [blocker, *clients]:
             thread.join(timeout=60)
