@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 
-from tests.harness import http_json
+from tests.harness import http_json, wait_for
 from tests.processes import gateway as gateway_process
 
 DEMO = '[[models]]\nname = "demo"\nbackend = "simulated"\n[models.simulated]\ncall_ms = 50\n'
@@ -15,13 +14,6 @@ EXTRA = '[[models]]\nname = "extra"\nbackend = "simulated"\n'
 
 def predict(url: str, model: str) -> int:
     return http_json("POST", f"{url}/v1/models/{model}:predict", {"instances": [[1]]})[0]
-
-
-def wait_for(condition, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the reload did not take effect"
-        time.sleep(0.05)
 
 
 def test_sighup_adds_retunes_and_removes_models_without_dropping_requests(tmp_path):
@@ -45,14 +37,14 @@ def test_sighup_adds_retunes_and_removes_models_without_dropping_requests(tmp_pa
         assert predict(url, "extra") == 404
         path.write_text(DEMO + '[models.batching]\nmax_batch_size = 2\n' + EXTRA)
         process.signal(signal.SIGHUP)
-        wait_for(lambda: predict(url, "extra") == 200)
+        wait_for(lambda: predict(url, "extra") == 200, "the reload adding extra")
         path.write_text("this is [not toml")
         process.signal(signal.SIGHUP)
-        time.sleep(0.3)
+        wait_for(lambda: "config error" in process.log_text(), "the broken file to be read and refused")
         assert predict(url, "extra") == 200  # a broken file changes nothing
         path.write_text(DEMO)
         process.signal(signal.SIGHUP)
-        wait_for(lambda: predict(url, "extra") == 404)
+        wait_for(lambda: predict(url, "extra") == 404, "the reload removing extra")
         stop.set()
         for client in clients:
             client.join(timeout=30)
