@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 
-from tests.harness import config_for, http_json, running_gateway
+from tests.harness import config_for, held_slot, http_json, queued, running_gateway, wait_for
 from tests.processes import gateway as gateway_process
 
 
@@ -61,25 +61,26 @@ async def _depth(gw):
 
 
 def test_a_client_that_disconnects_while_queued_is_removed_and_never_sent():
-    config = config_for(slow_demo(300))
-    with running_gateway(config) as gw:
-        blocker = threading.Thread(target=predict, args=(gw.http_url, 1.0))
+    config = config_for(slow_demo(10))
+    with running_gateway(config) as gw, held_slot(gw, "demo") as (release, batches):
+        answers: list[tuple[int, dict]] = []
+        blocker = threading.Thread(target=lambda: answers.append(predict(gw.http_url, 1.0)))
         blocker.start()
-        time.sleep(0.1)  # the blocker is at the predictor; what comes next queues
+        # The blocker's batch holds the only slot until released: what comes next queues.
+        wait_for(lambda: len(batches) == 1, "the blocker's batch to reach the gate")
         body = b'{"instances": [[777.0]]}'
         request = (f"POST /v1/models/demo:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                    f"Content-Length: {len(body)}\r\n\r\n").encode() + body
         with socket.create_connection(("127.0.0.1", gw.gateway.http_port)) as raw:
             raw.sendall(request)
-            time.sleep(0.05)
-            assert gw.call(_depth(gw)) == 1
-        deadline = time.monotonic() + 5
-        while gw.call(_depth(gw)) != 0:
-            assert time.monotonic() < deadline, "the gone client stayed queued"
-            time.sleep(0.01)
-        blocker.join(timeout=10)
-        stats = gw.stats("demo")
-        assert stats.instances == 1  # only the blocker's row ever reached the predictor
+            wait_for(lambda: queued(gw, "demo") == 1, "the raw client's row to be queued")
+        wait_for(lambda: queued(gw, "demo") == 0, "the gone client's row to leave the queue")
+        release.set()
+        blocker.join(timeout=30)
+        assert len(answers) == 1 and answers[0][0] == 200 and answers[0][1]["predictions"] == [[2.0]], answers
+        # Only the blocker's row ever reached the predictor: its batch is the one batch sent.
+        assert batches == [1]
+        assert gw.stats("demo").instances == 1
 
 
 def _config_file(tmp_path, call_ms: float, grace_s: float, max_batch_size: int = 8):
@@ -87,6 +88,14 @@ def _config_file(tmp_path, call_ms: float, grace_s: float, max_batch_size: int =
     path.write_text(f'[server]\ngrace_s = {grace_s}\n[[models]]\nname = "demo"\nbackend = "simulated"\n'
                     f'[models.simulated]\ncall_ms = {call_ms}\n[models.batching]\nmax_batch_size = {max_batch_size}\n')
     return path
+
+
+def _received(url: str) -> int:
+    """Requests the gateway's scheduler has taken in for demo, as GET /dashboard/data counts them."""
+    status, snapshot = http_json("GET", f"{url}/dashboard/data")
+    assert status == 200, snapshot
+    (model,) = snapshot["models"]
+    return model["counts"]["requests"]
 
 
 def _fire(url: str, count: int) -> tuple[list, list[threading.Thread]]:
@@ -102,7 +111,9 @@ def test_sigterm_under_load_finishes_queued_and_in_flight_work_and_exits_0(tmp_p
     url = "http://" + process.fields["http"]
     try:
         results, threads = _fire(url, 24)  # 3 batches of 8 at 200 ms each
-        time.sleep(0.15)
+        # A connection the gateway has not yet taken a request from is not work it owes:
+        # signal only once every request is in its scheduler (queued or at the predictor).
+        wait_for(lambda: _received(url) == 24, "all 24 requests to reach the gateway's scheduler")
         process.signal(signal.SIGTERM)
         for thread in threads:
             thread.join(timeout=20)
@@ -114,13 +125,17 @@ def test_sigterm_under_load_finishes_queued_and_in_flight_work_and_exits_0(tmp_p
 
 
 def test_second_sigterm_ends_the_grace_period_and_answers_the_rest_503(tmp_path):
-    process = gateway_process(_config_file(tmp_path, call_ms=1500, grace_s=60, max_batch_size=1))
+    # INFO: the gateway logs when it has taken the first signal (see below).
+    process = gateway_process(_config_file(tmp_path, call_ms=1500, grace_s=60, max_batch_size=1), log_level="INFO")
     url = "http://" + process.fields["http"]
     try:
         results, threads = _fire(url, 6)  # 6 batches of 1.5 s: cannot finish quickly
-        time.sleep(0.3)
+        wait_for(lambda: _received(url) == 6, "all 6 requests to reach the gateway's scheduler")
         process.signal(signal.SIGTERM)
-        time.sleep(0.3)
+        # Only a signal that arrives after the first was handled is a second one: two sent
+        # before the process runs merge into one pending signal, and the grace period would stand.
+        wait_for(lambda: "stopping: finishing queued and in-flight requests" in process.log_text(),
+                 "the gateway to take the first SIGTERM")
         stopped_at = time.monotonic()
         process.signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
