@@ -10,13 +10,13 @@ import grpc
 import numpy as np
 import orjson
 
-from tests.harness import config_for, http, http_json, running_gateway
+from tests.harness import config_for, held_slot, http, http_json, queued, running_gateway, wait_for
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 
-MODEL = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 300},
+MODEL = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 10},
          "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1], "pad": {"dim": 1, "value": 0}}],
          "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, -1], "follows_pad": 1}],
          "batching": {"max_batch_size": 32}}
@@ -27,7 +27,8 @@ def row(length: int, start: float) -> list[float]:
 
 
 def test_clients_of_every_front_end_with_different_lengths_share_one_padded_batch():
-    with running_gateway(config_for(MODEL)) as gw, grpc.insecure_channel(gw.grpc_address) as channel:
+    with (running_gateway(config_for(MODEL)) as gw, grpc.insecure_channel(gw.grpc_address) as channel,
+          held_slot(gw, "demo") as (release, batches)):
         oip, ts = pb_grpc.GRPCInferenceServiceStub(channel), ts_grpc.InferenceAPIsServiceStub(channel)
         answers: dict[str, list] = {}
 
@@ -71,10 +72,13 @@ def test_clients_of_every_front_end_with_different_lengths_share_one_padded_batc
         blocker = threading.Thread(target=lambda: http_json("POST", f"{gw.http_url}/v1/models/demo:predict",
                                                             {"instances": [[0.0]]}))
         blocker.start()
-        threading.Event().wait(0.1)  # the blocker is at the predictor: the others queue behind it
+        # The blocker's batch holds the only slot until released: the others queue behind it.
+        wait_for(lambda: len(batches) == 1, "the blocker's batch to reach the gate")
         clients = [threading.Thread(target=f) for f in (v1, oip_json, oip_binary, oip_grpc, torchserve_http, torchserve_grpc)]
         for thread in clients:
             thread.start()
+        wait_for(lambda: queued(gw, "demo") == 7, "all six clients' seven rows to be queued behind the blocker")
+        release.set()
         for thread in [blocker, *clients]:
             thread.join(timeout=20)
         stats = gw.stats("demo")
@@ -86,7 +90,8 @@ def test_clients_of_every_front_end_with_different_lengths_share_one_padded_batc
     assert answers["oip_grpc"] == [[1, 7], [2 * x for x in row(7, 40)]]
     assert answers["torchserve_http"] == [200, [[2 * x for x in row(4, 50)]]]
     assert answers["torchserve_grpc"] == [2 * x for x in row(6, 60)]
-    assert list(stats.recent_batch_sizes) == [1, 7]  # the blocker, then all six clients' seven rows at once
+    assert batches == [1, 7]  # the blocker, then all six clients' seven rows at once
+    assert list(stats.recent_batch_sizes) == [1, 7]
     # padded: the blocker (1 x 1), then 7 rows x 7; real: 1, then 3 + 1 + 5 + 2 + 7 + 4 + 6
     assert (stats.padded_elements, stats.real_elements) == (1 + 49, 1 + 28)
     text = metrics.decode()
