@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 
-from tests.harness import config_for, http_json, running_gateway
+from tests.harness import config_for, held_slot, http_json, queued, running_gateway, wait_for
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 
@@ -61,28 +61,40 @@ def test_an_error_comes_in_band_and_the_stream_stays_open(gw):
 
 
 def test_streamed_requests_share_batches_with_http_clients(gw):
-    with triton_grpc.InferenceServerClient(gw.grpc_address) as client:
+    with (triton_grpc.InferenceServerClient(gw.grpc_address) as client,
+          held_slot(gw, "demo") as (release, batches)):
         answers: queue.Queue = queue.Queue()
         client.start_stream(callback=lambda result, error: answers.put((result, error)))
         http_ids = []
 
-        def http_client(i: int) -> None:
-            status, body = http_json("POST", f"{gw.http_url}/v2/models/demo/infer", {"inputs": [
+        def infer(i: int) -> tuple[int, dict]:
+            return http_json("POST", f"{gw.http_url}/v2/models/demo/infer", {"inputs": [
                 {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [i, i]}]})
+
+        def http_client(i: int) -> None:
+            status, body = infer(i)
             assert status == 200
             http_ids.append(body["parameters"]["batch_id"])
 
+        # A blocker's batch holds the only slot, so both groups are queued together when it is freed.
+        blocker = threading.Thread(target=infer, args=(-1,))
+        blocker.start()
+        wait_for(lambda: len(batches) == 1, "the blocker's batch to reach the gate")
         threads = [threading.Thread(target=http_client, args=(i,)) for i in range(8)]
         for thread in threads:
             thread.start()
         for i in range(8):
             client.async_stream_infer("demo", stream_inputs(float(i)), request_id=str(i))
+        wait_for(lambda: queued(gw, "demo") == 16, "the 8 HTTP and 8 streamed requests to be queued")
+        release.set()
         streamed = [answers.get(timeout=30) for _ in range(8)]
-        for thread in threads:
-            thread.join()
+        for thread in [blocker, *threads]:
+            thread.join(timeout=30)
         client.stop_stream()
+    assert [error for _, error in streamed] == [None] * 8
     stream_ids = {result.get_response().parameters["batch_id"].string_param for result, _ in streamed}
     assert stream_ids & set(http_ids), "no batch held both a streamed and an HTTP request"
+    assert batches == [1, 16]  # the blocker, then all sixteen at once
 
 
 def test_a_cancelled_stream_drops_its_queued_requests(tmp_path):
