@@ -7,7 +7,7 @@ import threading
 import grpc
 import numpy as np
 
-from tests.harness import config_for, http_json, running_gateway
+from tests.harness import config_for, http_json, queued, running_gateway, wait_for
 from tests.http_stub import JsonHandler, serving
 from wire import tracing
 from wire.codecs import oip_grpc
@@ -62,7 +62,7 @@ class CapturingOip(pb_grpc.GRPCInferenceServiceServicer):
 
     def ModelInfer(self, request, context):
         self.metadata.append(dict(context.invocation_metadata()))
-        self.release.wait(5)
+        self.release.wait(60)  # a bound only: the test releases it, after at most two 20 s waits
         inputs = oip_grpc.decode_request(request).inputs
         return oip_grpc.encode_response(request.model_name, "", request.id,
                                         [type(inputs[0])("OUTPUT0", "FP32", inputs[0].data * 2)], {})
@@ -82,15 +82,17 @@ def test_grpc_predictor_gets_the_ids_of_every_request_in_the_batch():
             def call(request_id: str):
                 request = pb.ModelInferRequest(model_name="demo", id=request_id)
                 request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1)
-                return stub.ModelInfer(request, timeout=10, metadata=(("traceparent", PARENT),))
+                return stub.ModelInfer(request, timeout=90, metadata=(("traceparent", PARENT),))
 
             with concurrent.futures.ThreadPoolExecutor(4) as pool:
-                first = pool.submit(call, "a")
-                while not servicer.metadata:  # the first batch is held at the predictor
-                    threading.Event().wait(0.01)
-                later = [pool.submit(call, name) for name in ("b", "c", "d")]
-                threading.Event().wait(0.3)  # the three queue behind it
-                servicer.release.set()
+                try:
+                    first = pool.submit(call, "a")
+                    wait_for(lambda: servicer.metadata, "the first batch to be held at the predictor")
+                    later = [pool.submit(call, name) for name in ("b", "c", "d")]
+                    # All three queued behind it (max_inflight 1), so they leave as one batch.
+                    wait_for(lambda: queued(gw, "demo") == 3, "b, c and d to queue behind the held batch")
+                finally:
+                    servicer.release.set()
                 responses = [future.result() for future in (first, *later)]
             assert all(np.frombuffer(r.raw_output_contents[0], np.float32)[0] == 2 for r in responses)
     finally:
