@@ -9,16 +9,16 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import telemetry
 from gateway.config import ConfigError, TracingConfig
 from gateway.config import parse as parse_config
-from tests.harness import http_json, running_gateway
+from tests.harness import http, http_json, running_gateway, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
 from tools.otlp_receiver import grpc_receiver, http_receiver
@@ -83,7 +83,7 @@ def held_v1_predictor() -> Iterator[tuple[str, list[dict], threading.Event]]:
         def do_POST(self) -> None:  # noqa: N802
             body = self.read_json()
             seen.append({k.lower(): v for k, v in self.headers.items()})
-            release.wait(10)
+            release.wait(60)  # a bound only: the test releases it
             self.answer_json({"predictions": [[2 * x for x in row] for row in body["instances"]]})
 
     try:
@@ -93,11 +93,15 @@ def held_v1_predictor() -> Iterator[tuple[str, list[dict], threading.Event]]:
         release.set()
 
 
-def wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+def queue_depth(http_url: str, model: str) -> float:
+    """The gateway's own count of the rows queued for `model` (gateway_queue_depth in /metrics)."""
+    status, _, body = http("GET", f"{http_url}/metrics")
+    assert status == 200
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name == "gateway_queue_depth" and sample.labels.get("model") == model:
+                return sample.value
+    raise AssertionError(f"gateway_queue_depth{{model={model!r}}} is not in /metrics")
 
 
 def test_a_batch_of_http_and_grpc_requests_is_one_span_linked_to_each_request_span(tmp_path):
@@ -126,18 +130,21 @@ def test_a_batch_of_http_and_grpc_requests_is_one_span_linked_to_each_request_sp
                     request = pb.ModelInferRequest(model_name="demo", id=name)
                     request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1)
                     return pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
-                        request, timeout=10, metadata=(("traceparent", parent(traces[name], spans_of[name])),))
+                        request, timeout=60, metadata=(("traceparent", parent(traces[name], spans_of[name])),))
 
             with concurrent.futures.ThreadPoolExecutor(3) as pool:
-                first = pool.submit(over_http, "first")
-                wait_for(lambda: len(seen) == 1)  # held at the predictor: the next two queue behind it
-                later = [pool.submit(over_http, "http"), pool.submit(over_grpc, "grpc")]
-                time.sleep(0.3)
-                release.set()
+                try:
+                    first = pool.submit(over_http, "first")
+                    wait_for(lambda: len(seen) == 1, "the first request to be held at the predictor")
+                    later = [pool.submit(over_http, "http"), pool.submit(over_grpc, "grpc")]
+                    # Both queued behind it (one batch in flight at a time), so they leave as one batch.
+                    wait_for(lambda: queue_depth(http_url, "demo") == 2, "the HTTP and gRPC requests to queue")
+                finally:
+                    release.set()
                 assert first.result()[0] == 200 and later[0].result()[0] == 200 and later[1].result().outputs
         finally:
             assert process.stop() == 0  # SIGTERM: the queued spans are exported before it exits
-        wait_for(lambda: len(received.named("batch")) == 2)
+        wait_for(lambda: len(received.named("batch")) == 2, "both batch spans at the receiver")
 
     requests = {bytes(s.trace_id).hex(): s for s in received.named("") if s.kind == SERVER}
     assert set(requests) == set(traces.values())
@@ -182,7 +189,7 @@ def test_over_otlp_http_sampling_follows_the_parent_and_a_ratio_samples_new_trac
             assert http_json("POST", url, {"instances": [[2]]})[0] == 200  # a new trace, at ratio 0
             assert http_json("POST", url, {"instances": [[3]]},
                              headers={"traceparent": parent("ef" * 16, "cd" * 8, sampled=False)})[0] == 200
-        wait_for(lambda: received.named("batch"))
+        wait_for(lambda: received.named("batch"), "a batch span at the receiver")
         assert {bytes(s.trace_id).hex() for _, s in received.spans} == {"ab" * 16}
         assert sorted(s.name.split()[0] for _, s in received.spans) == ["batch", "predictor", "v1"]
 
@@ -195,7 +202,7 @@ def test_a_ratio_samples_that_share_of_new_traces_and_their_batches_with_them():
         with running_gateway(parse_config(document)) as gw:
             url = f"{gw.http_url}/v1/models/demo:predict"
             assert all(http_json("POST", url, {"instances": [[i]]})[0] == 200 for i in range(400))
-        wait_for(lambda: received.named("batch"))
+        wait_for(lambda: received.named("batch"), "a batch span at the receiver")
         requests = [s for _, s in received.spans if s.kind == SERVER]
         batches = received.named("batch")
     assert 100 < len(requests) < 300, len(requests)  # 200 expected; 10 standard deviations either side
