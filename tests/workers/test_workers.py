@@ -19,8 +19,9 @@ from pathlib import Path
 import grpc
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import http_json
+from tests.harness import http_json, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import ServerProcess, python_module
 from wire.generated.inference import grpc_service_pb2 as pb
@@ -58,7 +59,7 @@ class RecordingPredictor:
                     predictor.most_concurrent = max(predictor.most_concurrent, predictor.concurrent)
                 try:
                     if predictor.hold:
-                        predictor.release.wait(10)
+                        predictor.release.wait(60)  # a bound only: the test releases it
                     time.sleep(0.002)
                 finally:
                     with predictor.lock:
@@ -146,6 +147,18 @@ def owner_of(connection: http.client.HTTPConnection, server_port: int, pids: lis
     return None
 
 
+def queue_depth(process: ServerProcess, model: str) -> float:
+    """The rows queued for `model` at the batcher (gateway_queue_depth in /metrics, which the
+    batcher answers for the whole gateway, whichever worker is asked)."""
+    status, text = _send(process, "GET", "/metrics")
+    assert status == 200
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "gateway_queue_depth" and sample.labels.get("model") == model:
+                return sample.value
+    raise AssertionError(f"gateway_queue_depth{{model={model!r}}} is not in /metrics")
+
+
 def post(connection: http.client.HTTPConnection, model: str, value: float) -> tuple[int, dict]:
     connection.request("POST", f"/v1/models/{model}:predict", orjson.dumps({"instances": [[value]]}),
                        {"Content-Type": "application/json"})
@@ -159,7 +172,7 @@ def connections_on_every_worker(process: ServerProcess, count: int) -> list[http
     connections: list[http.client.HTTPConnection] = []
     owners: set[int | None] = set()
     for _ in range(200):
-        connection = http.client.HTTPConnection("127.0.0.1", process.port("http"), timeout=30)
+        connection = http.client.HTTPConnection("127.0.0.1", process.port("http"), timeout=60)
         connection.connect()
         time.sleep(0.005)  # accepted by its worker
         connections.append(connection)
@@ -202,14 +215,16 @@ def test_requests_at_different_workers_leave_in_one_batch_and_max_inflight_holds
         connections = connections_on_every_worker(gw, 12)
         recording.hold = True
         with concurrent.futures.ThreadPoolExecutor(len(connections)) as pool:
-            first = pool.submit(post, connections[0], "demo", 1000)
-            deadline = time.monotonic() + 10
-            while not recording.batches and time.monotonic() < deadline:
-                time.sleep(0.01)  # at the predictor, held: the others queue at the batcher
-            rest = [pool.submit(post, connection, "demo", index) for index, connection in enumerate(connections[1:])]
-            time.sleep(0.5)
-            recording.hold = False
-            recording.release.set()
+            try:
+                first = pool.submit(post, connections[0], "demo", 1000)
+                wait_for(lambda: recording.batches, "the first request to be held at the predictor")
+                rest = [pool.submit(post, connection, "demo", index)
+                        for index, connection in enumerate(connections[1:])]
+                # Released only once every other request, from either worker, waits at the batcher.
+                wait_for(lambda: queue_depth(gw, "demo") == len(rest), f"{len(rest)} requests queued at the batcher")
+            finally:
+                recording.hold = False
+                recording.release.set()
             answers = [first.result(), *(future.result() for future in rest)]
         assert all(status == 200 for status, _ in answers)
         assert [body["predictions"] for _, body in answers[1:]] == [[[2.0 * i]] for i in range(len(rest))]
@@ -308,9 +323,11 @@ def test_a_killed_worker_is_restarted_and_its_clients_get_errors_never_hangs(tmp
 def test_reload_and_drain_reach_every_worker(tmp_path, predictor):
     recording, url = predictor
     config = tmp_path / "gateway.toml"
-    config.write_text(MODEL.format(name="demo", url=url))
+    # A grace longer than the test's waits: what is held when SIGTERM comes is answered, not cut off.
+    server = "[server]\ngrace_s = 60\n"
+    config.write_text(server + MODEL.format(name="demo", url=url))
     with gateway_with_workers(config) as gw:
-        config.write_text(MODEL.format(name="demo", url=url) + MODEL.format(name="added", url=url))
+        config.write_text(server + MODEL.format(name="demo", url=url) + MODEL.format(name="added", url=url))
         gw.signal(signal.SIGHUP)
         connections = connections_on_every_worker(gw, 6)
         deadline = time.monotonic() + 20
@@ -321,15 +338,24 @@ def test_reload_and_drain_reach_every_worker(tmp_path, predictor):
         assert not pending, "a worker never took the reloaded model"
         # SIGTERM drains every worker: what they hold is answered, then everything exits.
         recording.hold = True
+        recording.batches.clear()  # the "added" calls above
         pids = worker_pids(gw)
         with concurrent.futures.ThreadPoolExecutor(len(connections)) as pool:
-            held = [pool.submit(post, connection, "demo", 1) for connection in connections]
-            time.sleep(0.3)
-            os.kill(gw.pid, signal.SIGTERM)
-            time.sleep(0.3)
-            recording.hold = False
-            recording.release.set()
-            assert [future.result(timeout=30)[0] for future in held] == [200] * len(connections)
+            try:
+                held = [pool.submit(post, connection, "demo", 1) for connection in connections]
+                # Every request is in: one batch held at the predictor, the rest queued behind it.
+                wait_for(lambda: len(recording.batches) == 1
+                         and queue_depth(gw, "demo") == len(connections) - len(recording.batches[0]),
+                         "one batch held at the predictor and the other requests queued at the batcher")
+                os.kill(gw.pid, signal.SIGTERM)
+                # Released only once the batcher and every worker process have begun to drain.
+                wait_for(lambda: "stopping: the workers finish their requests" in gw.log_text()
+                         and gw.log_text().count("stopping: finishing queued and in-flight requests") == WORKERS - 1,
+                         "the batcher and every worker to begin draining")
+            finally:
+                recording.hold = False
+                recording.release.set()
+            assert [future.result(timeout=60)[0] for future in held] == [200] * len(connections)
         assert gw.wait(30) == 0
         deadline = time.monotonic() + 10
         while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
