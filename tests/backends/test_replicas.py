@@ -3,12 +3,12 @@ unreachable replica is taken out (its batch retried elsewhere) and put back when
 from __future__ import annotations
 
 import concurrent.futures
-import time
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import config as gateway_config
-from tests.harness import config_for, http_json, running_gateway
+from tests.harness import config_for, http, http_json, running_gateway, wait_for
 from tests.processes import simulated_predictor
 
 SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32"}], "outputs": [{"name": "OUTPUT0", "datatype": "FP32"}]}
@@ -16,6 +16,17 @@ SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32"}], "outputs": [{"n
 
 def calls(predictor) -> int:
     return http_json("GET", f"http://127.0.0.1:{predictor.fields['http']}/stats")[1]["calls"]
+
+
+def in_rotation(gw) -> float:
+    """The gateway's own count of demo's replicas in rotation (gateway_replicas_in_rotation in /metrics)."""
+    status, _, body = http("GET", f"{gw.http_url}/metrics")
+    assert status == 200
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name == "gateway_replicas_in_rotation" and sample.labels.get("model") == "demo":
+                return sample.value
+    raise AssertionError('gateway_replicas_in_rotation{model="demo"} is not in /metrics')
 
 
 def burst(gw, count: int) -> list[int]:
@@ -43,10 +54,12 @@ def test_replicas_share_the_load_survive_a_crash_and_come_back():
             before = calls(second)
             assert set(burst(gw, 32)) == {200}
             assert calls(second) > before
+            assert in_rotation(gw) == 1  # the dead one is out (tried first: both idle, the first listed wins)
 
             restarted = simulated_predictor("--call-ms", "30", http_port=int(first.fields["http"]),
                                             grpc_port=int(first.fields["grpc"]))
-            time.sleep(1.5)  # the background probe notices within its 1 s interval
+            # The background probe puts it back once its readiness check passes.
+            wait_for(lambda: in_rotation(gw) == 2, "the probe to put the restarted replica back in rotation")
             assert set(burst(gw, 64)) == {200}
             assert calls(restarted) > 0
     finally:
