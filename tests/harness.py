@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import config as gateway_config
 from gateway.server import Gateway
@@ -176,3 +177,20 @@ def held_slot(gw: RunningGateway, model: str) -> Iterator[tuple[threading.Event,
     finally:
         release.set()
         gw.call(install(served.backend.infer))
+
+
+def metric(exposition: str, name: str, model: str) -> float:
+    """The sample `name{model=...}` of a /metrics exposition; fails if it is absent."""
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("model") == model:
+                return sample.value
+    raise AssertionError(f"{name}{{model={model!r}}} is not in /metrics")
+
+
+def scraped(http_url: str, name: str, model: str) -> float:
+    """The gateway's own figure `name{model=...}`, read from its /metrics now (a process's
+    too: with --workers the batcher answers for the whole gateway, whichever worker is asked)."""
+    status, _, body = http("GET", f"{http_url}/metrics")
+    assert status == 200, body[:200]
+    return metric(body.decode(), name, model)

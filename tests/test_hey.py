@@ -14,7 +14,7 @@ import subprocess
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import http
+from tests.harness import http, metric
 from tests.processes import gateway
 
 REQUESTS, WORKERS = 200, 8
@@ -25,14 +25,6 @@ backend = "simulated"
 [models.simulated]
 call_ms = 20            # one slot busy 20 ms per batch: 8 concurrent clients pile up behind it
 """
-
-
-def metric(exposition: str, name: str, model: str) -> float:
-    for family in text_string_to_metric_families(exposition):
-        for sample in family.samples:
-            if sample.name == name and sample.labels.get("model") == model:
-                return sample.value
-    raise AssertionError(f"{name}{{model={model!r}}} is not in /metrics")
 
 
 @pytest.mark.parametrize("gateway_workers", [1, 2], ids=["one-process", "workers-2"])

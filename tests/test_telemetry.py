@@ -13,12 +13,11 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import telemetry
 from gateway.config import ConfigError, TracingConfig
 from gateway.config import parse as parse_config
-from tests.harness import http, http_json, running_gateway, wait_for
+from tests.harness import http_json, running_gateway, scraped, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
 from tools.otlp_receiver import grpc_receiver, http_receiver
@@ -93,17 +92,6 @@ def held_v1_predictor() -> Iterator[tuple[str, list[dict], threading.Event]]:
         release.set()
 
 
-def queue_depth(http_url: str, model: str) -> float:
-    """The gateway's own count of the rows queued for `model` (gateway_queue_depth in /metrics)."""
-    status, _, body = http("GET", f"{http_url}/metrics")
-    assert status == 200
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            if sample.name == "gateway_queue_depth" and sample.labels.get("model") == model:
-                return sample.value
-    raise AssertionError(f"gateway_queue_depth{{model={model!r}}} is not in /metrics")
-
-
 def test_a_batch_of_http_and_grpc_requests_is_one_span_linked_to_each_request_span(tmp_path):
     """Set up by the standard variables alone (OTLP over gRPC), in a gateway process."""
     traces = {name: (f"{index:x}" * 32)[:32] for index, name in enumerate(("first", "http", "grpc"), start=1)}
@@ -138,7 +126,7 @@ def test_a_batch_of_http_and_grpc_requests_is_one_span_linked_to_each_request_sp
                     wait_for(lambda: len(seen) == 1, "the first request to be held at the predictor")
                     later = [pool.submit(over_http, "http"), pool.submit(over_grpc, "grpc")]
                     # Both queued behind it (one batch in flight at a time), so they leave as one batch.
-                    wait_for(lambda: queue_depth(http_url, "demo") == 2, "the HTTP and gRPC requests to queue")
+                    wait_for(lambda: scraped(http_url, "gateway_queue_depth", "demo") == 2, "the HTTP and gRPC requests to queue")
                 finally:
                     release.set()
                 assert first.result()[0] == 200 and later[0].result()[0] == 200 and later[1].result().outputs

@@ -5,10 +5,9 @@ from __future__ import annotations
 import concurrent.futures
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import config as gateway_config
-from tests.harness import config_for, http, http_json, running_gateway, wait_for
+from tests.harness import config_for, http_json, running_gateway, scraped, wait_for
 from tests.processes import simulated_predictor
 
 SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32"}], "outputs": [{"name": "OUTPUT0", "datatype": "FP32"}]}
@@ -19,14 +18,7 @@ def calls(predictor) -> int:
 
 
 def in_rotation(gw) -> float:
-    """The gateway's own count of demo's replicas in rotation (gateway_replicas_in_rotation in /metrics)."""
-    status, _, body = http("GET", f"{gw.http_url}/metrics")
-    assert status == 200
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            if sample.name == "gateway_replicas_in_rotation" and sample.labels.get("model") == "demo":
-                return sample.value
-    raise AssertionError('gateway_replicas_in_rotation{model="demo"} is not in /metrics')
+    return scraped(gw.http_url, "gateway_replicas_in_rotation", "demo")
 
 
 def burst(gw, count: int) -> list[int]:
@@ -54,7 +46,8 @@ def test_replicas_share_the_load_survive_a_crash_and_come_back():
             before = calls(second)
             assert set(burst(gw, 32)) == {200}
             assert calls(second) > before
-            assert in_rotation(gw) == 1  # the dead one is out (tried first: both idle, the first listed wins)
+            # The dead one is out (tried first: both idle, the first listed wins).
+            assert in_rotation(gw) == 1
 
             restarted = simulated_predictor("--call-ms", "30", http_port=int(first.fields["http"]),
                                             grpc_port=int(first.fields["grpc"]))

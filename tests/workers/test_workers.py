@@ -19,9 +19,8 @@ from pathlib import Path
 import grpc
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.harness import http_json, wait_for
+from tests.harness import http_json, scraped, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import ServerProcess, python_module
 from wire.generated.inference import grpc_service_pb2 as pb
@@ -147,18 +146,6 @@ def owner_of(connection: http.client.HTTPConnection, server_port: int, pids: lis
     return None
 
 
-def queue_depth(process: ServerProcess, model: str) -> float:
-    """The rows queued for `model` at the batcher (gateway_queue_depth in /metrics, which the
-    batcher answers for the whole gateway, whichever worker is asked)."""
-    status, text = _send(process, "GET", "/metrics")
-    assert status == 200
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "gateway_queue_depth" and sample.labels.get("model") == model:
-                return sample.value
-    raise AssertionError(f"gateway_queue_depth{{model={model!r}}} is not in /metrics")
-
-
 def post(connection: http.client.HTTPConnection, model: str, value: float) -> tuple[int, dict]:
     connection.request("POST", f"/v1/models/{model}:predict", orjson.dumps({"instances": [[value]]}),
                        {"Content-Type": "application/json"})
@@ -221,7 +208,8 @@ def test_requests_at_different_workers_leave_in_one_batch_and_max_inflight_holds
                 rest = [pool.submit(post, connection, "demo", index)
                         for index, connection in enumerate(connections[1:])]
                 # Released only once every other request, from either worker, waits at the batcher.
-                wait_for(lambda: queue_depth(gw, "demo") == len(rest), f"{len(rest)} requests queued at the batcher")
+                wait_for(lambda: scraped(gw.http_url, "gateway_queue_depth", "demo") == len(rest),
+                         f"{len(rest)} requests queued at the batcher")
             finally:
                 recording.hold = False
                 recording.release.set()
@@ -345,7 +333,7 @@ def test_reload_and_drain_reach_every_worker(tmp_path, predictor):
                 held = [pool.submit(post, connection, "demo", 1) for connection in connections]
                 # Every request is in: one batch held at the predictor, the rest queued behind it.
                 wait_for(lambda: len(recording.batches) == 1
-                         and queue_depth(gw, "demo") == len(connections) - len(recording.batches[0]),
+                         and scraped(gw.http_url, "gateway_queue_depth", "demo") == len(connections) - len(recording.batches[0]),
                          "one batch held at the predictor and the other requests queued at the batcher")
                 os.kill(gw.pid, signal.SIGTERM)
                 # Released only once the batcher and every worker process have begun to drain.
