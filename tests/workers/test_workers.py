@@ -289,18 +289,18 @@ def test_a_killed_worker_is_restarted_and_its_clients_get_errors_never_hangs(tmp
         recording.hold = True
         with concurrent.futures.ThreadPoolExecutor(len(on_victim)) as pool:
             held = [pool.submit(post, connection, "demo", 1) for connection in on_victim]
-            time.sleep(0.3)
+            # Killed while its requests are in: one batch held at the predictor, the rest queued.
+            wait_for(lambda: len(recording.batches) == 1
+                     and scraped(gw.http_url, "gateway_queue_depth", "demo") == len(on_victim) - len(recording.batches[0]),
+                     "the victim's requests held at the predictor and queued at the batcher")
             os.kill(victim, signal.SIGKILL)
             for future in held:  # an error (the connection closed), within its timeout, not a hang
                 with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
                     future.result(timeout=30)
         recording.hold = False
         recording.release.set()
-        deadline = time.monotonic() + 30
-        while not re.search(r"worker \d started again", gw.log_text()) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: re.search(r"worker \d started again", gw.log_text()) is not None, "the worker's restart")
         assert re.search(r"worker \d \(pid \d+\) exited with status -9", gw.log_text()), gw.log_text()
-        assert re.search(r"worker \d started again", gw.log_text()), gw.log_text()
         assert len([pid for pid in worker_pids(gw) if alive(pid)]) == WORKERS
         fresh = connections_on_every_worker(gw, 4)  # both workers serve again
         assert all(post(connection, "demo", 2)[0] == 200 for connection in fresh)
