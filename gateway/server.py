@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import resource
 import signal
-from typing import cast
+from collections.abc import Callable, Coroutine
+from typing import Any, cast
 
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import ConfigError, GatewayConfig
@@ -166,30 +168,39 @@ async def serve(config: GatewayConfig, config_path: str | None = None, batcher_p
         lost = asyncio.get_running_loop().create_task(gateway.batcher.lost.wait())
         lost.add_done_callback(lambda _: stopping.set())
 
-    def on_signal() -> None:
-        if stopping.is_set():
-            log.warning("second signal: answering what is left with 503 and exiting")
-            gateway.hurry()
-        stopping.set()
-
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal)
-    if config_path is not None:
-        reloads: set[asyncio.Task] = set()  # held so a reload is not collected mid-flight
-
-        def on_hangup() -> None:
-            task = loop.create_task(gateway.reload(config_path))
-            reloads.add(task)
-            task.add_done_callback(reloads.discard)
-
-        loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    install_signals(loop, stopping, gateway.hurry,
+                    None if config_path is None else functools.partial(gateway.reload, config_path))
     # Only now: a signal sent as soon as READY is seen must find its handler installed.
     print(f"READY http={config.server.host}:{gateway.http_port} grpc={config.server.host}:{gateway.grpc_port} "
           f"models={','.join(m.name for m in config.models)} loop={_loop_name(loop)}", flush=True)
     await stopping.wait()
     log.info("stopping: finishing queued and in-flight requests (grace %s s)", config.server.grace_s)
     await gateway.stop()
+
+
+def install_signals(loop: asyncio.AbstractEventLoop, stopping: asyncio.Event, hurry: Callable[[], None],
+                    reload: Callable[[], Coroutine[Any, Any, object]] | None) -> None:
+    """SIGTERM and SIGINT set `stopping`; a second one also calls `hurry` (what is left is
+    answered 503). SIGHUP runs `reload` (None: no config file to re-read)."""
+    def on_stop() -> None:
+        if stopping.is_set():
+            log.warning("second signal: answering what is left with 503 and exiting")
+            hurry()
+        stopping.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_stop)
+    if reload is None:
+        return
+    reloads: set[asyncio.Task[object]] = set()  # held so a reload is not collected mid-flight
+
+    def on_hangup() -> None:
+        task = loop.create_task(reload())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
 
 
 def _loop_name(loop: asyncio.AbstractEventLoop) -> str:

@@ -38,7 +38,7 @@ import tempfile
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import GatewayConfig, ServerConfig
 from gateway.front_ends import FrontEnds
-from gateway.server import answers_written, connection_cap, raise_open_files_limit, reload_models
+from gateway.server import answers_written, connection_cap, install_signals, raise_open_files_limit, reload_models
 from gateway.service import InferenceService
 from gateway.telemetry import resolve as resolve_tracing
 from gateway.telemetry import start as start_telemetry
@@ -202,19 +202,10 @@ async def _wait_for_exits(workers: list[WorkerProcess], timeout_s: float) -> Non
 
 def _install_signals(loop: asyncio.AbstractEventLoop, stopping: asyncio.Event, service: InferenceService,
                      workers: list[WorkerProcess], config_path: str | None) -> None:
-    def on_stop() -> None:
-        if stopping.is_set():
-            log.warning("second signal: answering what is left with 503 and exiting")
-            service.scheduler.hurry()
-            for worker in workers:
-                worker.signal(signal.SIGTERM)  # a worker's second signal hurries it too
-        stopping.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_stop)
-    if config_path is None:
-        return
-    reloads: set[asyncio.Task[None]] = set()
+    def hurry() -> None:
+        service.scheduler.hurry()
+        for worker in workers:
+            worker.signal(signal.SIGTERM)  # a worker's second signal hurries it too
 
     async def reload() -> None:
         assert config_path is not None
@@ -223,9 +214,4 @@ def _install_signals(loop: asyncio.AbstractEventLoop, stopping: asyncio.Event, s
         for worker in workers:  # after the batcher: a new model is batched before any worker takes it
             worker.signal(signal.SIGHUP)
 
-    def on_hangup() -> None:
-        task = loop.create_task(reload())
-        reloads.add(task)
-        task.add_done_callback(reloads.discard)
-
-    loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    install_signals(loop, stopping, hurry, None if config_path is None else reload)
