@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
 from gateway import live
 from gateway.batching.request import NO_PARAMETERS
@@ -198,8 +199,8 @@ def merge_expositions(texts: Iterable[bytes]) -> bytes:
         lines.append(f"# TYPE {exposed} {kind}")
         for (sample_name, labels), value in samples[name].items():
             label_text = ",".join(f'{key}="{_escape_label(label)}"' for key, label in labels)
-            lines.append(f"{sample_name}{{{label_text}}} {_number(value)}" if labels else
-                         f"{sample_name} {_number(value)}")
+            lines.append(f"{sample_name}{{{label_text}}} {floatToGoString(value)}" if labels else
+                         f"{sample_name} {floatToGoString(value)}")
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -210,8 +211,3 @@ def _escape_help(text: str) -> str:
 def _escape_label(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
-
-def _number(value: float) -> str:
-    if value == int(value) and abs(value) < 1e15:
-        return f"{int(value)}.0"
-    return repr(value)
