@@ -121,24 +121,28 @@ class _SchedulerCollector:
         per_row = GaugeMetricFamily("gateway_predictor_profile_per_row_seconds",
                                     "Learned predictor time of a batch, per row: l(b) = intercept + per_row * b",
                                     labels=["model"])
-        depth = GaugeMetricFamily("gateway_queue_depth", "Rows queued", labels=["model"])
-        queue_limit = GaugeMetricFamily("gateway_queue_limit",
-                                        "Rows the model may queue (batching.max_queue): beyond it requests are refused",
-                                        labels=["model"])
-        batch_size_limit = GaugeMetricFamily("gateway_batch_size_limit",
-                                             "Rows a batch may hold (batching.max_batch_size): what a full batch is",
-                                             labels=["model"])
-        replicas = GaugeMetricFamily("gateway_replicas", "Predictor replicas of the model (1 for a single url)",
-                                     labels=["model"])
-        in_rotation = GaugeMetricFamily(
-            "gateway_replicas_in_rotation",
-            "Predictor replicas batches are sent to: the others were unreachable and wait for their probe to pass",
-            labels=["model"])
-        inflight = GaugeMetricFamily("gateway_batches_in_flight", "Batches at the predictor", labels=["model"])
-        inflight_limit = GaugeMetricFamily(
-            "gateway_batches_in_flight_limit",
-            "Batches the model may have at the predictor: max_inflight, or the value \"auto\" has learned",
-            labels=["model"])
+        scheduler = self.scheduler
+        # Per-model gauges read at scrape time: name -> (help, how to read it for a model).
+        # Lambdas throughout: a worker's scheduler (gateway.workers.remote) serves no model
+        # and has none of these readers.
+        gauges: dict[str, tuple[str, Callable[[str], float]]] = {
+            "gateway_queue_depth": ("Rows queued", lambda model: scheduler.queue_depth(model)),
+            "gateway_queue_limit": ("Rows the model may queue (batching.max_queue): beyond it requests are refused",
+                                    lambda model: scheduler.batching_config(model).max_queue),
+            "gateway_batch_size_limit": ("Rows a batch may hold (batching.max_batch_size): what a full batch is",
+                                         lambda model: scheduler.batching_config(model).max_batch_size),
+            "gateway_replicas": ("Predictor replicas of the model (1 for a single url)",
+                                 lambda model: len(self.replicas(model))),
+            "gateway_replicas_in_rotation": (
+                "Predictor replicas batches are sent to: the others were unreachable and wait for their probe to pass",
+                lambda model: sum(self.replicas(model))),
+            "gateway_batches_in_flight": ("Batches at the predictor", lambda model: scheduler.inflight(model)),
+            "gateway_batches_in_flight_limit": (
+                "Batches the model may have at the predictor: max_inflight, or the value \"auto\" has learned",
+                lambda model: scheduler.inflight_limit(model)),
+        }
+        gauge_families = [(GaugeMetricFamily(name, text, labels=["model"]), read)
+                          for name, (text, read) in gauges.items()]
         answered = CounterMetricFamily(
             "gateway_answered", "Requests answered successfully, all within their deadline (late ones are timeouts)",
             labels=["model"])
@@ -163,15 +167,8 @@ class _SchedulerCollector:
             if coefficients is not None:
                 intercept.add_metric([model], coefficients[0])
                 per_row.add_metric([model], coefficients[1])
-            depth.add_metric([model], self.scheduler.queue_depth(model))
-            config = self.scheduler.batching_config(model)
-            queue_limit.add_metric([model], config.max_queue)
-            batch_size_limit.add_metric([model], config.max_batch_size)
-            healthy = self.replicas(model)
-            replicas.add_metric([model], len(healthy))
-            in_rotation.add_metric([model], sum(healthy))
-            inflight.add_metric([model], self.scheduler.inflight(model))
-            inflight_limit.add_metric([model], self.scheduler.inflight_limit(model))
+            for gauge, read in gauge_families:
+                gauge.add_metric([model], read(model))
             answered.add_metric([model], stats.succeeded.count)
             for reason in departure_reasons():
                 departures.add_metric([model, reason], stats.departures[reason])
@@ -183,13 +180,8 @@ class _SchedulerCollector:
             yield counter
         for histogram_family, _ in histogram_families:
             yield histogram_family
-        yield depth
-        yield queue_limit
-        yield batch_size_limit
-        yield replicas
-        yield in_rotation
-        yield inflight
-        yield inflight_limit
+        for gauge, _ in gauge_families:
+            yield gauge
         yield answered
         yield departures
         yield level_requests
