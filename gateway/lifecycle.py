@@ -4,10 +4,12 @@ Every front end opens a Call when an inference request arrives (`InferenceServic
 before anything about it is checked, and closes it once when the answer or the error goes
 out. The Call carries what each concern attached to a request needs, as the front end's
 protocol gives it: the front end (the `protocol` label: the API the client spoke), the
-model's name, when it arrived, the client's own deadline (an HTTP header, the gRPC
-deadline, an OIP `timeout` parameter: the tightest wins), its priority, its request id and
-trace context. The service reads the deadline, the priority and the client context from it
-alone. `close(status)` hands it back to whoever opened it, once, whatever became of the
+model's name, when it arrived, the deadline and priority its transport carried (an HTTP
+header, the gRPC deadline and metadata), its request id and trace context.
+`batch_request` is the one place a request's deadline and priority are settled, with what
+the request itself says (an OIP `timeout` or `priority` parameter): the tightest deadline
+wins, counted from the arrival; the request's own priority wins over its transport's.
+`close(status)` hands it back to whoever opened it, once, whatever became of the
 request (answered, refused for its token or its input, shed, timed out, or its client
 gone): that is where it is counted and timed, and where its trace span ends.
 
@@ -17,10 +19,14 @@ Statuses are HTTP's whatever the protocol (`wire.errors` pairs each gRPC code wi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from gateway.batching.request import NO_PARAMETERS, BatchRequest
+from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
 
@@ -30,8 +36,8 @@ class Call:
     model: str
     on_close: Callable[[Call], None] | None = None
     arrived_s: float = field(default_factory=time.monotonic)
-    timeout_s: float | None = None   # the client's own deadline, from its arrival
-    priority: int = 0                # 1 is the highest level, 0 the model's default
+    timeout_s: float | None = None   # the tightest deadline its transport gave, from its arrival
+    priority: int = 0                # its transport's: 1 is the highest level, 0 the model's default
     client: ClientContext = NO_CONTEXT
     status: int | None = None        # set by close
     span: Any = None                 # its trace span, when the gateway traces (gateway.telemetry)
@@ -40,6 +46,20 @@ class Call:
         """A deadline the client gave another way; the tightest one stands."""
         if timeout_s is not None and (self.timeout_s is None or timeout_s < self.timeout_s):
             self.timeout_s = timeout_s
+
+    def batch_request(self, model: str, inputs: list[Tensor], lengths: np.ndarray | None = None, *,
+                      client: ClientContext | None = None, parameters: Mapping[str, Any] = NO_PARAMETERS,
+                      timeout_s: float | None = None, priority: int | None = None) -> BatchRequest:
+        """The request as the scheduler takes it: its deadline the tightest of its
+        transport's and its own `timeout_s`, counted from its arrival; its own `priority`
+        (an OIP parameter) over its transport's. `client`: the context to carry (the
+        call's own, unless tracing gave it a span of its own)."""
+        self.tighten(timeout_s)
+        if priority is not None:
+            self.priority = priority
+        deadline = None if self.timeout_s is None else self.arrived_s + self.timeout_s
+        return BatchRequest(model, inputs, self.arrived_s, deadline, self.priority,
+                            self.client if client is None else client, parameters, lengths)
 
     @property
     def elapsed_s(self) -> float:

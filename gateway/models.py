@@ -43,7 +43,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,7 @@ import numpy as np
 from backends.base import Backend, BatchForm
 from gateway.batching.config import PaddingConfig
 from gateway.batching.executor import Executor
+from gateway.batching.request import NO_PARAMETERS
 from gateway.config import ModelConfig
 from gateway.instances import (
     instances_to_tensors,
@@ -62,8 +64,9 @@ from gateway.instances import (
 )
 from gateway.uploads import upload_to_instance, upload_to_tensors
 from wire.errors import InvalidInput, ModelNotFound
+from wire.request import OipRequest
 from wire.tensors import ModelSignature, Tensor, TensorSpec, rows_tensor, shape_fits
-from wire.upload import Upload
+from wire.upload import TorchServeRequest, Upload
 
 log = logging.getLogger(__name__)
 METADATA_RETRY_S = 1.0     # until the predictor first answers
@@ -71,12 +74,20 @@ METADATA_REFRESH_S = 10.0  # after that: a predictor may restart with another mo
 SERVER_NAME = "batching-gateway"
 
 
+# What a front end decodes, whatever its protocol: an OIP request, a TorchServe request, or
+# KServe v1 instances.
+ClientRequest = OipRequest | TorchServeRequest | list[Any]
+
+
 @dataclass(slots=True)
 class BatchInputs:
     """A request in its model's batch form, and each row's real length when its instances
-    were ragged along a padded dimension (None: every row is as long as the tensors)."""
+    were ragged along a padded dimension (None: every row is as long as the tensors); an
+    OIP request's outputs asked for and its parameters that travel with its batch."""
     tensors: list[Tensor]
     lengths: np.ndarray | None = None
+    requested: list[str] = field(default_factory=list)
+    parameters: Mapping[str, Any] = field(default_factory=lambda: NO_PARAMETERS)
 
 
 class ServedModel(ABC):
@@ -96,6 +107,21 @@ class ServedModel(ABC):
         return self.config.name
 
     # -- the batch form ----------------------------------------------------------------
+
+    def batch_inputs(self, request: ClientRequest) -> BatchInputs:
+        """Any client's request in this model's batch form: the one place a front end's
+        decoded request is told apart by its protocol."""
+        if isinstance(request, OipRequest):
+            requested = [output.name for output in request.outputs]
+            tensors = self.batch_inputs_from_tensors(request.inputs)
+            self.check_requested_outputs(requested)
+            return BatchInputs(tensors, requested=requested, parameters=request.forwarded_parameters())
+        if isinstance(request, TorchServeRequest):
+            if request.upload is not None:
+                return self.batch_inputs_from_upload(request.upload)
+            assert request.instances is not None  # the codec gives one or the other
+            return self.batch_inputs_from_instances(request.instances)
+        return self.batch_inputs_from_instances(request)
 
     @abstractmethod
     def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:

@@ -24,25 +24,41 @@ from typing import Any
 
 from backends.registry import create_backend
 from gateway import __version__, live, triton
+from gateway.batching.request import BatchResult
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import GatewayConfig, ModelConfig
 from gateway.lifecycle import Call
 from gateway.metrics import Metrics
-from gateway.models import SERVER_NAME, BatchInputs, ServedModel, served_model
+from gateway.models import SERVER_NAME, BatchInputs, ClientRequest, ServedModel, served_model
 from gateway.telemetry import NO_TELEMETRY, Telemetry
 from wire.errors import ModelNotFound
 from wire.request import OipRequest
 from wire.tensors import Tensor
-from wire.upload import TorchServeRequest
 
 log = logging.getLogger(__name__)
 EXTENSIONS = ("binary_tensor_data", "model_batching", *triton.EXTENSIONS)
 
 
 @dataclass(slots=True)
-class InferenceOutcome:
-    outputs: list[Tensor]
-    batch_id: str
+class Answer:
+    """A request's rows of its batch's result, in whichever form its client reads them."""
+    served: ServedModel
+    batch: BatchInputs
+    result: BatchResult
+
+    @property
+    def batch_id(self) -> str:
+        """The id of its batch (comma-separated, if it was split across several)."""
+        return ",".join(self.result.batch_ids)
+
+    def tensors(self) -> list[Tensor]:
+        """As OIP output tensors: those the client asked for, in its order (all if none)."""
+        served = self.served
+        return served.select_outputs(served.tensors_from_outputs(self.result.outputs), self.batch.requested)
+
+    def predictions(self) -> list[Any]:
+        """As KServe v1 predictions, one per instance (TorchServe's too)."""
+        return self.served.predictions_from_outputs(self.result.outputs, self.batch.lengths)
 
 
 class InferenceService:
@@ -196,51 +212,21 @@ class InferenceService:
         self.metrics.count_request(model, call.front_end, str(call.status), call.elapsed_s)
         self.telemetry.request_closed(call)
 
-    async def infer_tensors(self, served: ServedModel, request: OipRequest, call: Call) -> InferenceOutcome:
-        """An OIP request (REST or gRPC): tensors in, tensors out. Its `timeout` parameter
-        tightens the call's deadline and its `priority` parameter is the call's priority;
-        its other parameters, but the gateway's own, travel with its batch."""
+    async def infer(self, served: ServedModel, request: ClientRequest, call: Call) -> Answer:
+        """Any client's request (OIP, KServe v1 instances, TorchServe), decoded by its front
+        end: put in the model's batch form, submitted as one `BatchRequest` (its deadline
+        and priority settled by the call), answered with its rows of the batch."""
         # A counter, not a context manager: a queued request would hold its generator frame.
         self.active_requests += 1
         try:
-            requested = [output.name for output in request.outputs]
-            batch_inputs = served.batch_inputs_from_tensors(request.inputs)
-            served.check_requested_outputs(requested)
-            call.tighten(request.timeout_s)
-            if "priority" in request.parameters:  # the OIP parameter wins over a header
-                call.priority = request.priority
-            result = await self.scheduler.submit(served.name, batch_inputs, call.timeout_s,
-                                                 self.telemetry.request_started(call),
-                                                 request.forwarded_parameters(), call.priority)
-            outputs = served.select_outputs(served.tensors_from_outputs(result.outputs), requested)
-            return InferenceOutcome(outputs, ",".join(result.batch_ids))
+            batch = served.batch_inputs(request)
+            own_timeout, own_priority = None, None
+            if isinstance(request, OipRequest):  # its `timeout` and `priority` parameters
+                own_timeout = request.timeout_s
+                own_priority = request.priority if "priority" in request.parameters else None
+            submitted = call.batch_request(served.name, batch.tensors, batch.lengths,
+                                           client=self.telemetry.request_started(call), parameters=batch.parameters,
+                                           timeout_s=own_timeout, priority=own_priority)
+            return Answer(served, batch, await self.scheduler.submit(submitted))
         finally:
             self.active_requests -= 1
-
-    async def infer_instances(self, served: ServedModel, instances: list[Any], call: Call) -> tuple[list[Any], str]:
-        """A KServe v1 or TorchServe request: instances in, predictions out (the call's
-        priority from the front end's header, as the OIP `priority` parameter)."""
-        self.active_requests += 1
-        try:
-            return await self._predict(served, served.batch_inputs_from_instances(instances), call)
-        finally:
-            self.active_requests -= 1
-
-    async def infer_torchserve(self, served: ServedModel, request: TorchServeRequest,
-                               call: Call) -> tuple[list[Any], str]:
-        """A TorchServe request: its JSON instances as `infer_instances`, or its upload (a raw
-        body, form parts or gRPC entries) as one row; predictions out."""
-        if request.upload is None:
-            assert request.instances is not None  # the codec gives one or the other
-            return await self.infer_instances(served, request.instances, call)
-        self.active_requests += 1
-        try:
-            return await self._predict(served, served.batch_inputs_from_upload(request.upload), call)
-        finally:
-            self.active_requests -= 1
-
-    async def _predict(self, served: ServedModel, batch: BatchInputs, call: Call) -> tuple[list[Any], str]:
-        result = await self.scheduler.submit(served.name, batch.tensors, call.timeout_s,
-                                             self.telemetry.request_started(call),
-                                             priority=call.priority, lengths=batch.lengths)
-        return served.predictions_from_outputs(result.outputs, batch.lengths), ",".join(result.batch_ids)

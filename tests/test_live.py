@@ -10,6 +10,7 @@ import pytest
 from gateway import live
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies import departures
+from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from tests.batching.support import RecordingExecutor, rows
 
@@ -39,7 +40,7 @@ async def test_a_model_before_any_traffic():
 async def test_counts_histogram_departures_and_profile_are_the_stats():
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", RecordingExecutor(delay_s=0.002), BatchingConfig(max_batch_size=4, max_hold_s=0))
-    await asyncio.gather(*(scheduler.submit("m", rows(i, 1 + i % 3)) for i in range(30)))
+    await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1 + i % 3))) for i in range(30)))
     stats = scheduler.stats("m")
     entry = model(live.snapshot(scheduler))
     assert entry["counts"] == {"requests": 30, "answered": 30, "refused": 0, "refused_late": 0, "dropped": 0,
@@ -72,10 +73,10 @@ async def test_queued_rows_and_requests_and_batches_in_flight():
     executor.release = asyncio.Event()
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", executor, BatchingConfig(max_batch_size=2, max_hold_s=0))
-    first = asyncio.ensure_future(scheduler.submit("m", rows(0, 2)))  # in flight, held by the executor
+    first = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(0, 2))))  # in flight, held by the executor
     await asyncio.sleep(0.01)
-    waiting = [asyncio.ensure_future(scheduler.submit("m", rows(10, 1))),
-               asyncio.ensure_future(scheduler.submit("m", rows(20, 5)))]  # split in three parts: one request
+    waiting = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(10, 1)))),
+               asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(20, 5))))]  # split in three parts: one request
     await asyncio.sleep(0.01)
     entry = model(live.snapshot(scheduler))
     assert entry["queue"] == {"rows": 6, "requests": 2}
@@ -90,8 +91,9 @@ async def test_slo_priority_levels_auto_inflight_and_padding():
     config = BatchingConfig(policy="deadline", slo_s=0.5, priority_levels=2, default_priority_level=2,
                             auto_inflight=True, inflight_ceiling=4)
     scheduler.add_model("m", RecordingExecutor(delay_s=0.001), config)
-    await asyncio.gather(scheduler.submit("m", rows(0, 1), priority=1), scheduler.submit("m", rows(1, 1)),
-                         scheduler.submit("m", rows(2, 1)))
+    await asyncio.gather(scheduler.submit(BatchRequest.arriving("m", rows(0, 1), priority=1)),
+                         scheduler.submit(BatchRequest.arriving("m", rows(1, 1))),
+                         scheduler.submit(BatchRequest.arriving("m", rows(2, 1))))
     scheduler.stats("m").count_padding(30, 20)  # as a padded model's batch would
     entry = model(live.snapshot(scheduler))
     assert entry["slo_ms"] == pytest.approx(500) and entry["policy"] == "deadline"
@@ -107,7 +109,7 @@ async def test_slo_priority_levels_auto_inflight_and_padding():
 async def test_a_large_max_batch_size_sends_a_bounded_line():
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", RecordingExecutor(delay_s=0), BatchingConfig(max_batch_size=1000))
-    await scheduler.submit("m", rows(0, 3))
+    await scheduler.submit(BatchRequest.arriving("m", rows(0, 3)))
     predicted = model(live.snapshot(scheduler))["profile"]["predicted"]
     sizes = [size for size, _ in predicted]
     assert len(sizes) <= live.PROFILE_POINTS + 1 and sizes[0] == 1 and sizes[-1] == 1000 and sizes == sorted(sizes)

@@ -13,8 +13,10 @@ Semantics
 * When a batch returns, its slot is freed and the next batch is shipped *before* the
   finished batch's requests are answered, so the predictor never idles behind our own
   bookkeeping.
-* Every request has a deadline (`timeout_s`, or less if its client asks). A request whose
-  deadline passes while queued is answered DeadlineExceeded and never sent; one whose
+* Every request has a deadline, counted from its arrival at the gateway (`timeout_s`, or
+  less if its client asks: see `request.BatchRequest`). A request whose deadline passed
+  before it reached the queue (a slow upload, a long decode) is refused at once with
+  DeadlineExceeded; one whose deadline passes while queued is answered DeadlineExceeded and never sent; one whose
   batch is at the executor is answered at its deadline too (the executor call itself is
   abandoned once every member's deadline has passed: see `executor`).
 * The queue is bounded (`max_queue` rows): beyond it a request is refused at once with
@@ -36,10 +38,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any
-
-import numpy as np
+from collections.abc import Callable
 
 from gateway.batching import padding as pad
 from gateway.batching.config import BatchingConfig
@@ -48,12 +47,11 @@ from gateway.batching.inflight import InflightTuner
 from gateway.batching.merge import slice_result, split_request, take_oldest_group
 from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import make_policy
-from gateway.batching.request import NO_PARAMETERS, BatchResult, Part, Request
+from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequest
 from gateway.batching.stats import LevelCounts, ModelStats
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.request import format_ms
-from wire.tensors import Tensor, signature_key
-from wire.tracing import NO_CONTEXT, ClientContext
+from wire.tensors import signature_key
 
 log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
 
@@ -107,21 +105,18 @@ class ModelQueue:
 
     # -- arrival -----------------------------------------------------------------------
 
-    def add(self, inputs: list[Tensor], timeout_s: float | None, client: ClientContext = NO_CONTEXT,
-            parameters: Mapping[str, Any] = NO_PARAMETERS, priority: int = 0,
-            lengths: np.ndarray | None = None) -> asyncio.Future[BatchResult]:
+    def add(self, request: BatchRequest) -> asyncio.Future[BatchResult]:
         """Queue a request; its future is answered exactly once. Raises at once if the
-        request is malformed or the queue is full. `priority` is Triton's: 1 is the highest
-        level, 0 the model's default level. `lengths`: each row's real length along the
-        padded dims, when not all the request's own (see `padding`)."""
+        request is malformed, already past its deadline, or the queue is full."""
+        inputs = request.inputs
         if not inputs:
             raise InvalidInput("the request has no inputs")
         size = len(inputs[0].data)
         if size == 0 or any(len(t.data) != size for t in inputs):
             raise InvalidInput("every input must have the same, non-zero, batch dimension")
         config = self.config
-        shape = pad.measure(inputs, config.padding, lengths) if config.padding is not None else None
-        level = self._level(priority)
+        shape = pad.measure(inputs, config.padding, request.lengths) if config.padding is not None else None
+        level = self._level(request.priority)
         self.stats.requests += 1
         self._count(level, "requests")
         if size > config.max_queue:
@@ -132,8 +127,21 @@ class ModelQueue:
             )
         loop = self._loop
         now = loop.time()
-        timeout = min(s for s in (timeout_s, config.timeout_s, config.slo_s) if s is not None)
-        refusal = self.policy.admit(self, size, now + timeout, now, level)
+        # The deadline counts from the request's arrival at the gateway (a monotonic instant,
+        # moved onto this loop's clock), not from now.
+        monotonic_now = time.monotonic()
+        deadline_mono = request.deadline_within(config.timeout_s, config.slo_s)
+        budget = deadline_mono - request.arrived_s
+        if deadline_mono <= monotonic_now:
+            # Counted as a request that expired in the queue would be: it is one that expired sooner.
+            self.stats.expired += 1
+            self.stats.failed.add(monotonic_now - request.arrived_s)
+            self._count(level, "expired")
+            raise DeadlineExceeded(
+                f"model '{self.name}': deadline of {budget:g} s passed before the request was queued "
+                f"({format_ms(monotonic_now - request.arrived_s)} after it arrived, reading and decoding it)")
+        deadline = now + (deadline_mono - monotonic_now)
+        refusal = self.policy.admit(self, request, deadline, now, level)
         if refusal is not None:
             self.stats.refused_late += 1
             self._count(level, "refused")
@@ -150,28 +158,29 @@ class ModelQueue:
                                                           config.max_batch_cost))
         tensors_key = pad.signature(inputs, config.padding, shape) if config.padding and shape else signature_key(inputs)
         # Parameters are part of what must agree for requests to share a batch.
+        parameters = request.parameters
         signature = (tensors_key, tuple(sorted(parameters.items()))) if parameters else tensors_key
-        request = Request(signature, size, now + timeout, loop.create_future(), len(pieces), client, now, parameters,
-                          level)
+        queued = QueuedRequest(signature, size, deadline, loop.create_future(), len(pieces), request.client, now,
+                               parameters, level)
         if level:
             self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
             self.stats.by_level[level].admitted_rows.add(now, size)
         offset = 0
         for index, piece in enumerate(pieces):
             rows = len(piece[0].data)
-            self.pending.append(Part(request, index, piece, rows, now, shape.rows(offset, rows) if shape else None))
+            self.pending.append(Part(queued, index, piece, rows, now, shape.rows(offset, rows) if shape else None))
             offset += rows
         self.queued_rows += size
-        request.timer = loop.call_at(request.deadline, self._expire, request, timeout)
-        latest_start = self.policy.latest_start(self, size, request.deadline)
+        queued.timer = loop.call_at(queued.deadline, self._expire, queued, budget)
+        latest_start = self.policy.latest_start(self, size, queued.deadline)
         if latest_start is not None:
-            request.start_timer = loop.call_at(max(latest_start, now), self._drop_if_unsent, request)
-        request.future.add_done_callback(lambda _f: self._finished(request))
+            queued.start_timer = loop.call_at(max(latest_start, now), self._drop_if_unsent, queued)
+        queued.future.add_done_callback(lambda _f: self._finished(queued))
         self.policy.on_arrival(now)
         self.pump()
-        return request.future
+        return queued.future
 
-    def _expire(self, request: Request, timeout: float) -> None:
+    def _expire(self, request: QueuedRequest, timeout: float) -> None:
         if request.done:
             return
         self.stats.expired += 1
@@ -179,7 +188,7 @@ class ModelQueue:
         where = "waiting for the predictor" if request.sent else "in the queue"
         request.fail(DeadlineExceeded(f"model '{self.name}': deadline of {timeout:g} s passed {where}"))
 
-    def _finished(self, request: Request) -> None:
+    def _finished(self, request: QueuedRequest) -> None:
         """Runs once per request however it ends: result, error, expiry or cancellation."""
         if request.timer is not None:
             request.timer.cancel()
@@ -262,7 +271,7 @@ class ModelQueue:
             return "deadline_sized"
         return self.policy.timer_reason if self._woken else "slot_free"
 
-    def _unqueue(self, request: Request, rows: int) -> None:
+    def _unqueue(self, request: QueuedRequest, rows: int) -> None:
         """`rows` of `request` no longer count as queued: taken into a batch, or the request
         ended (answered, expired, cancelled, refused)."""
         request.queued_rows -= rows
@@ -333,14 +342,14 @@ class ModelQueue:
         return sum(counts.admitted_rows.per_second(now) for above, counts in self.stats.by_level.items()
                    if above < level)
 
-    def _drop_if_unsent(self, request: Request) -> None:
+    def _drop_if_unsent(self, request: QueuedRequest) -> None:
         if request.done or request.sent:
             return
         left_s = request.deadline - self._loop.time()
         self._drop(request, f"it could no longer be answered within its deadline ({format_ms(max(left_s, 0))} "
                             f"were left)")
 
-    def _drop(self, request: Request, why: str) -> None:
+    def _drop(self, request: QueuedRequest, why: str) -> None:
         self.stats.dropped += 1
         self._count(request.level, "dropped")
         request.fail(DeadlineExceeded(f"model '{self.name}': {why}; it was dropped before reaching the predictor"))

@@ -1,22 +1,35 @@
-"""One client's request while the scheduler holds it, the parts it travels in, and its answer.
+"""The batcher's request and answer (`BatchRequest`, `BatchResult`); one client's request
+while a queue holds it (`QueuedRequest`) and the parts it travels in.
 
 Semantics
 ---------
+* `BatchRequest` is the one shape in which every front end, the service and the workers'
+  channel hand a request to a scheduler: the model, the tensors in the model's batch
+  form, each row's real length (padded models), when it arrived and the client's own
+  deadline as instants of `time.monotonic()`, its priority, its client context and the
+  parameters that travel with its batch. The deadline counts from the request's arrival
+  at the gateway, not from its queueing: reading, decompressing and decoding its body
+  spend the client's budget. The model's own limits (`timeout_s`, `slo_ms`) also count
+  from the arrival (`deadline_within`); a request whose deadline has passed before it
+  reaches its queue is answered DeadlineExceeded and never queued.
 * A request is answered exactly once, through its future: with its rows of the batch
   results (a `BatchResult`), or with an error. Whatever answers first wins; later answers
   (a batch returning after the deadline, say) are dropped.
 * A request of at most `max_batch_size` rows travels as one part; a larger one as several
   (see `gateway.batching.merge`), whose answers are joined in order once all are in.
 
-This module must not know queues, policies or executors.
+This module must not know queues, policies or executors, nor where a request came from.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+import numpy as np
 
 from gateway.batching.merge import Reassembly
 from gateway.batching.padding import RowShape
@@ -27,13 +40,47 @@ from wire.tracing import NO_CONTEXT, ClientContext
 NO_PARAMETERS: Mapping[str, Any] = MappingProxyType({})
 
 
+@dataclass(slots=True, eq=False)
+class BatchRequest:
+    """A request in its model's batch form, as a scheduler takes it (see the module)."""
+    model: str
+    inputs: list[Tensor]
+    arrived_s: float = field(default_factory=time.monotonic)  # when the gateway first saw it
+    deadline_s: float | None = None   # the client's own deadline (an instant), if it gave one
+    priority: int = 0                 # Triton's: 1 is the highest level, 0 the model's default
+    client: ClientContext = NO_CONTEXT
+    parameters: Mapping[str, Any] = field(default_factory=lambda: NO_PARAMETERS)  # travel with its batch (part of what must agree)
+    lengths: np.ndarray | None = None  # each row's real length along padded dims (ragged v1 instances)
+
+    @classmethod
+    def arriving(cls, model: str, inputs: list[Tensor], *, timeout_s: float | None = None, priority: int = 0,
+                 client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
+                 lengths: np.ndarray | None = None) -> BatchRequest:
+        """A request arriving now, whose client gives it `timeout_s` (None: the model's own)."""
+        now = time.monotonic()
+        return cls(model, inputs, now, None if timeout_s is None else now + timeout_s, priority, client,
+                   parameters, lengths)
+
+    def deadline_within(self, *timeouts_s: float | None) -> float:
+        """The request's deadline (a `time.monotonic()` instant): the client's own, or the
+        tightest of `timeouts_s` (the model's limits) counted from its arrival, if earlier."""
+        limits = [self.arrived_s + s for s in timeouts_s if s is not None]
+        if self.deadline_s is not None:
+            limits.append(self.deadline_s)
+        return min(limits)
+
+    @property
+    def rows(self) -> int:
+        return len(self.inputs[0].data) if self.inputs else 0
+
+
 @dataclass(slots=True)
 class BatchResult:
     outputs: list[Tensor]
     batch_ids: list[str]  # one per batch the request travelled in (more than one if split)
 
 
-class Request:
+class QueuedRequest:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
                  "answers", "batch_ids", "sent", "client", "arrived", "parameters", "start_timer", "level")
 
@@ -79,7 +126,7 @@ class Part:
 
     __slots__ = ("request", "index", "inputs", "size", "enqueued_at", "shape")
 
-    def __init__(self, request: Request, index: int, inputs: list[Tensor], size: int, now: float,
+    def __init__(self, request: QueuedRequest, index: int, inputs: list[Tensor], size: int, now: float,
                  shape: RowShape | None = None) -> None:
         self.request = request
         self.index = index

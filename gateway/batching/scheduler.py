@@ -25,23 +25,17 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
-from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor
 from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import names as policy_names
 from gateway.batching.queue import ModelQueue
-from gateway.batching.request import NO_PARAMETERS, BatchResult
+from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.stats import ModelStats
 from wire.errors import ModelNotFound, Unavailable
-from wire.tensors import Tensor
-from wire.tracing import NO_CONTEXT, ClientContext
 
-__all__ = ["BatchResult", "BatchScheduler", "Executor"]
+__all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor"]
 
 
 class BatchScheduler:
@@ -110,39 +104,28 @@ class BatchScheduler:
 
     # -- submitting --------------------------------------------------------------------
 
-    async def submit(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                     client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                     priority: int = 0, lengths: np.ndarray | None = None) -> BatchResult:
+    async def submit(self, request: BatchRequest) -> BatchResult:
         """Queue a request and wait for its rows of the batch result. Safe from any loop.
         Requests merge only with requests of the same signature and `parameters`; with
         priority levels (Triton's `priority`: 1 is the highest, 0 the model's default) a
-        batch is filled highest level first. `lengths`:
-        each row's real length along a padded model's variable dims (ragged v1 instances)."""
+        batch is filled highest level first."""
         if asyncio.get_running_loop() is self._loop:
             # The queue's own coroutine, awaited here: no frame of ours between (a queued request holds each).
-            return await self._queue(model).add(inputs, timeout_s, client, parameters, priority, lengths)
-        return await asyncio.wrap_future(self.submit_threadsafe(model, inputs, timeout_s, client, parameters, priority,
-                                                                lengths))
+            return await self._queue(request.model).add(request)
+        return await asyncio.wrap_future(self.submit_threadsafe(request))
 
-    def enqueue(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                priority: int = 0, lengths: np.ndarray | None = None) -> asyncio.Future[BatchResult]:
+    def enqueue(self, request: BatchRequest) -> asyncio.Future[BatchResult]:
         """`submit` without a coroutine, on the scheduler's own loop: the future of the
         request's rows (cancelling it withdraws the request). For a caller that answers
         from a callback (the workers' batcher), one task fewer per request."""
-        return self._queue(model).add(inputs, timeout_s, client, parameters, priority, lengths)
+        return self._queue(request.model).add(request)
 
-    def submit_threadsafe(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                          client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                          priority: int = 0, lengths: np.ndarray | None = None) -> concurrent.futures.Future:
+    def submit_threadsafe(self, request: BatchRequest) -> concurrent.futures.Future[BatchResult]:
         """Queue a request from any thread; returns a concurrent future of its BatchResult."""
-        return asyncio.run_coroutine_threadsafe(
-            self._submit(model, inputs, timeout_s, client, parameters, priority, lengths), self._loop)
+        return asyncio.run_coroutine_threadsafe(self._submit(request), self._loop)
 
-    async def _submit(self, model: str, inputs: list[Tensor], timeout_s: float | None,
-                      client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                      priority: int = 0, lengths: np.ndarray | None = None) -> BatchResult:
-        return await self._queue(model).add(inputs, timeout_s, client, parameters, priority, lengths)
+    async def _submit(self, request: BatchRequest) -> BatchResult:
+        return await self._queue(request.model).add(request)
 
     def _queue(self, model: str) -> ModelQueue:
         """The model's queue, if it takes requests now."""

@@ -149,10 +149,9 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
 
     async def _infer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelInferResponse:
         decoded = oip_grpc.decode_request(request, self.limits)
-        outcome = await self.service.infer_tensors(
-            self.service.model(request.model_name, request.model_version), decoded, call)
+        answer = await self.service.infer(self.service.model(request.model_name, request.model_version), decoded, call)
         return oip_grpc.encode_response(
-            request.model_name, request.model_version, request.id, outcome.outputs, {"batch_id": outcome.batch_id})
+            request.model_name, request.model_version, request.id, answer.tensors(), {"batch_id": answer.batch_id})
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

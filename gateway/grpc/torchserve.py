@@ -4,7 +4,7 @@
 
 ``Predictions`` reads the ``input`` map as ``wire.codecs.torchserve`` says: the JSON forms
 in ``input["data"]`` (or ``"body"``), or any other map (raw bytes, several entries) as one
-upload row, both through ``InferenceService.infer_torchserve``, so it batches with every
+upload row, both through ``InferenceService.infer``, so it batches with every
 other client of the model. Errors are gRPC status codes, the code the gateway error carries
 (`gateway.grpc.rpc`); the batch id is in the trailing metadata ``batch-id``.
 """
@@ -41,9 +41,9 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
                           call: Call) -> ts_pb.PredictionResponse:
         served = self.service.model(request.model_name, request.model_version)
         decoded = torchserve.decode_grpc(request.input, self.limits)
-        predictions, batch_id = await self.service.infer_torchserve(served, decoded, call)
-        context.set_trailing_metadata((("batch-id", batch_id),))
-        return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(predictions, decoded.single)[0])
+        answer = await self.service.infer(served, decoded, call)
+        context.set_trailing_metadata((("batch-id", answer.batch_id),))
+        return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(answer.predictions(), decoded.single)[0])
 
 
 def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> str:

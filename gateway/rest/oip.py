@@ -1,7 +1,7 @@
 """The Open Inference Protocol over HTTP (KServe v2, Triton): health, server and model
 metadata, Triton's model configuration and statistics extensions, and `POST
 /v2/models/<m>[/versions/<v>]/infer` in JSON or with the binary tensor extension
-(`wire.codecs.oip_json`), through `InferenceService.infer_tensors`.
+(`wire.codecs.oip_json`), through `InferenceService.infer`.
 """
 from __future__ import annotations
 
@@ -65,9 +65,9 @@ class InferHandler(BodyHandler):
         request = oip_json.decode_request(self.body, length, self.limits)
         assert self.call is not None
         self.call.client = self.client_context(request.id)
-        outcome = await self.service.infer_tensors(self.served, request, self.call)
+        answer = await self.service.infer(self.served, request, self.call)
         body, length = oip_json.encode_response(
-            model, version or "", request, outcome.outputs, {"batch_id": outcome.batch_id})
+            model, version or "", request, answer.tensors(), {"batch_id": answer.batch_id})
         for header, value in oip_json.body_headers(length).items():
             self.set_header(header, value)
         self.finish(body)

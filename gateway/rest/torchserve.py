@@ -4,7 +4,7 @@
 Bodies follow ``wire.codecs.torchserve``: the JSON forms (v1 instance semantics), or any
 other body (a raw file of any content type, as ``curl -T`` sends it, or a multipart or
 url-encoded form, as ``curl -F`` sends it) as one upload row, both through
-``InferenceService.infer_torchserve``, so the request batches with every other client of
+``InferenceService.infer``, so the request batches with every other client of
 the model. The batch id travels in the
 ``X-Batch-Id`` header (the body keeps TorchServe's shape). Errors carry TorchServe's
 ``code``/``type``/``message`` and the gateway's own ``error``, with the status of the
@@ -28,10 +28,10 @@ class PredictionsHandler(BodyHandler):
         assert self.call is not None
         request = torchserve.decode_http(self.body, self.header("Content-Type"), self.request.query_arguments,
                                          self.limits)
-        predictions, batch_id = await self.service.infer_torchserve(self.served, request, self.call)
-        body, content_type = torchserve.encode_answer(predictions, request.single)
+        answer = await self.service.infer(self.served, request, self.call)
+        body, content_type = torchserve.encode_answer(answer.predictions(), request.single)
         self.set_header("Content-Type", content_type)
-        self.set_header(BATCH_ID_HEADER, batch_id)
+        self.set_header(BATCH_ID_HEADER, answer.batch_id)
         self.finish(body)
 
     put = post  # `curl -T file` uploads with PUT; TorchServe takes both

@@ -1,7 +1,7 @@
 """KServe v1 over HTTP: `POST /v1/models/<m>:predict` and `GET /v1/models/<m>`.
 
 Bodies follow `wire.codecs.v1`; a request's instances go through
-`InferenceService.infer_instances`, so they batch with every other client of the model.
+`InferenceService.infer`, so they batch with every other client of the model.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ class V1PredictHandler(BodyHandler):
     async def post(self, model: str) -> None:
         assert self.call is not None
         instances = v1.decode_request(self.body, self.limits)
-        predictions, batch_id = await self.service.infer_instances(self.served, instances, self.call)
+        answer = await self.service.infer(self.served, instances, self.call)
         self.set_header("Content-Type", "application/json")
-        self.finish(v1.encode_response(predictions, batch_id))
+        self.finish(v1.encode_response(answer.predictions(), answer.batch_id))
 
 
 class V1ModelHandler(BaseHandler):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from gateway import live
-from gateway.batching.request import NO_PARAMETERS
+from gateway.batching.request import NO_PARAMETERS, BatchRequest
 from gateway.service import InferenceService
 from gateway.workers.channel import Channel, ChannelClosed, Packed, pack, unpack
 from wire.errors import GatewayError
@@ -104,15 +105,16 @@ class Batcher:
         return task
 
     def _submit(self, worker: _Worker, request_id: int, model: str, inputs: list[Packed],
-                timeout_s: float | None, client: tuple[str, str] | None, parameters: dict[str, Any] | None,
-                priority: int, lengths: Any) -> None:
+                age_s: float, remaining_s: float | None, client: tuple[str, str] | None,
+                parameters: dict[str, Any] | None, priority: int, lengths: Any) -> None:
         # The worker sends plain tuples (see remote.RemoteScheduler.submit), and gets them back.
         # Answered from the future's callback: no task per request.
+        now = time.monotonic()
         try:
-            future = self.service.scheduler.enqueue(
-                model, [unpack(tensor) for tensor in inputs], timeout_s,
-                ClientContext(*client) if client is not None else NO_CONTEXT, parameters or NO_PARAMETERS,
-                priority, lengths)
+            future = self.service.scheduler.enqueue(BatchRequest(
+                model, [unpack(tensor) for tensor in inputs], now - age_s,
+                None if remaining_s is None else now + remaining_s, priority,
+                ClientContext(*client) if client is not None else NO_CONTEXT, parameters or NO_PARAMETERS, lengths))
         except GatewayError as error:
             worker.channel.send(("error", request_id, error))
             return

@@ -15,17 +15,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from gateway.batching.config import BatchingConfig
-from gateway.batching.request import NO_PARAMETERS, BatchResult
+from gateway.batching.request import BatchRequest, BatchResult
 from gateway.workers.channel import Channel, ChannelClosed, pack, unpack
 from wire.errors import ModelNotFound, Unavailable
-from wire.tensors import Tensor
-from wire.tracing import NO_CONTEXT, ClientContext
+from wire.tracing import NO_CONTEXT
 
 log = logging.getLogger(__name__)
 
@@ -119,16 +117,18 @@ class RemoteScheduler:
     def batching_config(self, name: str) -> BatchingConfig:
         return self._configs[name]
 
-    async def submit(self, model: str, inputs: list[Tensor], timeout_s: float | None = None,
-                     client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                     priority: int = 0, lengths: np.ndarray | None = None) -> BatchResult:
-        if model not in self._configs:
-            raise ModelNotFound(f"model '{model}' is not served")
-        # Plain tuples, not the dataclasses, and tensors packed (see channel.pack).
+    async def submit(self, request: BatchRequest) -> BatchResult:
+        if request.model not in self._configs:
+            raise ModelNotFound(f"model '{request.model}' is not served")
+        # Plain tuples, not the dataclasses, and tensors packed (see channel.pack). Instants
+        # do not cross processes: the request's age and its deadline's remaining budget do.
+        now = time.monotonic()
+        client = request.client
         message_id, waiting = self.batcher.request(
-            ("submit", model, [pack(t) for t in inputs], timeout_s,
+            ("submit", request.model, [pack(t) for t in request.inputs], now - request.arrived_s,
+             None if request.deadline_s is None else request.deadline_s - now,
              (client.request_id, client.traceparent) if client is not NO_CONTEXT else None,
-             dict(parameters) if parameters else None, priority, lengths))
+             dict(request.parameters) if request.parameters else None, request.priority, request.lengths))
         self._waiting += 1
         self._idle.clear()
         try:

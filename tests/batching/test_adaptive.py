@@ -11,6 +11,7 @@ import pytest
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy, ReturnTracker
+from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.stats import ModelStats
 from tests.batching.support import RecordingExecutor, closed_loop_history, learned, rows, scheduler_with
@@ -34,7 +35,7 @@ async def run_closed_loop(clients: int, call_s: float, think_s: float, rounds: i
 
     async def client(index: int):
         for round_ in range(rounds):
-            result = await scheduler.submit("m", one_row(index * 1000 + round_))
+            result = await scheduler.submit(BatchRequest.arriving("m", one_row(index * 1000 + round_)))
             assert result.outputs[0].data[0, 0] == 2 * (index * 1000 + round_)
             await asyncio.sleep(think_s)  # the client's own turnaround before its next request
 
@@ -76,7 +77,7 @@ async def test_sparse_arrivals_are_never_held():
     scheduler = scheduler_with(executor, policy="adaptive", max_hold_s=0.01)
     pending = []
     for i in range(12):
-        pending.append(asyncio.ensure_future(scheduler.submit("m", rows(i, 1))))
+        pending.append(asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1)))))
         await asyncio.sleep(0.03)
     await asyncio.gather(*pending)
     assert scheduler.stats("m").holds == 0
@@ -85,7 +86,7 @@ async def test_sparse_arrivals_are_never_held():
 async def test_a_lone_request_ships_at_once_under_adaptive():
     executor = RecordingExecutor(delay_s=0)
     scheduler = scheduler_with(executor, policy="adaptive", max_latency_s=5.0)
-    result = await asyncio.wait_for(scheduler.submit("m", rows(0, 1)), 1.0)
+    result = await asyncio.wait_for(scheduler.submit(BatchRequest.arriving("m", rows(0, 1))), 1.0)
     np.testing.assert_array_equal(result.outputs[0].data, rows(0, 1)[0].data * 2)
     assert len(executor.batches) == 1
     assert scheduler.stats("m").departures["slot_free"] == 1
@@ -94,9 +95,9 @@ async def test_a_lone_request_ships_at_once_under_adaptive():
 async def test_requests_arriving_while_the_slot_is_busy_leave_together():
     executor = RecordingExecutor(delay_s=0.05)
     scheduler = scheduler_with(executor, max_batch_size=32)
-    first = asyncio.ensure_future(scheduler.submit("m", rows(0, 1)))
+    first = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(0, 1))))
     await asyncio.sleep(0.01)  # the first batch is now at the executor
-    rest = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1))) for i in range(1, 11)]
+    rest = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1)))) for i in range(1, 11)]
     results = await asyncio.gather(first, *rest)
     assert [len(b) for b in executor.batches] == [1, 10]
     assert len({r.batch_ids[0] for r in results[1:]}) == 1

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.deadline import DeadlinePolicy
+from gateway.batching.request import BatchRequest
 from gateway.batching.stats import ModelStats
 from tests.batching.support import RecordingExecutor, learned, rows, scheduler_with
 from wire.errors import DeadlineExceeded, Unavailable
@@ -47,6 +48,11 @@ class Queue:
         return next((part for part in self.pending if part.live), None)
 
 
+def of_rows(count: int) -> BatchRequest:
+    """A request of `count` rows, as a policy is asked to admit it."""
+    return BatchRequest.arriving("m", rows(0, count))
+
+
 def profiled(intercept: float = 0.010, per_row: float = 0.001) -> Queue:
     queue = Queue()
     for size in (1, 2, 4, 8) * 5:
@@ -56,7 +62,7 @@ def profiled(intercept: float = 0.010, per_row: float = 0.001) -> Queue:
 
 def test_without_a_profile_everything_is_admitted_and_nothing_dropped():
     policy, queue = DeadlinePolicy(CONFIG), Queue(queued_rows=10_000)
-    assert policy.admit(queue, 1, deadline=0.001, now=0.0) is None
+    assert policy.admit(queue, of_rows(1), deadline=0.001, now=0.0) is None
     assert not policy.doomed(queue, Part(1, deadline=0.0), now=1.0)
     assert policy.batch_limit(queue, now=0.0) == 8
 
@@ -64,13 +70,13 @@ def test_without_a_profile_everything_is_admitted_and_nothing_dropped():
 def test_a_request_that_fits_is_admitted():
     policy, queue = DeadlinePolicy(CONFIG), profiled()
     queue.queued_rows = 16  # two full batches ahead: 2 x 18 ms, then its own 11 ms
-    assert policy.admit(queue, 1, deadline=0.1, now=0.0) is None
+    assert policy.admit(queue, of_rows(1), deadline=0.1, now=0.0) is None
 
 
 def test_a_request_predicted_to_finish_late_is_refused_at_once_saying_why():
     policy, queue = DeadlinePolicy(CONFIG), profiled()
     queue.queued_rows, queue.inflight = 48, 1  # 9 ms in progress + 6 x 18 ms ahead + 11 ms
-    refusal = policy.admit(queue, 1, deadline=0.1, now=0.0)
+    refusal = policy.admit(queue, of_rows(1), deadline=0.1, now=0.0)
     assert isinstance(refusal, Unavailable) and refusal.http_status == 503
     assert "predicted to finish in 128 ms" in refusal.message and "deadline of 100 ms" in refusal.message
 
@@ -78,11 +84,11 @@ def test_a_request_predicted_to_finish_late_is_refused_at_once_saying_why():
 def test_a_request_shares_its_batch_with_the_rows_left_over_ahead_of_it():
     policy, queue = DeadlinePolicy(CONFIG), profiled()
     queue.queued_rows = 10  # one full batch (18 ms), then its own with the 2 left over: l(3) = 13 ms
-    assert policy.admit(queue, 1, deadline=0.032, now=0.0) is None
-    assert policy.admit(queue, 1, deadline=0.030, now=0.0) is not None
+    assert policy.admit(queue, of_rows(1), deadline=0.032, now=0.0) is None
+    assert policy.admit(queue, of_rows(1), deadline=0.030, now=0.0) is not None
     queue.queued_rows = 15  # 7 left over: with 2 rows of its own, they no longer fit one batch
-    refusal = policy.admit(queue, 2, deadline=0.1, now=0.0)
-    assert refusal is None and policy.admit(queue, 2, deadline=0.047, now=0.0) is not None  # 18 + 18 + 12
+    refusal = policy.admit(queue, of_rows(2), deadline=0.1, now=0.0)
+    assert refusal is None and policy.admit(queue, of_rows(2), deadline=0.047, now=0.0) is not None  # 18 + 18 + 12
 
 
 def test_more_slots_drain_the_queue_faster():
@@ -90,9 +96,9 @@ def test_more_slots_drain_the_queue_faster():
     queue = profiled()
     queue.queued_rows = 48
     policy = DeadlinePolicy(CONFIG)
-    assert policy.admit(queue, 1, deadline=0.1, now=0.0) is not None
+    assert policy.admit(queue, of_rows(1), deadline=0.1, now=0.0) is not None
     queue.inflight_limit = 2
-    assert policy.admit(queue, 1, deadline=0.1, now=0.0) is None  # 3 x 18 + 11 = 65 ms
+    assert policy.admit(queue, of_rows(1), deadline=0.1, now=0.0) is None  # 3 x 18 + 11 = 65 ms
 
 
 def test_a_part_that_cannot_finish_even_alone_is_doomed():
@@ -133,8 +139,8 @@ async def until(condition) -> None:
 async def test_under_overload_late_requests_are_refused_at_once_and_the_rest_answered():
     executor = RecordingExecutor(delay_s=0.02)
     scheduler = scheduler_with(executor, policy="deadline", slo_s=0.1, max_batch_size=4, max_hold_s=0)
-    await asyncio.gather(*(scheduler.submit("m", rows(i, 1)) for i in range(8)))  # learn the profile
-    outcomes = await asyncio.gather(*(scheduler.submit("m", rows(1000 + i, 1)) for i in range(200)),
+    await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1))) for i in range(8)))  # learn the profile
+    outcomes = await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(1000 + i, 1))) for i in range(200)),
                                     return_exceptions=True)
     refused = {1000 + i for i, o in enumerate(outcomes) if isinstance(o, Unavailable)}
     answered = {1000 + i for i, o in enumerate(outcomes) if not isinstance(o, BaseException)}
@@ -151,15 +157,15 @@ async def test_under_overload_late_requests_are_refused_at_once_and_the_rest_ans
 async def test_a_queued_request_that_can_no_longer_make_it_is_dropped_and_never_sent():
     executor = RecordingExecutor(delay_s=0.03)
     scheduler = scheduler_with(executor, policy="deadline", slo_s=1.0, max_batch_size=1, max_hold_s=0)
-    await scheduler.submit("m", rows(0, 1))  # learn: about 30 ms per call, however long it took here
+    await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))  # learn: about 30 ms per call, however long it took here
     call_s = scheduler.stats("m").profile.predict(1)
     executor.release = asyncio.Event()
-    first = asyncio.ensure_future(scheduler.submit("m", rows(1, 1)))
+    first = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(1, 1))))
     await asyncio.wait_for(until(lambda: len(executor.batches) == 2), 5)  # the first is at the predictor, held
     # Admitted: half the call in progress and its own call (1.5 calls) fit 1.8 calls. Once
     # less than a call is left (0.8 calls from now) it can no longer make it, while the
     # first is still held: it is dropped from the queue, not sent.
-    short = asyncio.ensure_future(scheduler.submit("m", rows(2, 1), timeout_s=1.8 * call_s))
+    short = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(2, 1), timeout_s=1.8 * call_s)))
     with pytest.raises(DeadlineExceeded, match="dropped before reaching the predictor"):
         await asyncio.wait_for(short, 5)
     executor.release.set()
@@ -183,11 +189,11 @@ class PerRowExecutor(RecordingExecutor):
 async def test_a_batch_is_sized_for_its_leaders_deadline_and_counted_so():
     executor = PerRowExecutor(per_row_s=0.01)
     scheduler = scheduler_with(executor, policy="deadline", slo_s=1.0, max_batch_size=8, max_hold_s=0)
-    await asyncio.gather(*(scheduler.submit("m", rows(i, 1)) for i in range(8)))  # learn: batches of 1 and 7
-    blocker = asyncio.ensure_future(scheduler.submit("m", rows(100, 8)))  # 80 ms at the predictor
+    await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1))) for i in range(8)))  # learn: batches of 1 and 7
+    blocker = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(100, 8))))  # 80 ms at the predictor
     await asyncio.sleep(0)
     # Admitted (predicted: half the 80 ms call in progress, a batch ahead, its own 10 ms)...
-    due_soon = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1), timeout_s=0.15)) for i in range(8)]
+    due_soon = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1), timeout_s=0.15))) for i in range(8)]
     # ... but once the blocker is back, ~70 ms are left: about 6 rows fit, not 8.
     await asyncio.gather(blocker, *due_soon, return_exceptions=True)
     assert scheduler.stats("m").refused_late == 0
@@ -211,12 +217,12 @@ def test_the_learned_hold_stays_but_never_past_the_leaders_latest_start():
 def test_a_request_larger_than_a_batch_is_judged_by_when_its_last_part_ends():
     # ℓ(8) = 18 ms: 100 rows are 12 full batches and 4 rows, ~230 ms, past a 100 ms deadline.
     policy, queue = DeadlinePolicy(CONFIG), profiled()
-    refused = policy.admit(queue, 100, deadline=0.1, now=0.0)
+    refused = policy.admit(queue, of_rows(100), deadline=0.1, now=0.0)
     assert isinstance(refused, Unavailable) and "predicted to finish in 230 ms" in refused.message
-    assert policy.admit(queue, 16, deadline=0.1, now=0.0) is None  # two full batches: 36 ms
+    assert policy.admit(queue, of_rows(16), deadline=0.1, now=0.0) is None  # two full batches: 36 ms
     # With 5 rows left over ahead, a split request's first part cannot share their batch.
     queue.queued_rows = 5
-    assert "predicted to finish in 54 ms" in policy.admit(queue, 16, deadline=0.05, now=0.0).message
+    assert "predicted to finish in 54 ms" in policy.admit(queue, of_rows(16), deadline=0.05, now=0.0).message
 
 
 def test_a_lower_level_waits_longer_by_what_the_levels_above_bring_and_is_refused_when_they_take_it_all():
@@ -224,12 +230,12 @@ def test_a_lower_level_waits_longer_by_what_the_levels_above_bring_and_is_refuse
     policy, queue = DeadlinePolicy(CONFIG), profiled()
     queue.stats.last_call_at = 0.0  # a call just ended: no probe is due
     queue.queued_rows = 16  # two full batches ahead: 36 ms, then its own 11 ms
-    assert "predicted to finish in 47 ms" in policy.admit(queue, 1, deadline=0.04, now=0.0, level=2).message
+    assert "predicted to finish in 47 ms" in policy.admit(queue, of_rows(1), deadline=0.04, now=0.0, level=2).message
     queue.above = 222.0  # half of the predictor: the batches ahead take twice as long
-    assert "predicted to finish in 83 ms" in policy.admit(queue, 1, deadline=0.08, now=0.0, level=2).message
-    assert policy.admit(queue, 1, deadline=0.05, now=0.0, level=1) is None  # nothing is above level 1: 47 ms
+    assert "predicted to finish in 83 ms" in policy.admit(queue, of_rows(1), deadline=0.08, now=0.0, level=2).message
+    assert policy.admit(queue, of_rows(1), deadline=0.05, now=0.0, level=1) is None  # nothing is above level 1: 47 ms
     queue.above, queue.queued_rows = 450.0, 0
-    refused = policy.admit(queue, 1, deadline=10.0, now=0.0, level=2)  # whatever its deadline
+    refused = policy.admit(queue, of_rows(1), deadline=10.0, now=0.0, level=2)  # whatever its deadline
     assert isinstance(refused, Unavailable)
     assert "priority level 2 cannot be served" in refused.message and "450 rows/s" in refused.message
 
@@ -237,23 +243,23 @@ def test_a_lower_level_waits_longer_by_what_the_levels_above_bring_and_is_refuse
 def test_while_refusing_one_probe_is_admitted_once_the_predictor_has_been_idle():
     policy, queue = DeadlinePolicy(CONFIG), profiled(intercept=0.5)  # every call predicted at 0.5 s
     queue.stats.last_call_at = 0.0
-    assert isinstance(policy.admit(queue, 1, deadline=0.2, now=0.1), Unavailable)
-    assert isinstance(policy.admit(queue, 1, deadline=1.0, now=0.9), Unavailable)  # idle, but 1 s has not passed
-    assert policy.admit(queue, 1, deadline=1.3, now=1.2) is None  # the probe: its call will teach the profile
-    assert isinstance(policy.admit(queue, 1, deadline=1.3, now=1.2), Unavailable)  # one probe per spell
-    assert isinstance(policy.admit(queue, 20, deadline=9.0, now=8.0), Unavailable)  # never a split request
+    assert isinstance(policy.admit(queue, of_rows(1), deadline=0.2, now=0.1), Unavailable)
+    assert isinstance(policy.admit(queue, of_rows(1), deadline=1.0, now=0.9), Unavailable)  # idle, but 1 s has not passed
+    assert policy.admit(queue, of_rows(1), deadline=1.3, now=1.2) is None  # the probe: its call will teach the profile
+    assert isinstance(policy.admit(queue, of_rows(1), deadline=1.3, now=1.2), Unavailable)  # one probe per spell
+    assert isinstance(policy.admit(queue, of_rows(20), deadline=9.0, now=8.0), Unavailable)  # never a split request
 
 
 async def test_a_predictor_that_slows_down_gets_fast_refusals_and_admission_recovers_with_it():
     executor = RecordingExecutor(delay_s=0.01)
     scheduler = scheduler_with(executor, policy="deadline", slo_s=0.1, max_batch_size=4, max_hold_s=0)
     for _ in range(20):
-        await scheduler.submit("m", rows(0, 1))  # learned: 10 ms a call
+        await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))  # learned: 10 ms a call
     executor.delay_s = 0.4  # the predictor slows down past every deadline
     outcomes = []
     for _ in range(4):
         try:
-            await scheduler.submit("m", rows(0, 1))
+            await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))
             outcomes.append("answered")
         except DeadlineExceeded:
             outcomes.append("504")
@@ -262,9 +268,9 @@ async def test_a_predictor_that_slows_down_gets_fast_refusals_and_admission_reco
     assert outcomes[0] == "504" and outcomes[-1] == "503", outcomes  # one timeout taught it: then refusals
     calls = len(executor.batches)
     with pytest.raises(Unavailable):
-        await scheduler.submit("m", rows(0, 1))
+        await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))
     assert len(executor.batches) == calls  # refused at once: nothing sent
     executor.delay_s = 0.01  # recovered
     await asyncio.sleep(1.05)  # PROBE_AFTER_S with nothing in flight
-    await scheduler.submit("m", rows(0, 1))  # the probe, answered
-    await scheduler.submit("m", rows(0, 1))  # and admission with it
+    await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))  # the probe, answered
+    await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))  # and admission with it

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from gateway.batching.config import BatchingConfig
+from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from tests.batching.support import RecordingExecutor, rows, scheduler_with
 from wire.errors import BadPredictorAnswer, DeadlineExceeded, HandlerFailed, ModelNotFound, PredictorRejected
@@ -21,11 +22,11 @@ async def test_a_hung_executor_costs_each_request_at_most_its_deadline():
     loop = asyncio.get_running_loop()
     started = loop.time()
     with pytest.raises(DeadlineExceeded):
-        await scheduler.submit("m", rows(0, 1))
+        await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))
     assert loop.time() - started < 1.0
     # The slot is given back once every member's deadline has passed.
     executor.release.set()
-    result = await asyncio.wait_for(scheduler.submit("m", rows(1, 1)), 1.0)
+    result = await asyncio.wait_for(scheduler.submit(BatchRequest.arriving("m", rows(1, 1))), 1.0)
     assert result.outputs[0].data.shape == (1, 2)
 
 
@@ -40,11 +41,11 @@ async def test_executor_errors_reach_every_member_and_wrong_row_counts_are_caugh
     scheduler.add_model("rejects", rejects, BatchingConfig())
     scheduler.add_model("short", short, BatchingConfig())
     with pytest.raises(PredictorRejected):
-        await scheduler.submit("rejects", rows(0, 1))
+        await scheduler.submit(BatchRequest.arriving("rejects", rows(0, 1)))
     with pytest.raises(BadPredictorAnswer, match="1 rows"):
-        await scheduler.submit("short", rows(0, 2))
+        await scheduler.submit(BatchRequest.arriving("short", rows(0, 2)))
     with pytest.raises(ModelNotFound):
-        await scheduler.submit("absent", rows(0, 1))
+        await scheduler.submit(BatchRequest.arriving("absent", rows(0, 1)))
 
 
 @pytest.mark.parametrize("failure", [PredictorRejected, HandlerFailed])
@@ -62,11 +63,11 @@ async def test_a_request_the_predictor_rejects_does_not_fail_the_others_in_its_b
 
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", rejects_negative_rows, BatchingConfig(max_batch_size=32))
-    blocker = asyncio.ensure_future(scheduler.submit("m", rows(0, 1)))
+    blocker = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(0, 1))))
     await asyncio.sleep(0)
     requests = [rows(i, 1) for i in range(1, 9)]
     requests[5] = [Tensor("INPUT0", "FP32", -np.ones((1, 2), np.float32))]
-    outcomes = await asyncio.gather(*(scheduler.submit("m", r) for r in requests), return_exceptions=True)
+    outcomes = await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", r)) for r in requests), return_exceptions=True)
     await blocker
     assert isinstance(outcomes[5], failure)
     for i, outcome in enumerate(outcomes):

@@ -12,6 +12,7 @@ import pytest
 from gateway.batching import inflight
 from gateway.batching.config import BatchingConfig
 from gateway.batching.inflight import InflightTuner
+from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from tests.batching.support import rows
 from wire.tensors import Tensor
@@ -150,7 +151,7 @@ async def closed_loop(scheduler: BatchScheduler, clients: int, until: Callable[[
     every answer, until `until()` holds (or `budget_s` passes: the test then fails)."""
     async def client(index: int) -> None:
         while not until():
-            result = await scheduler.submit("m", rows(index, 1))
+            result = await scheduler.submit(BatchRequest.arriving("m", rows(index, 1)))
             assert result.outputs[0].data.tolist() == (rows(index, 1)[0].data * 2).tolist()
 
     await asyncio.wait_for(asyncio.gather(*(client(i) for i in range(clients))), budget_s)

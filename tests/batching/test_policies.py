@@ -13,6 +13,7 @@ from gateway.batching.policies.adaptive import AdaptivePolicy
 from gateway.batching.policies.base import Policy, Setting
 from gateway.batching.policies.deadline import DeadlinePolicy
 from gateway.batching.policies.window import WindowPolicy
+from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.metrics import Metrics
 from tests.batching.support import rows
@@ -66,7 +67,7 @@ async def test_a_new_policy_is_one_table_entry_its_keys_read_and_its_reasons_cou
 
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", echo, batching)
-    await scheduler.submit("m", rows(1, 1))  # alone: it leaves when its patience runs out
+    await scheduler.submit(BatchRequest.arriving("m", rows(1, 1)))  # alone: it leaves when its patience runs out
     assert scheduler.stats("m").departures["patience_ran_out"] == 1
     exposition = Metrics(scheduler).exposition().decode()
     assert 'gateway_batch_departures_total{model="m",reason="patience_ran_out"} 1.0' in exposition

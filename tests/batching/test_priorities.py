@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from gateway.batching.request import BatchRequest
 from tests.batching.support import RecordingExecutor, rows, scheduler_with
 from wire.errors import InvalidInput, Unavailable
 
@@ -15,10 +16,11 @@ async def test_higher_levels_batch_first_and_fifo_within_a_level():
     executor = RecordingExecutor(delay_s=0.005)
     scheduler = scheduler_with(executor, max_batch_size=1, priority_levels=3, default_priority_level=3)
     executor.release = asyncio.Event()
-    blocker = asyncio.ensure_future(scheduler.submit("m", rows(100, 1)))
+    blocker = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(100, 1))))
     await asyncio.sleep(0.01)  # at the predictor: everything else queues behind it
     order = [(1, 3), (2, 0), (3, 1), (4, 2), (5, 1), (6, 3)]  # (row, priority)
-    waiting = [asyncio.ensure_future(scheduler.submit("m", rows(row, 1), priority=priority)) for row, priority in order]
+    waiting = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(row, 1), priority=priority)))
+               for row, priority in order]
     await asyncio.sleep(0.01)
     executor.release.set()
     await asyncio.gather(blocker, *waiting)
@@ -30,10 +32,10 @@ async def test_lower_levels_fill_only_the_room_higher_levels_leave():
     executor = RecordingExecutor(delay_s=0.01)
     scheduler = scheduler_with(executor, max_batch_size=4, priority_levels=2)
     executor.release = asyncio.Event()
-    blocker = asyncio.ensure_future(scheduler.submit("m", rows(100, 1)))
+    blocker = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(100, 1))))
     await asyncio.sleep(0.005)
     # Arrival order: rows 0..5 at levels 2, 1, 2, 1, 2, 1.
-    waiting = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1), priority=2 - i % 2)) for i in range(6)]
+    waiting = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1), priority=2 - i % 2))) for i in range(6)]
     await asyncio.sleep(0.005)
     executor.release.set()
     await asyncio.gather(blocker, *waiting)
@@ -44,13 +46,13 @@ async def test_lower_levels_fill_only_the_room_higher_levels_leave():
 async def test_a_priority_beyond_the_levels_is_refused_naming_the_key():
     scheduler = scheduler_with(RecordingExecutor(), priority_levels=2)
     with pytest.raises(InvalidInput, match="batching.priority_levels"):
-        await scheduler.submit("m", rows(0, 1), priority=3)
+        await scheduler.submit(BatchRequest.arriving("m", rows(0, 1), priority=3))
 
 
 async def test_without_levels_a_priority_changes_nothing():
     executor = RecordingExecutor()
     scheduler = scheduler_with(executor)
-    result = await scheduler.submit("m", rows(0, 1), priority=7)
+    result = await scheduler.submit(BatchRequest.arriving("m", rows(0, 1), priority=7))
     assert result.outputs[0].data.tolist() == [[0, 2]]
 
 
@@ -58,14 +60,14 @@ async def test_under_a_deadline_lower_levels_queued_do_not_refuse_a_higher_one()
     executor = RecordingExecutor(delay_s=0.02)
     scheduler = scheduler_with(executor, policy="deadline", slo_s=0.1, max_batch_size=2, max_hold_s=0,
                                priority_levels=2, default_priority_level=2)
-    await asyncio.gather(*(scheduler.submit("m", rows(i, 1)) for i in range(6)))  # learn the profile
+    await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1))) for i in range(6)))  # learn the profile
     executor.release = asyncio.Event()
     # 12 low-level rows: about 6 batches of 20 ms ahead, past a 100 ms deadline (some are refused).
-    backlog = [asyncio.ensure_future(scheduler.submit("m", rows(i, 1), priority=2)) for i in range(12)]
+    backlog = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1), priority=2))) for i in range(12)]
     await asyncio.sleep(0)
     with pytest.raises(Unavailable):  # the low level's own backlog is already too long for it
-        await scheduler.submit("m", rows(50, 1), priority=2)
-    urgent = asyncio.ensure_future(scheduler.submit("m", rows(60, 1), priority=1))
+        await scheduler.submit(BatchRequest.arriving("m", rows(50, 1), priority=2))
+    urgent = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(60, 1), priority=1)))
     await asyncio.sleep(0)
     executor.release.set()
     assert (await urgent).outputs[0].data.tolist() == [[240, 242]]  # rows(60) is [120, 121], doubled
@@ -78,14 +80,14 @@ async def test_a_full_queue_makes_room_for_a_higher_level_by_refusing_the_lowest
     executor = RecordingExecutor(delay_s=0.001)
     scheduler = scheduler_with(executor, max_batch_size=1, max_queue=4, priority_levels=3, default_priority_level=3)
     executor.release = asyncio.Event()
-    blocker = asyncio.ensure_future(scheduler.submit("m", rows(100, 1)))
+    blocker = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(100, 1))))
     await asyncio.sleep(0.005)
-    queued = {name: asyncio.ensure_future(scheduler.submit("m", rows(row, 1), priority=priority))
+    queued = {name: asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(row, 1), priority=priority)))
               for name, row, priority in [("a2", 1, 2), ("b3", 2, 3), ("c3", 3, 3), ("d2", 4, 2)]}
     await asyncio.sleep(0)
     with pytest.raises(Overloaded):  # full, and nothing below level 3
-        await scheduler.submit("m", rows(5, 1), priority=3)
-    urgent = asyncio.ensure_future(scheduler.submit("m", rows(6, 1), priority=1))
+        await scheduler.submit(BatchRequest.arriving("m", rows(5, 1), priority=3))
+    urgent = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(6, 1), priority=1)))
     await asyncio.sleep(0)
     executor.release.set()
     await asyncio.gather(blocker, urgent)
@@ -115,7 +117,7 @@ async def test_under_a_deadline_a_level_the_levels_above_leave_nothing_to_is_ref
     async def urgent_client(client: int) -> None:  # closed loop at level 1: 8 clients, batches of 4
         while not stop.is_set():
             try:
-                await scheduler.submit("m", rows(client, 1), priority=1)
+                await scheduler.submit(BatchRequest.arriving("m", rows(client, 1), priority=1))
             except (Unavailable, Overloaded, DeadlineExceeded):
                 await asyncio.sleep(0.005)
 
@@ -124,7 +126,7 @@ async def test_under_a_deadline_a_level_the_levels_above_leave_nothing_to_is_ref
     outcomes = []
     for i in range(20):
         try:
-            await scheduler.submit("m", rows(1000 + i, 1), priority=2)
+            await scheduler.submit(BatchRequest.arriving("m", rows(1000 + i, 1), priority=2))
             outcomes.append("answered")
         except Unavailable:
             outcomes.append("refused")
@@ -140,7 +142,7 @@ async def test_under_a_deadline_a_level_the_levels_above_leave_nothing_to_is_ref
     assert counts.expired == counts.dropped == 0
     for _ in range(100):  # the higher level is gone: within a few seconds its rate has decayed
         try:
-            await scheduler.submit("m", rows(2000, 1), priority=2)
+            await scheduler.submit(BatchRequest.arriving("m", rows(2000, 1), priority=2))
             break
         except Unavailable:
             await asyncio.sleep(0.05)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from gateway.batching.config import BatchingConfig
+from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from tests.batching.support import RecordingExecutor, rows, scheduler_with
 from wire.errors import ModelNotFound, Unavailable
@@ -26,7 +27,7 @@ def test_submit_is_safe_from_many_threads_at_once():
         def client(worker: int) -> None:
             for i in range(50):
                 start = worker * 1000 + i
-                future = scheduler.submit_threadsafe("m", rows(start, 1 + i % 3))
+                future = scheduler.submit_threadsafe(BatchRequest.arriving("m", rows(start, 1 + i % 3)))
                 got = future.result(timeout=10).outputs[0].data
                 if not np.array_equal(got, rows(start, 1 + i % 3)[0].data * 2):
                     errors.append(f"worker {worker} request {i} got another client's rows")
@@ -51,7 +52,7 @@ def test_submit_can_be_awaited_from_another_event_loop():
     try:
         scheduler = BatchScheduler(loop)
         loop.call_soon_threadsafe(scheduler.add_model, "m", RecordingExecutor(0), BatchingConfig())
-        result = asyncio.run(scheduler.submit("m", rows(3, 2)))
+        result = asyncio.run(scheduler.submit(BatchRequest.arriving("m", rows(3, 2))))
         np.testing.assert_array_equal(result.outputs[0].data, rows(3, 2)[0].data * 2)
     finally:
         loop.call_soon_threadsafe(loop.stop)
@@ -68,37 +69,37 @@ async def test_an_unknown_policy_is_refused():
 async def test_adding_a_model_again_re_tunes_it():
     executor = RecordingExecutor(delay_s=0)
     scheduler = scheduler_with(executor)
-    await scheduler.submit("m", rows(0, 1))
+    await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))
     scheduler.add_model("m", executor, BatchingConfig(policy="window", max_latency_s=0.1))
     loop = asyncio.get_running_loop()
     started = loop.time()
-    await scheduler.submit("m", rows(1, 1))
+    await scheduler.submit(BatchRequest.arriving("m", rows(1, 1)))
     assert loop.time() - started >= 0.09  # the window now holds a lone request
     assert scheduler.model_names() == ["m"]
 
 
 async def test_a_removed_model_finishes_its_batch_then_is_unknown():
     scheduler = scheduler_with(RecordingExecutor(delay_s=0.02))
-    inflight = asyncio.ensure_future(scheduler.submit("m", rows(0, 1)))
+    inflight = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(0, 1))))
     await asyncio.sleep(0)
     await scheduler.remove_model("m", grace_s=5.0)
     np.testing.assert_array_equal((await inflight).outputs[0].data, rows(0, 1)[0].data * 2)
     with pytest.raises(ModelNotFound):
-        await scheduler.submit("m", rows(0, 1))
+        await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))
 
 
 async def test_closing_answers_what_is_left_unavailable_once_the_grace_is_over():
     executor = RecordingExecutor()
     executor.release = asyncio.Event()  # never set: the batch stays at the executor
     scheduler = scheduler_with(executor)
-    inflight = asyncio.ensure_future(scheduler.submit("m", rows(0, 1)))
+    inflight = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(0, 1))))
     await asyncio.sleep(0)
-    queued = asyncio.ensure_future(scheduler.submit("m", rows(1, 1)))
+    queued = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(1, 1))))
     await asyncio.sleep(0)
     await asyncio.wait_for(scheduler.close(grace_s=0.05), 2.0)
     for request in (inflight, queued):
         with pytest.raises(Unavailable, match="shutting down"):
             await request
     with pytest.raises(Unavailable, match="shutting down"):
-        await scheduler.submit("m", rows(2, 1))
+        await scheduler.submit(BatchRequest.arriving("m", rows(2, 1)))
     assert len(executor.batches) == 1

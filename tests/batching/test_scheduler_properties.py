@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.batching.config import BatchingConfig
+from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from wire.tensors import Tensor
 
@@ -55,7 +56,7 @@ async def _scenario(requests, max_batch_size, max_inflight, policy, priority_lev
         data = np.arange(counter, counter + rows * width, dtype=dtype).reshape(rows, width)
         counter += rows * width
         sent.append(data)
-        tasks.append(asyncio.ensure_future(scheduler.submit("m", [Tensor("IN", datatype, data)], priority=priority)))
+        tasks.append(asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", [Tensor("IN", datatype, data)], priority=priority))))
         await asyncio.sleep(gap)
     results = await asyncio.wait_for(asyncio.gather(*tasks), 30)
     for data, result in zip(sent, results, strict=True):
@@ -109,7 +110,7 @@ async def _padded_scenario(requests, max_batch_size, max_batch_cost, buckets, ma
         data = np.arange(counter, counter + rows * length, dtype=np.int64).reshape(rows, length)
         counter += rows * length
         sent.append(data)
-        tasks.append(asyncio.ensure_future(scheduler.submit("m", [Tensor("IN", "INT64", data)])))
+        tasks.append(asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", [Tensor("IN", "INT64", data)]))))
         await asyncio.sleep(gap)
     results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
     for data, result in zip(sent, results, strict=True):

@@ -229,6 +229,47 @@ def test_requests_at_different_workers_leave_in_one_batch_and_max_inflight_holds
             connection.close()
 
 
+def test_a_requests_deadline_counts_the_time_it_spent_in_its_worker(tmp_path, predictor):
+    """A request whose body takes 0.6 s to reach a worker, with a 1 s deadline, behind a held
+    predictor: answered 504 once 1 s has passed since it arrived at the worker, not 1 s after
+    it reached the batcher (1.6 s)."""
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        pids = worker_pids(gw)
+        on_worker = next(c for c in connections_on_every_worker(gw, 2)
+                         if owner_of(c, gw.port("http"), pids) != pids[0])  # not the batcher's own process
+        recording.hold = True
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            try:
+                blocker = pool.submit(post, http.client.HTTPConnection("127.0.0.1", gw.port("http"), timeout=60),
+                                      "demo", 1)
+                wait_for(lambda: recording.batches, "the blocker to be held at the predictor")
+                body = orjson.dumps({"instances": [[2.0]]})
+                started = time.monotonic()
+                on_worker.putrequest("POST", "/v1/models/demo:predict")
+                for name, value in (("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                                    ("X-Request-Timeout-Ms", "1000")):
+                    on_worker.putheader(name, value)
+                on_worker.endheaders()
+                time.sleep(0.6)  # the body arrives slowly: the client's deadline runs meanwhile
+                on_worker.send(body)
+                response = on_worker.getresponse()
+                answered_after = time.monotonic() - started
+                answer = orjson.loads(response.read())
+            finally:
+                recording.hold = False
+                recording.release.set()
+            assert blocker.result()[0] == 200
+        assert response.status == 504, answer
+        assert "in the queue" in answer["error"]  # queued at the batcher in time, expired there
+        # Its deadline ran from its arrival at the worker: answered at 1 s (a margin for a busy
+        # machine), not at 1.6 s, which a clock started at the batcher would give.
+        assert 1.0 <= answered_after < 1.4, answered_after
+        on_worker.close()
+
+
 def test_metrics_statistics_and_readiness_describe_the_whole_gateway(tmp_path, predictor):
     recording, url = predictor
     config = tmp_path / "gateway.toml"

@@ -15,6 +15,7 @@ from typing import ClassVar, Protocol
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.merge import Mergeable
+from gateway.batching.request import BatchRequest
 from gateway.batching.stats import ModelStats
 from wire.errors import GatewayError
 
@@ -106,9 +107,11 @@ class Policy(ABC):
     drops_doomed = False  # the queue asks `doomed` of its parts only when this is set
     timer_reason = "hold_expired"  # what a batch shipped at a `wait_until` time is counted as
 
-    def admit(self, queue: QueueState, rows: int, deadline: float, now: float, level: int = 0) -> GatewayError | None:
-        """None to queue a request of `rows` rows at priority `level`, due at `deadline`;
-        else the error that refuses it at once."""
+    def admit(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
+              level: int = 0) -> GatewayError | None:
+        """None to queue `request` (its rows, priority, client and parameters as it came) at
+        priority `level`, due at `deadline` (on the queue's clock); else the error that
+        refuses it at once."""
         return None
 
     def batch_limit(self, queue: QueueState, now: float) -> int:

@@ -61,6 +61,7 @@ import math
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy
 from gateway.batching.policies.base import QueuedPart, QueueState, Setting
+from gateway.batching.request import BatchRequest
 from wire.errors import GatewayError, Unavailable
 from wire.request import format_ms
 
@@ -79,8 +80,9 @@ class DeadlinePolicy(AdaptivePolicy):
         self._refused_at: float | None = None  # the last refusal at admission since a probe (the probe's cue)
         self._probe_at: float | None = None  # when the last probe was admitted
 
-    def admit(self, queue: QueueState, rows: int, deadline: float, now: float, level: int = 0) -> GatewayError | None:
-        profile, size = queue.stats.profile, self.config.max_batch_size
+    def admit(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
+              level: int = 0) -> GatewayError | None:
+        profile, size, rows = queue.stats.profile, self.config.max_batch_size, request.rows
         full = profile.predict(size)
         if full is None:
             return None
