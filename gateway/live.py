@@ -1,4 +1,4 @@
-"""What the live page shows: a JSON snapshot of each model's batching, from the scheduler's stats.
+"""What the live page shows: a JSON snapshot of each model's batching, from its stats snapshot.
 
 `snapshot(scheduler)` is a plain dict, ready for any JSON encoder: `GET /dashboard/data`
 (`gateway.rest.dashboard`) serializes it and the page (`gateway/rest/static/`) polls it
@@ -37,8 +37,9 @@ The shape, per model (`models`, sorted by name):
   `refused` (all refusals), `dropped`, `expired`;
 - `last_batch_unix_s`: when the latest batch left (null before the first).
 
-It reads the scheduler on the scheduler's own loop (the HTTP front end shares it) and
-must not know Tornado, HTTP or any front end, nor change anything it reads.
+It reads the scheduler on the scheduler's own loop (the HTTP front end shares it): each
+model's figures from its `batching.stats.StatsSnapshot`, its queue and slots from the
+scheduler. It must not know Tornado, HTTP or any front end, nor change anything it reads.
 """
 from __future__ import annotations
 
@@ -46,9 +47,7 @@ import time
 from typing import Any
 
 from gateway.batching.policies import departures as departure_reasons
-from gateway.batching.profile import LatencyProfile
 from gateway.batching.scheduler import BatchScheduler
-from gateway.batching.stats import ModelStats
 
 RECENT_BATCHES = 120  # recent batch sizes sent per model: two minutes of a batch a second
 PROFILE_POINTS = 256  # ℓ(b) points sent: enough for a line however large max_batch_size is
@@ -65,7 +64,7 @@ def snapshot(scheduler: BatchScheduler, now_unix_s: float | None = None) -> dict
 
 def model_snapshot(scheduler: BatchScheduler, name: str) -> dict[str, Any]:
     """One model's entry of `snapshot` (the module docstring says what each field holds)."""
-    stats = scheduler.stats(name)
+    stats = scheduler.stats(name).snapshot()
     config = scheduler.batching_config(name)
     return {
         "name": name,
@@ -79,38 +78,31 @@ def model_snapshot(scheduler: BatchScheduler, name: str) -> dict[str, Any]:
                      "auto": config.auto_inflight, "ceiling": config.inflight_ceiling if config.auto_inflight else None},
         "batch_size": {"bounds": list(stats.batch_size.bounds), "counts": list(stats.batch_size.counts),
                        "sum": stats.batch_size.sum, "count": stats.batch_size.count,
-                       "recent": _latest(stats, RECENT_BATCHES)},
-        "departures": {reason: stats.departures[reason] for reason in departure_reasons()},
-        "profile": _profile(stats.profile, config.max_batch_size),
+                       "recent": list(stats.recent_batch_sizes[-RECENT_BATCHES:])},
+        "departures": {reason: stats.departures.get(reason, 0) for reason in departure_reasons()},
+        "profile": _profile(stats.profile, stats.profile_calls, config.max_batch_size),
         "observed": [{"batch_size": size, "calls": durations.count, "mean_ms": durations.seconds / durations.count * 1000}
-                     for size, durations in sorted(stats.by_batch_size.items()) if durations.count],
-        "counts": {"requests": stats.requests, "answered": stats.succeeded.count, "refused": stats.refused,
+                     for size, durations in stats.by_batch_size.items() if durations.count],
+        "counts": {"requests": stats.requests, "answered": stats.answered, "refused": stats.refused,
                    "refused_late": stats.refused_late, "dropped": stats.dropped, "expired": stats.expired,
                    "batches": stats.batches, "instances": stats.instances},
         "goodput": None if config.slo_s is None else {"slo_ms": config.slo_s * 1000,
-                                                      "answered_within_slo": stats.succeeded.count},
-        "padding": None if not stats.real_elements else {
-            "padded_elements": stats.padded_elements, "real_elements": stats.real_elements,
-            "waste": stats.padded_elements / stats.real_elements},
-        "levels": [{"level": level, "requests": counts.requests, "answered": counts.answered,
-                    "refused": counts.refused, "dropped": counts.dropped, "expired": counts.expired}
-                   for level, counts in sorted(stats.by_level.items())],
+                                                      "answered_within_slo": stats.answered},
+        "padding": None if stats.padding is None else {
+            "padded_elements": stats.padding.padded_elements, "real_elements": stats.padding.real_elements,
+            "waste": stats.padding.waste},
+        "levels": [{"level": level.level, "requests": level.requests, **level.outcomes} for level in stats.levels],
         "last_batch_unix_s": stats.last_batch_unix_s or None,
     }
 
 
-def _latest(stats: ModelStats, count: int) -> list[int]:
-    recent = stats.recent_batch_sizes
-    return list(recent)[-count:]
-
-
-def _profile(profile: LatencyProfile, max_batch_size: int) -> dict[str, Any]:
-    coefficients = profile.coefficients
+def _profile(coefficients: tuple[float, float] | None, calls: int, max_batch_size: int) -> dict[str, Any]:
+    """ℓ(b) as the page draws it, from its (intercept, per_row) in seconds and the calls it learned from."""
     if coefficients is None:
-        return {"intercept_ms": None, "per_row_ms": None, "calls": profile.calls, "predicted": []}
+        return {"intercept_ms": None, "per_row_ms": None, "calls": calls, "predicted": []}
     intercept, per_row = coefficients
     # Every batch size when there are few; else evenly spaced ones, both ends included (a line needs no more).
     step = max(1, -(-max_batch_size // PROFILE_POINTS))
     sizes = sorted({*range(1, max_batch_size + 1, step), max_batch_size})
-    return {"intercept_ms": intercept * 1000, "per_row_ms": per_row * 1000, "calls": profile.calls,
+    return {"intercept_ms": intercept * 1000, "per_row_ms": per_row * 1000, "calls": calls,
             "predicted": [[size, (intercept + per_row * size) * 1000] for size in sizes]}

@@ -2,11 +2,11 @@
 
 Request counts by model, front end (the `protocol` label) and status, and each request's
 duration, are recorded once per request, when its `gateway.lifecycle.Call` closes (the
-service hands it here). Everything the
-scheduler knows (batches, batch sizes, queue wait, predictor latency, queue depth, batches
-in flight, refusals, timeouts) is read from its own stats when /metrics is scraped, so
-batching pays nothing for metrics. Each gateway has its own registry, so several gateways
-can live in one process (tests do).
+service hands it here). Everything the scheduler knows is read when /metrics is scraped,
+so batching pays nothing for metrics: batches, batch sizes, queue wait, predictor latency,
+refusals and timeouts from each model's stats snapshot (`batching.stats.StatsSnapshot`),
+queue depth and batches in flight from the scheduler. Each gateway has its own registry,
+so several gateways can live in one process (tests do).
 
 The bounds a model's figures are read against (`max_batch_size`, `max_queue`) and how many
 of its predictor replicas are in rotation are read at scrape time too: the dashboard
@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.stats import HistogramSnapshot, StatsSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The status counted (nginx's convention) for a request whose client went away before its answer.
@@ -46,21 +47,24 @@ class ConnectionStats:
 
 
 class Metrics:
-    def __init__(self, scheduler: BatchScheduler,
-                 replicas: Callable[[str], list[bool]] = lambda model: [True]) -> None:
-        """`replicas(model)`: whether each of the model's predictor replicas is in rotation
-        (the service asks its backend), read when /metrics is scraped."""
+    def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._requests = Counter("gateway_requests", "Inference requests answered, by model, protocol and status code",
                                  ["model", "protocol", "code"], registry=self.registry)
         self._durations = Histogram("gateway_request_duration_seconds",
                                     "Inference requests from arrival to answer (or error), by model and protocol",
                                     ["model", "protocol"], buckets=REQUEST_BUCKETS_S, registry=self.registry)
-        self.registry.register(_SchedulerCollector(scheduler, replicas))
         # Each label set's children, looked up once: prometheus_client's labels() validates
         # and locks on every call, a few microseconds on each request's path.
         self._counted: dict[tuple[str, str, str], Any] = {}
         self._timed: dict[tuple[str, str], Any] = {}
+
+    def watch_scheduler(self, scheduler: BatchScheduler,
+                        replicas: Callable[[str], list[bool]] = lambda model: [True]) -> None:
+        """Export the figures of the scheduler that decides this process's batches (a
+        worker has none: the batcher's are the gateway's). `replicas(model)`: whether each
+        of the model's predictor replicas is in rotation, read when /metrics is scraped."""
+        self.registry.register(_SchedulerCollector(scheduler, replicas))
 
     def count_request(self, model: str, front_end: str, code: str, seconds: float) -> None:
         # The label keeps its published name, `protocol`: the protocol the client spoke.
@@ -95,26 +99,28 @@ class _SchedulerCollector:
         return []  # families are only known at collect time
 
     def collect(self) -> Iterator[Metric]:
-        counters = {
-            "gateway_batches": ("Batches sent to the predictor", "batches"),
-            "gateway_batched_instances": ("Rows sent to the predictor in batches", "instances"),
-            "gateway_refused": ("Requests refused because the queue was full", "refused"),
-            "gateway_refused_late": ("Requests refused at admission: predicted to miss their deadline", "refused_late"),
+        # Per-model counters and histograms: name -> (help, how to read it from a model's snapshot).
+        counters: dict[str, tuple[str, Callable[[StatsSnapshot], int]]] = {
+            "gateway_batches": ("Batches sent to the predictor", lambda stats: stats.batches),
+            "gateway_batched_instances": ("Rows sent to the predictor in batches", lambda stats: stats.instances),
+            "gateway_refused": ("Requests refused because the queue was full", lambda stats: stats.refused),
+            "gateway_refused_late": ("Requests refused at admission: predicted to miss their deadline",
+                                     lambda stats: stats.refused_late),
             "gateway_dropped": ("Queued requests dropped, never sent: they could no longer meet their deadline",
-                                "dropped"),
-            "gateway_timeouts": ("Requests answered with a deadline error", "expired"),
+                                lambda stats: stats.dropped),
+            "gateway_timeouts": ("Requests answered with a deadline error", lambda stats: stats.expired),
             "gateway_isolations": ("Merged batches the predictor rejected, bisected to isolate the bad request",
-                                   "isolations"),
+                                   lambda stats: stats.isolations),
         }
-        histograms = {
-            "gateway_batch_size": ("Rows per batch", "batch_size"),
-            "gateway_queue_wait_seconds": ("Time a request (or part) waited in the queue", "queue_wait_s"),
-            "gateway_predictor_latency_seconds": ("Time the predictor took per call", "predictor_s"),
+        histograms: dict[str, tuple[str, Callable[[StatsSnapshot], HistogramSnapshot]]] = {
+            "gateway_batch_size": ("Rows per batch", lambda stats: stats.batch_size),
+            "gateway_queue_wait_seconds": ("Time a request (or part) waited in the queue", lambda stats: stats.queue_wait_s),
+            "gateway_predictor_latency_seconds": ("Time the predictor took per call", lambda stats: stats.predictor_s),
         }
-        counter_families = [(CounterMetricFamily(name, text, labels=["model"]), attribute)
-                            for name, (text, attribute) in counters.items()]
-        histogram_families = [(HistogramMetricFamily(name, text, labels=["model"]), attribute)
-                              for name, (text, attribute) in histograms.items()]
+        counter_families = [(CounterMetricFamily(name, text, labels=["model"]), read)
+                            for name, (text, read) in counters.items()]
+        histogram_families = [(HistogramMetricFamily(name, text, labels=["model"]), read)
+                              for name, (text, read) in histograms.items()]
         intercept = GaugeMetricFamily("gateway_predictor_profile_intercept_seconds",
                                       "Learned predictor time of a batch, fixed part: l(b) = intercept + per_row * b",
                                       labels=["model"])
@@ -156,26 +162,25 @@ class _SchedulerCollector:
             "gateway_priority_outcomes",
             "Requests by priority level and what became of them: answered, refused, dropped or expired",
             labels=["model", "level", "outcome"])
-        for model in self.scheduler.model_names():
-            stats = self.scheduler.stats(model)
-            for counter, attribute in counter_families:
-                counter.add_metric([model], getattr(stats, attribute))
-            for histogram_family, attribute in histogram_families:
-                histogram = getattr(stats, attribute)
+        snapshots = {model: scheduler.stats(model).snapshot() for model in scheduler.model_names()}
+        for model, stats in snapshots.items():
+            for counter, read_count in counter_families:
+                counter.add_metric([model], read_count(stats))
+            for histogram_family, read_histogram in histogram_families:
+                histogram = read_histogram(stats)
                 histogram_family.add_metric([model], histogram.cumulative(), histogram.sum)
-            coefficients = stats.profile.coefficients
-            if coefficients is not None:
-                intercept.add_metric([model], coefficients[0])
-                per_row.add_metric([model], coefficients[1])
+            if stats.profile is not None:
+                intercept.add_metric([model], stats.profile[0])
+                per_row.add_metric([model], stats.profile[1])
             for gauge, read in gauge_families:
                 gauge.add_metric([model], read(model))
-            answered.add_metric([model], stats.succeeded.count)
+            answered.add_metric([model], stats.answered)
             for reason in departure_reasons():
-                departures.add_metric([model, reason], stats.departures[reason])
-            for level, counts in sorted(stats.by_level.items()):
-                level_requests.add_metric([model, str(level)], counts.requests)
-                for outcome in ("answered", "refused", "dropped", "expired"):
-                    level_outcomes.add_metric([model, str(level), outcome], getattr(counts, outcome))
+                departures.add_metric([model, reason], stats.departures.get(reason, 0))
+            for level in stats.levels:
+                level_requests.add_metric([model, str(level.level)], level.requests)
+                for outcome, count in level.outcomes.items():
+                    level_outcomes.add_metric([model, str(level.level), outcome], count)
         for counter, _ in counter_families:
             yield counter
         for histogram_family, _ in histogram_families:
@@ -188,10 +193,10 @@ class _SchedulerCollector:
         yield level_outcomes
         yield intercept
         yield per_row
-        yield from _padding_families(self.scheduler)
+        yield from _padding_families(snapshots)
 
 
-def _padding_families(scheduler: BatchScheduler) -> Iterator[Metric]:
+def _padding_families(snapshots: Mapping[str, StatsSnapshot]) -> Iterator[Metric]:
     """Variable-length inputs (gateway.batching.padding), for the models that padded a batch."""
     padded = CounterMetricFamily("gateway_padded_elements",
                                  "Elements along the padded length sent to the predictor: rows x padded length",
@@ -202,14 +207,13 @@ def _padding_families(scheduler: BatchScheduler) -> Iterator[Metric]:
                               "Padded elements / real elements since start (1.0 = no padding)", labels=["model"])
     cost = HistogramMetricFamily("gateway_batch_cost", "Padded elements per batch (what max_batch_cost caps)",
                                  labels=["model"])
-    for model in scheduler.model_names():
-        stats = scheduler.stats(model)
-        if not stats.real_elements:
+    for model, stats in snapshots.items():
+        if stats.padding is None:
             continue
-        padded.add_metric([model], stats.padded_elements)
-        real.add_metric([model], stats.real_elements)
-        waste.add_metric([model], stats.padded_elements / stats.real_elements)
-        cost.add_metric([model], stats.batch_cost.cumulative(), stats.batch_cost.sum)
+        padded.add_metric([model], stats.padding.padded_elements)
+        real.add_metric([model], stats.padding.real_elements)
+        waste.add_metric([model], stats.padding.waste)
+        cost.add_metric([model], stats.padding.cost.cumulative(), stats.padding.cost.sum)
     yield from (padded, real, waste, cost)
 
 

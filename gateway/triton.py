@@ -9,7 +9,7 @@ into queue and compute time. Both documents are built here, once, in Triton's JS
   `dynamic_batching` present (the gateway batches), inputs and outputs with their dims
   without the batch dimension, never decoupled. For a Triton predictor it starts from the
   predictor's own configuration and overlays only those.
-- The statistics come from the scheduler's counters (`gateway.batching.stats`):
+- The statistics come from the model's stats snapshot (`batching.stats.StatsSnapshot`):
   `inference_count` is rows, `execution_count` batches, `queue` the time requests waited
   in the gateway's queue, `compute_infer` the predictor's time (per request, as Triton
   counts it), `batch_stats` per batch size; every key Triton returns is present.
@@ -76,22 +76,23 @@ def _config_datatype(datatype: str) -> str:
 
 
 def model_statistics(served: ServedModel, stats: ModelStats) -> dict[str, Any]:
-    """One entry of Triton's `model_stats`, from the scheduler's counters."""
+    """One entry of Triton's `model_stats`, from the model's stats snapshot."""
+    figures = stats.snapshot()
     zero = _duration(Durations())
-    queue = stats.queue_wait_s
+    queue = figures.queue_wait_s
     # Triton counts compute per request (perf_analyzer requires the three counts to agree);
     # the gateway's compute is the predictor call, which includes the predictor's own I/O.
-    computed = stats.computed
+    computed = figures.computed
     no_time = _duration(Durations(computed.count, 0.0))
     return {
         "name": served.name,
         "version": served.versions[0] if served.versions and served.versions[0].isdigit() else "1",
-        "last_inference": int(stats.last_batch_unix_s * 1000),
-        "inference_count": stats.instances,
-        "execution_count": stats.batches,
+        "last_inference": int(figures.last_batch_unix_s * 1000),
+        "inference_count": figures.instances,
+        "execution_count": figures.batches,
         "inference_stats": {
-            "success": _duration(stats.succeeded),
-            "fail": _duration(stats.failed),
+            "success": _duration(figures.succeeded),
+            "fail": _duration(figures.failed),
             "queue": _duration(Durations(queue.count, queue.sum)),
             "compute_input": no_time,
             "compute_infer": _duration(computed),
@@ -103,7 +104,7 @@ def model_statistics(served: ServedModel, stats: ModelStats) -> dict[str, Any]:
         "batch_stats": [
             {"batch_size": size, "compute_input": _duration(Durations(durations.count, 0.0)),
              "compute_infer": _duration(durations), "compute_output": _duration(Durations(durations.count, 0.0))}
-            for size, durations in sorted(stats.by_batch_size.items())
+            for size, durations in figures.by_batch_size.items()
         ],
         "memory_usage": [],
     }

@@ -13,7 +13,9 @@ Modules, from the public face inwards:
   results back, reassembling split requests, choosing the next batch.
 * `request`: a request while held (`Request`), the parts it travels in, `BatchResult`.
 * `config`: `BatchingConfig`, a model's batching settings and their defaults.
-* `stats`: the counters and histograms kept per model for /metrics.
+* `stats`: `ModelStats`, a model's counters and histograms and their one recorder (the
+  queue and the executor tell it each event), and `StatsSnapshot`, the one projection
+  of them that /metrics, the live page and Triton's statistics read.
 
 What the package must not know: HTTP, gRPC, or any predictor protocol. An executor is
 any async callable that takes the merged input tensors and returns output tensors with

@@ -19,6 +19,9 @@ Semantics
   the batch is bisected, in the same slot, until the requests it fails are alone; only
   they get the error.
 
+What each call did (its time, a bisection, an overrun) is told to the model's
+`stats.ModelStats`, which counts it and teaches the latency profile.
+
 This module must not know queues, policies or slots; nor HTTP, gRPC or predictor
 protocols. It answers no request itself: it returns each group's outcome.
 """
@@ -33,7 +36,7 @@ from gateway.batching.config import PaddingConfig
 from gateway.batching.merge import concatenate
 from gateway.batching.observer import NO_OBSERVATION, BatchObservation
 from gateway.batching.request import Part
-from gateway.batching.stats import Durations, ModelStats
+from gateway.batching.stats import ModelStats
 from wire.errors import BadPredictorAnswer, DeadlineExceeded, GatewayError, HandlerFailed, PredictorRejected
 from wire.tensors import Tensor
 from wire.tracing import BatchContext, current_batch
@@ -57,7 +60,7 @@ async def execute(executor: Executor, parts: list[Part], batch_id: str, model: s
         return []
     outcome = await call(executor, live, batch_id, model, stats, padding, observation)
     if isinstance(outcome, (PredictorRejected, HandlerFailed)) and len({id(p.request) for p in live}) > 1:
-        stats.isolations += 1
+        stats.bisected()
         middle = len(live) // 2
         return (await execute(executor, live[:middle], batch_id, model, stats, padding, observation)
                 + await execute(executor, live[middle:], batch_id, model, stats, padding, observation))
@@ -88,7 +91,7 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
             async with asyncio.timeout_at(max(part.request.deadline for part in parts)):
                 outputs = await executor(inputs)
         elapsed = loop.time() - started
-        stats.predictor_s.observe(elapsed)
+        stats.call_returned(elapsed)
         for tensor in outputs:
             if len(tensor.data) != rows:
                 raise BadPredictorAnswer(
@@ -96,22 +99,15 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
                 )
         if padding is not None:
             pad.check_outputs(outputs, pad.batch_length(shapes), padding)
-        by_size = stats.by_batch_size.get(rows)
-        if by_size is None:
-            by_size = stats.by_batch_size[rows] = Durations()
-        by_size.add(elapsed)
-        stats.profile.observe(rows, elapsed)
-        stats.last_call_at = loop.time()
-        for _ in {id(part.request) for part in parts}:
-            stats.computed.add(elapsed)
+        stats.call_answered(rows, elapsed, len({id(part.request) for part in parts}), loop.time())
         return outputs
     except GatewayError as exc:
         return exc
     except TimeoutError:
         # Abandoned at its members' deadline: it would have taken longer, which the profile
         # must learn (else a predictor that slowed down would be predicted fast forever).
-        stats.profile.overran(rows, loop.time() - started)
-        stats.last_call_at = loop.time()
+        ended = loop.time()
+        stats.call_overran(rows, ended - started, ended)
         return DeadlineExceeded(f"model '{model}': the predictor did not answer within the deadline")
     except Exception:  # a bug or an unexpected predictor failure: never lose the requests
         log.exception("a batch for model %s failed", model)

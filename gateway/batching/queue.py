@@ -28,6 +28,9 @@ Semantics
   `max_batch_cost` padded elements beside `max_batch_size` rows (see `padding`).
 * Abandoning the queue (model removed, gateway shutting down) answers everything queued
   with the given error and cancels batches in flight, whose requests get Unavailable.
+* What becomes of each request and batch is told to the model's `stats.ModelStats`, one
+  event at a time (arrived, refused, timed out, dropped, finished; a batch left): the
+  queue counts nothing itself.
 
 All of it runs on the scheduler's event loop; nothing here is thread-safe. This module
 must not know HTTP, gRPC or predictor protocols, nor any policy by name.
@@ -48,7 +51,7 @@ from gateway.batching.merge import slice_result, split_request, take_oldest_grou
 from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import make_policy
 from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequest
-from gateway.batching.stats import LevelCounts, ModelStats
+from gateway.batching.stats import ModelStats
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.request import format_ms
 from wire.tensors import signature_key
@@ -117,8 +120,7 @@ class ModelQueue:
         config = self.config
         shape = pad.measure(inputs, config.padding, request.lengths) if config.padding is not None else None
         level = self._level(request.priority)
-        self.stats.requests += 1
-        self._count(level, "requests")
+        self.stats.arrived(level)
         if size > config.max_queue:
             # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
             raise PayloadTooLarge(
@@ -133,23 +135,18 @@ class ModelQueue:
         deadline_mono = request.deadline_within(config.timeout_s, config.slo_s)
         budget = deadline_mono - request.arrived_s
         if deadline_mono <= monotonic_now:
-            # Counted as a request that expired in the queue would be: it is one that expired sooner.
-            self.stats.expired += 1
-            self.stats.failed.add(monotonic_now - request.arrived_s)
-            self._count(level, "expired")
+            self.stats.timed_out_before_queued(level, monotonic_now - request.arrived_s)
             raise DeadlineExceeded(
                 f"model '{self.name}': deadline of {budget:g} s passed before the request was queued "
                 f"({format_ms(monotonic_now - request.arrived_s)} after it arrived, reading and decoding it)")
         deadline = now + (deadline_mono - monotonic_now)
         refusal = self.policy.admit(self, request, deadline, now, level)
         if refusal is not None:
-            self.stats.refused_late += 1
-            self._count(level, "refused")
+            self.stats.refused_as_late(level)
             raise refusal
         # Only an admitted request may make room: lower levels never give way for nothing.
         if self.queued_rows + size > config.max_queue and not self._evict_below(level, size):
-            self.stats.refused += 1
-            self._count(level, "refused")
+            self.stats.refused_overloaded(level)
             raise Overloaded(
                 f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}); "
                 "try again later"
@@ -164,7 +161,7 @@ class ModelQueue:
                                parameters, level)
         if level:
             self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
-            self.stats.by_level[level].admitted_rows.add(now, size)
+        self.stats.admitted(level, size, now)
         offset = 0
         for index, piece in enumerate(pieces):
             rows = len(piece[0].data)
@@ -183,8 +180,7 @@ class ModelQueue:
     def _expire(self, request: QueuedRequest, timeout: float) -> None:
         if request.done:
             return
-        self.stats.expired += 1
-        self._count(request.level, "expired")
+        self.stats.timed_out(request.level)
         where = "waiting for the predictor" if request.sent else "in the queue"
         request.fail(DeadlineExceeded(f"model '{self.name}': deadline of {timeout:g} s passed {where}"))
 
@@ -197,11 +193,9 @@ class ModelQueue:
         future = request.future
         succeeded = not future.cancelled() and future.exception() is None
         now = self._loop.time()
-        (self.stats.succeeded if succeeded else self.stats.failed).add(now - request.arrived)
-        if succeeded:
-            if self.tuner is not None:
-                self.tuner.on_answered(request.arrived, now)
-            self._count(request.level, "answered")
+        self.stats.finished(request.level, succeeded, now - request.arrived)
+        if succeeded and self.tuner is not None:
+            self.tuner.on_answered(request.arrived, now)
         if request.queued_rows:
             self._unqueue(request, request.queued_rows)  # its queued parts are skipped lazily
 
@@ -259,9 +253,7 @@ class ModelQueue:
         for part in parts:
             part.request.sent = True
             self._unqueue(part.request, part.size)
-        reason = self._departure(sum(part.size for part in parts), policy_limit)
-        self.stats.departures[reason] += 1
-        return parts, reason
+        return parts, self._departure(sum(part.size for part in parts), policy_limit)
 
     def _departure(self, rows: int, policy_limit: int) -> str:
         """Why a batch of `rows` rows is leaving now (see `policies.departures`)."""
@@ -309,8 +301,7 @@ class ModelQueue:
         if freed < needed:
             return False
         for request in victims:
-            self.stats.refused += 1
-            self._count(request.level, "refused")
+            self.stats.refused_overloaded(request.level)
             self._unqueue(request, request.queued_rows)  # accounted now: the room is needed now
             request.fail(Overloaded(f"model '{self.name}': its queue is full and this request gave its place to "
                                     f"one of a higher priority level; try again later"))
@@ -323,13 +314,6 @@ class ModelQueue:
         if not self.config.priority_levels:
             return next(live, None)
         return min(live, key=lambda part: part.level, default=None)
-
-    def _count(self, level: int, outcome: str) -> None:
-        """Count a request of priority `level` under `outcome`, a `LevelCounts` field
-        (nothing when the model has no levels)."""
-        if level:
-            counts = self.stats.by_level.setdefault(level, LevelCounts())
-            setattr(counts, outcome, getattr(counts, outcome) + 1)
 
     def rows_ahead(self, level: int) -> int:
         """Queued rows that a request of `level` waits behind: those of its level and higher."""
@@ -350,8 +334,7 @@ class ModelQueue:
                             f"were left)")
 
     def _drop(self, request: QueuedRequest, why: str) -> None:
-        self.stats.dropped += 1
-        self._count(request.level, "dropped")
+        self.stats.dropped_unsent(request.level)
         request.fail(DeadlineExceeded(f"model '{self.name}': {why}; it was dropped before reaching the predictor"))
 
     def _drop_doomed(self, now: float) -> None:
@@ -366,23 +349,15 @@ class ModelQueue:
     async def _run_batch(self, parts: list[Part], reason: str) -> None:
         batch_id = self._next_batch_id()
         rows = sum(part.size for part in parts)
-        self.stats.batches += 1
-        self.stats.instances += rows
-        self.stats.recent_batch_sizes.append(rows)
-        self.stats.batch_size.observe(rows)
         padding = self.config.padding
         shapes = [part.shape for part in parts if part.shape is not None]
         padded, real = pad.elements(shapes) if shapes else (0, 0)
-        if shapes:
-            self.stats.count_padding(padded, real)
-        self.stats.last_batch_unix_s = time.time()
         requests = list({id(part.request): part.request for part in parts}.values())
         observation = self.observer.batch_left(self.name, batch_id, [r.client for r in requests], rows, reason,
                                                padded, real)
-        now = self._loop.time()
-        for part in parts:
-            self.stats.queue_wait_s.observe(now - part.enqueued_at)
         started = self._loop.time()
+        self.stats.batch_left(rows, reason, [started - part.enqueued_at for part in parts],
+                              (padded, real) if shapes else None)
         try:
             outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats, padding, observation)
         except asyncio.CancelledError:
