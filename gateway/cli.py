@@ -1,9 +1,12 @@
-"""Command line: `batching-gateway serve` and `batching-gateway check-config FILE`."""
+"""Command line: `batching-gateway serve` and `batching-gateway check-config FILE` (and
+`worker`, which `serve --workers N` starts itself). It picks each process's role
+(`gateway.roles`) and runs `gateway.server.serve` with it."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import dataclasses
+import pickle
 import sys
 
 from gateway import config as gateway_config
@@ -28,7 +31,17 @@ def main(argv: list[str] | None = None) -> int:
                             "or uvloop when installed (auto)")
     check = commands.add_parser("check-config", help="validate a config file without starting")
     check.add_argument("file")
+    # Started by `serve --workers N` itself (gateway.workers.supervisor), not by users.
+    worker = commands.add_parser("worker")
+    worker.add_argument("config", help="the pickled GatewayConfig the batcher wrote")
+    worker.add_argument("batcher", help="the batcher's Unix socket")
+    worker.add_argument("--config-path", help="the config file, re-read on SIGHUP")
+    worker.add_argument("--loop", default="asyncio")
+    worker.add_argument("--log-level", default="INFO")
+    worker.add_argument("--log-format", default="text")
     args = parser.parse_args(argv)
+    if args.command == "worker":
+        return _worker(args)
 
     try:
         if args.command == "check-config":
@@ -52,16 +65,27 @@ def main(argv: list[str] | None = None) -> int:
 
     logs.configure(args.log_level, args.log_format)
     from gateway.server import serve as run  # imported late: check-config needs no servers
-    from gateway.workers.supervisor import supervise
+    from gateway.workers.supervisor import BatcherRole
     try:
         with event_loop_runner(args.loop) as runner:
-            if loaded.server.workers > 1:
-                runner.run(supervise(loaded, args.config, args.loop, args.log_level, args.log_format))
-            else:
-                runner.run(run(loaded, args.config))
+            role = None if loaded.server.workers == 1 else BatcherRole(
+                loaded.server.workers, args.config, args.loop, args.log_level, args.log_format)
+            runner.run(run(loaded, args.config, role))
     except (OSError, RuntimeError) as error:  # a port taken; a worker that never said READY
         print(f"batching-gateway: cannot start: {error}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """A worker process of `serve --workers N`: the gateway with the batcher's scheduler."""
+    with open(args.config, "rb") as handle:
+        config: gateway_config.GatewayConfig = pickle.load(handle)  # written by our batcher, in its private directory
+    logs.configure(args.log_level, args.log_format)
+    from gateway.server import serve
+    from gateway.workers.remote import WorkerRole
+    with event_loop_runner(args.loop) as runner:
+        runner.run(serve(config, args.config_path, WorkerRole(args.batcher)))
     return 0
 
 

@@ -1,7 +1,10 @@
-"""The gateway process: one asyncio loop hosting the scheduler, the service and the front
-ends (`gateway.front_ends`), with start, graceful stop, reload and the signals that drive
-them; and the process's open-files limit, which bounds how many client connections each
-front end may hold."""
+"""The gateway process: one asyncio loop hosting what decides batches, the service and the
+front ends (`gateway.front_ends`), assembled once for every role (`gateway.roles`: one
+process, the batcher of `--workers`, a worker), with start, graceful stop, reload and the
+signals that drive them; and the process's open-files limit, which bounds how many client
+connections each front end may hold.
+
+It knows the role interface, not the roles of `gateway.workers`."""
 from __future__ import annotations
 
 import asyncio
@@ -11,17 +14,17 @@ import logging
 import resource
 import signal
 from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from typing import Any
 
-from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.scheduler import Scheduler
 from gateway.config import ConfigError, GatewayConfig
 from gateway.config import load as load_config
 from gateway.front_ends import FrontEnds
+from gateway.roles import Role, SingleProcess
 from gateway.service import InferenceService
 from gateway.telemetry import NO_TELEMETRY, Telemetry
 from gateway.telemetry import resolve as resolve_tracing
 from gateway.telemetry import start as start_telemetry
-from gateway.workers.remote import BatcherClient, RemoteScheduler
 
 log = logging.getLogger(__name__)
 # Descriptors kept back from client connections: predictor connections, gRPC's own, files, logs.
@@ -29,14 +32,15 @@ RESERVED_OPEN_FILES = 64
 
 
 class Gateway:
-    """One gateway: the scheduler (what decides batches), the service every front end
-    calls, and the front ends that serve it on this process's sockets (`FrontEnds`)."""
+    """One gateway process: what decides batches (its role's scheduler), the service every
+    front end calls, and the front ends that serve it on this process's sockets
+    (`FrontEnds`). Its `role` (`gateway.roles`) says what differs between one process, the
+    batcher of `--workers` and a worker; the assembly is this one for all three."""
 
-    def __init__(self, config: GatewayConfig, batcher_path: str | None = None) -> None:
+    def __init__(self, config: GatewayConfig, role: Role | None = None) -> None:
         self.config = config
-        self.batcher_path = batcher_path  # a worker of gateway.workers: the batcher's socket
-        self.batcher: BatcherClient | None = None
-        self.scheduler: BatchScheduler | None = None
+        self.role = role if role is not None else SingleProcess()
+        self.scheduler: Scheduler | None = None
         self.service: InferenceService | None = None
         self.front_ends: FrontEnds | None = None
         self.telemetry: Telemetry = NO_TELEMETRY
@@ -51,34 +55,33 @@ class Gateway:
 
     async def start(self) -> None:
         self.telemetry = start_telemetry(resolve_tracing(self.config.tracing))
-        if self.batcher_path is None:
-            self.scheduler = BatchScheduler(asyncio.get_running_loop(), self.telemetry.batches)
-            self.service = InferenceService(self.config, self.scheduler, self.telemetry)
-        else:
-            # A worker: batches are decided by the batcher; its scheduler stands in for one
-            # here (the service reads only add_model, remove_model, submit, close and the
-            # empty model_names of it), and the whole gateway's views are read there.
-            self.batcher = await BatcherClient.connect(self.batcher_path)
-            self.scheduler = cast(BatchScheduler, RemoteScheduler(self.batcher))
-            self.service = InferenceService(self.config, self.scheduler, self.telemetry, self.batcher.view)
-            self.batcher.answer["exposition"] = self.service.metrics.exposition
+        self.scheduler = await self.role.scheduler(asyncio.get_running_loop(), self.telemetry)
+        self.service = InferenceService(self.config, self.scheduler, self.telemetry, self.role.views)
         await self.service.start()
-        self.front_ends = FrontEnds(self.service, self.config, connection_cap(self.config.server.max_connections))
+        server = self.role.server(self.config.server)
+        self.front_ends = FrontEnds(self.service, dataclasses.replace(self.config, server=server),
+                                    connection_cap(server.max_connections))
         await self.front_ends.start()
+        await self.role.serving(self.service)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Graceful stop: refuse new work (503), let queued and in-flight requests finish
-        within the grace period, answer the rest 503, then close everything."""
+        within the grace period, answer the rest 503, then close everything. Safe on a
+        gateway whose start failed part way."""
         grace = self.config.server.grace_s if grace_s is None else grace_s
-        if self.front_ends is not None:
-            await self.front_ends.stop_accepting()
-        if self.service is not None:
-            await self.service.close(grace)
-            await answers_written(self.service)
-        if self.front_ends is not None:
-            await self.front_ends.close()
-        # Off the loop: exporting what is queued may wait for the collector (its own timeout).
-        await asyncio.to_thread(self.telemetry.shutdown)
+        try:
+            if self.front_ends is not None:
+                await self.front_ends.stop_accepting()
+            await self.role.draining(grace)
+            if self.service is not None:
+                await self.service.close(grace)
+                await answers_written(self.service)
+            if self.front_ends is not None:
+                await self.front_ends.close()
+        finally:
+            await self.role.close()
+            # Off the loop: exporting what is queued may wait for the collector (its own timeout).
+            await asyncio.to_thread(self.telemetry.shutdown)
 
     async def reload(self, path: str) -> None:
         """Re-read the config file and apply its model changes (see `reload_models`)."""
@@ -86,11 +89,13 @@ class Gateway:
         fresh = await reload_models(self.service, path)
         if fresh is not None:
             self.config = fresh
+            await self.role.reloaded(fresh)
 
     def hurry(self) -> None:
         """End the grace period now: what is still queued or in flight is answered 503."""
         if self.scheduler is not None:
             self.scheduler.hurry()
+        self.role.hurry()
 
 
 async def answers_written(service: InferenceService, limit_s: float = 2.0) -> None:
@@ -155,28 +160,30 @@ def connection_cap(configured: int) -> int:
     return configured
 
 
-async def serve(config: GatewayConfig, config_path: str | None = None, batcher_path: str | None = None) -> None:
-    """Run until SIGTERM or SIGINT, then stop gracefully; a second signal hurries the stop.
-    SIGHUP reloads `config_path` (models added, removed, re-tuned); a bad file is logged
-    and the running config kept. `batcher_path`: run as a worker of `gateway.workers`
-    (which also stops when its batcher has gone)."""
+async def serve(config: GatewayConfig, config_path: str | None = None, role: Role | None = None) -> None:
+    """Run until SIGTERM or SIGINT (or, for a worker, until its batcher has gone), then stop
+    gracefully; a second signal hurries the stop. SIGHUP reloads `config_path` (models
+    added, removed, re-tuned); a bad file is logged and the running config kept."""
     raise_open_files_limit()
-    gateway = Gateway(config, batcher_path)
-    await gateway.start()
-    stopping = asyncio.Event()
-    if gateway.batcher is not None:
-        lost = asyncio.get_running_loop().create_task(gateway.batcher.lost.wait())
-        lost.add_done_callback(lambda _: stopping.set())
-
+    gateway = Gateway(config, role)
     loop = asyncio.get_running_loop()
-    install_signals(loop, stopping, gateway.hurry,
-                    None if config_path is None else functools.partial(gateway.reload, config_path))
-    # Only now: a signal sent as soon as READY is seen must find its handler installed.
-    print(f"READY http={config.server.host}:{gateway.http_port} grpc={config.server.host}:{gateway.grpc_port} "
-          f"models={','.join(m.name for m in config.models)} loop={_loop_name(loop)}", flush=True)
-    await stopping.wait()
-    log.info("stopping: finishing queued and in-flight requests (grace %s s)", config.server.grace_s)
-    await gateway.stop()
+    stopping = asyncio.Event()
+    try:
+        await gateway.start()
+        lost = loop.create_task(gateway.role.lost.wait())
+        lost.add_done_callback(lambda _: stopping.set())
+        install_signals(loop, stopping, gateway.hurry,
+                        None if config_path is None else functools.partial(gateway.reload, config_path))
+        # Only now: a signal sent as soon as READY is seen must find its handler installed.
+        server = gateway.role.server(config.server)
+        print(f"READY http={server.host}:{gateway.http_port} grpc={server.host}:{gateway.grpc_port} "
+              f"models={','.join(m.name for m in config.models)} loop={_loop_name(loop)}{gateway.role.ready_note}",
+              flush=True)
+        await stopping.wait()
+        lost.cancel()
+        log.info("stopping: %s (grace %s s)", gateway.role.drains, config.server.grace_s)
+    finally:
+        await gateway.stop()
 
 
 def install_signals(loop: asyncio.AbstractEventLoop, stopping: asyncio.Event, hurry: Callable[[], None],

@@ -18,19 +18,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from backends.registry import create_backend
-from gateway import __version__, live, triton
+from gateway import __version__, triton
 from gateway.batching.request import BatchResult
-from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.scheduler import Scheduler
 from gateway.config import GatewayConfig, ModelConfig
 from gateway.lifecycle import Call
 from gateway.metrics import Metrics
 from gateway.models import SERVER_NAME, BatchInputs, ClientRequest, ServedModel, served_model
-from gateway.telemetry import NO_TELEMETRY, Telemetry
+from gateway.telemetry import Telemetry
+from gateway.views import Views
 from wire.errors import ModelNotFound
 from wire.request import OipRequest
 from wire.tensors import Tensor
@@ -62,20 +63,18 @@ class Answer:
 
 
 class InferenceService:
-    def __init__(self, config: GatewayConfig, scheduler: BatchScheduler, telemetry: Telemetry = NO_TELEMETRY,
-                 views: Callable[..., Awaitable[Any]] | None = None) -> None:
+    def __init__(self, config: GatewayConfig, scheduler: Scheduler, telemetry: Telemetry,
+                 views: Callable[[InferenceService], Views]) -> None:
         self.config = config
-        self.scheduler = scheduler
-        # With workers (gateway.workers), what describes the whole gateway is read by
-        # `views(name, *args)`: from the batcher in a worker, and in the batcher's own
-        # process, summed with the workers' counts there (set by its supervisor).
-        self.views = views
+        self.scheduler = scheduler  # this process's BatchScheduler, or a worker's RemoteScheduler
         self.telemetry = telemetry  # request spans (the scheduler holds its batch observer)
         self.models: dict[str, ServedModel] = {}
-        self.active_requests = 0  # inside infer_*: what a graceful stop waits for
-        self.metrics = Metrics(scheduler, self._replicas_in_rotation)
+        self.active_requests = 0  # inside infer: what a graceful stop waits for
+        self.metrics = Metrics()
         if telemetry.enabled:
             self.metrics.watch_spans(telemetry.span_counts)
+        # What describes the whole gateway, as this process's role reads it (gateway.views).
+        self.views = views(self)
         self._background: set[asyncio.Task] = set()  # held so they are not collected mid-flight
 
     async def start(self) -> None:
@@ -144,10 +143,6 @@ class InferenceService:
         for served in self.models.values():
             await served.close()
 
-    def _replicas_in_rotation(self, name: str) -> list[bool]:
-        served = self.models.get(name)  # a model removed by a reload may still be draining
-        return served.backend.replicas_in_rotation() if served is not None else [True]
-
     def model(self, name: str, version: str = "") -> ServedModel:
         served = self.models.get(name)
         if served is None:
@@ -166,36 +161,21 @@ class InferenceService:
         """The model's configuration in Triton's JSON form (see gateway.triton)."""
         return triton.model_config(served, await served.backend.model_config())
 
-    def model_statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        """Triton's statistics document for one model, or (no name) every model, from this
-        process's scheduler."""
-        served = [self.model(name, version)] if name else list(self.models.values())
-        return {"model_stats": [triton.model_statistics(m, self.scheduler.stats(m.name)) for m in served]}
-
-    # -- views of the whole gateway (the batcher's, in a worker) -------------------------
+    # -- views of the whole gateway (gateway.views: this process's, or the workers') -----
 
     async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
-        """Triton's statistics document (`model_statistics`) of the whole gateway."""
-        if self.views is None:
-            return self.model_statistics(name, version)
+        """Triton's statistics document of the whole gateway, for one model or (no name) all."""
         if name:
-            self.model(name, version)  # an unknown model or version: refused here, as in one process
-        document: dict[str, Any] = await self.views("statistics", name, version)
-        return document
+            self.model(name, version)  # an unknown model or version: refused here, wherever the figures are
+        return await self.views.statistics(name, version)
 
     async def exposition(self) -> bytes:
         """/metrics of the whole gateway."""
-        if self.views is None:
-            return self.metrics.exposition()
-        text: bytes = await self.views("exposition")
-        return text
+        return await self.views.exposition()
 
     async def live(self) -> dict[str, Any]:
         """The live page's snapshot (`gateway.live`) of the whole gateway."""
-        if self.views is None:
-            return live.snapshot(self.scheduler)
-        snapshot: dict[str, Any] = await self.views("live")
-        return snapshot
+        return await self.views.live()
 
     # -- requests --------------------------------------------------------------------
 

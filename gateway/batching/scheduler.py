@@ -25,6 +25,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
+from typing import Protocol
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor
@@ -35,7 +36,28 @@ from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.stats import ModelStats
 from wire.errors import ModelNotFound, Unavailable
 
-__all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor"]
+__all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Scheduler"]
+
+
+class Scheduler(Protocol):
+    """What decides batches, as the service drives it: this process's `BatchScheduler`, or
+    a worker's stand-in that hands each request to the batcher's (`gateway.workers.remote`).
+    What a scheduler has counted is read through the service's views, not here."""
+
+    def add_model(self, name: str, executor: Executor, config: BatchingConfig) -> None:
+        """Register (or re-tune) a model."""
+
+    async def remove_model(self, name: str, grace_s: float) -> None:
+        """Stop taking the model's requests; what it has gets `grace_s` to finish."""
+
+    async def submit(self, request: BatchRequest) -> BatchResult:
+        """Queue a request and wait for its rows of its batch's result."""
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Stop taking requests; what is left gets `grace_s`, then Unavailable."""
+
+    def hurry(self) -> None:
+        """End a `close` grace period now."""
 
 
 class BatchScheduler:

@@ -8,17 +8,19 @@ the tensors to the batcher over a Unix socket; each gets back exactly its own ro
 `max_batch_size`, `max_queue`, `max_inflight` (fixed or auto) and every policy decision
 hold for the whole gateway, and requests that arrive at different workers share batches.
 
-- `channel.py`: the frames both sides speak (pickled messages on a Unix stream), written
-  once per loop turn.
-- `batcher.py`: the batcher's side: it submits what workers send to the one scheduler and
-  answers the views that must describe the whole gateway (/metrics, Triton statistics,
-  the live page).
-- `remote.py`: a worker's side: `RemoteScheduler`, what the worker's service holds in place
-  of a scheduler, and the remote views.
-- `supervisor.py`: the batcher process's own work: starting workers, one READY line,
-  restarting a worker that dies, and carrying SIGHUP and SIGTERM to every worker.
-- `worker.py`: a worker process (`python -m gateway.workers.worker`).
+Each process is the one gateway assembly (`gateway.server.Gateway`) with a role
+(`gateway.roles`); this package holds the two roles of `--workers` and what they speak:
+
+- `channel.py`: the typed messages both sides speak (`BatchRequest`s and their results,
+  tensors in the raw codec's layout, no pickle), one frame per loop turn.
+- `batcher.py`: the batcher's side: it queues what workers send in the one scheduler and
+  answers the views that must describe the whole gateway (`BatcherViews`: /metrics summed
+  over the workers, Triton statistics, the live page).
+- `remote.py`: a worker's side: `WorkerRole`, with `RemoteScheduler` (the `Scheduler` its
+  service holds) and `RemoteViews`.
+- `supervisor.py`: `BatcherRole`: starting workers (`python -m gateway worker`), one READY
+  line, restarting a worker that dies, carrying SIGHUP and SIGTERM to every worker.
 
 The front ends, the service and the models do not know they run in a worker: they see a
-scheduler and the service's views.
+`Scheduler` and `Views`. Nothing here imports `gateway.server`, nor it this package.
 """

@@ -1,37 +1,46 @@
 """The batcher's side of the workers' channel: their requests go to the one scheduler.
 
-Messages from a worker:
-- `("submit", id, model, inputs, timeout_s, client, parameters, priority, lengths)`: a
-  request in its model's batch form, as `BatchScheduler.submit` takes it. Answered
-  `("result", id, BatchResult)` or `("error", id, GatewayError)`.
-- `("cancel", id)`: its client has gone; the request is dropped if still queued.
-- `("view", id, name, args)`: a document that must describe the whole gateway (`view`).
-- `("answer", id, value)`: the worker's answer to the batcher's own question (`ask`).
+Messages from a worker (`channel`):
+- `Submit`: a `BatchRequest`, queued as this process's own are. Answered with `Result`
+  (its rows) or `Failure` (its `GatewayError`).
+- `Cancel`: its client has gone; the request is dropped if still queued.
+- `ViewQuestion`: a document that must describe the whole gateway (`BatcherViews`).
+- `Reply`: the worker's answer to the batcher's own `Ask`.
 
 When a worker's connection closes (it stopped, or died), its requests are cancelled:
 their clients were connected to it, and are gone with it.
 
-It knows the service (the batcher's, which holds the scheduler), the live snapshot and the
-Prometheus text format; no front end.
+It knows the scheduler (the batcher's own), the views and the Prometheus text format; no
+front end, no service.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from gateway import live
-from gateway.batching.request import NO_PARAMETERS, BatchRequest
-from gateway.service import InferenceService
-from gateway.workers.channel import Channel, ChannelClosed, Packed, pack, unpack
+from gateway.batching.request import BatchResult
+from gateway.batching.scheduler import BatchScheduler
+from gateway.views import LocalViews
+from gateway.workers.channel import (
+    Ask,
+    Cancel,
+    Channel,
+    ChannelClosed,
+    Failure,
+    Message,
+    Reply,
+    Result,
+    Submit,
+    ViewAnswer,
+    ViewQuestion,
+)
 from wire.errors import GatewayError
-from wire.tracing import NO_CONTEXT, ClientContext
 
 log = logging.getLogger(__name__)
 ASK_TIMEOUT_S = 5.0  # a worker that does not answer a view's question in time is left out of it
@@ -40,16 +49,18 @@ ASK_TIMEOUT_S = 5.0  # a worker that does not answer a view's question in time i
 class _Worker:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.requests: dict[int, asyncio.Future[Any]] = {}
+        self.requests: dict[int, asyncio.Future[BatchResult]] = {}
         self.questions: dict[int, asyncio.Future[Any]] = {}
 
 
 class Batcher:
-    """Serves the workers on a Unix socket at `path`, for `service` (the batcher's own)."""
+    """Serves the workers on a Unix socket at `path`: their requests into `scheduler`, their
+    view questions to `views` (set once the service is built)."""
 
-    def __init__(self, service: InferenceService, path: str) -> None:
-        self.service = service
+    def __init__(self, scheduler: BatchScheduler, path: str) -> None:
+        self.scheduler = scheduler
         self.path = path
+        self.views: BatcherViews | None = None
         self._workers: set[_Worker] = set()
         self._server: asyncio.AbstractServer | None = None
         self._ids = itertools.count(1)
@@ -81,22 +92,21 @@ class Batcher:
                 question.cancel()
             worker.channel.close()
 
-    def _handle(self, worker: _Worker, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "submit":
-            self._submit(worker, *message[1:])
-        elif kind == "cancel":
-            request = worker.requests.pop(message[1], None)
+    def _handle(self, worker: _Worker, message: Message) -> None:
+        if isinstance(message, Submit):
+            self._submit(worker, message)
+        elif isinstance(message, Cancel):
+            request = worker.requests.pop(message.id, None)
             if request is not None:
                 request.cancel()
-        elif kind == "view":
-            self._spawn(self._view(worker, message[1], message[2], message[3]))
-        elif kind == "answer":
-            question = worker.questions.pop(message[1], None)
+        elif isinstance(message, ViewQuestion):
+            self._spawn(self._view(worker, message))
+        elif isinstance(message, Reply):
+            question = worker.questions.pop(message.id, None)
             if question is not None and not question.done():
-                question.set_result(message[2])
+                question.set_result(message.value)
         else:
-            log.error("a worker sent an unknown message %r", kind)
+            log.error("a worker sent an unexpected %s", type(message).__name__)
 
     def _spawn(self, coroutine: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -104,64 +114,52 @@ class Batcher:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _submit(self, worker: _Worker, request_id: int, model: str, inputs: list[Packed],
-                age_s: float, remaining_s: float | None, client: tuple[str, str] | None,
-                parameters: dict[str, Any] | None, priority: int, lengths: Any) -> None:
-        # The worker sends plain tuples (see remote.RemoteScheduler.submit), and gets them back.
+    def _submit(self, worker: _Worker, message: Submit) -> None:
         # Answered from the future's callback: no task per request.
-        now = time.monotonic()
         try:
-            future = self.service.scheduler.enqueue(BatchRequest(
-                model, [unpack(tensor) for tensor in inputs], now - age_s,
-                None if remaining_s is None else now + remaining_s, priority,
-                ClientContext(*client) if client is not None else NO_CONTEXT, parameters or NO_PARAMETERS, lengths))
+            future = self.scheduler.enqueue(message.request)
         except GatewayError as error:
-            worker.channel.send(("error", request_id, error))
+            worker.channel.send(Failure(message.id, error))
             return
-        worker.requests[request_id] = future
-        future.add_done_callback(lambda done: self._answer(worker, request_id, model, done))
+        worker.requests[message.id] = future
+        model = message.request.model
+        future.add_done_callback(lambda done: self._answer(worker, message.id, model, done))
 
     @staticmethod
-    def _answer(worker: _Worker, request_id: int, model: str, future: asyncio.Future[Any]) -> None:
+    def _answer(worker: _Worker, request_id: int, model: str, future: asyncio.Future[BatchResult]) -> None:
         worker.requests.pop(request_id, None)
         if worker.channel.closed or future.cancelled():
             return  # withdrawn by its worker, or the worker has gone
         error = future.exception()
         if error is None:
-            result = future.result()
-            reply: tuple[Any, ...] = ("result", request_id,
-                                      ([pack(t) for t in result.outputs], result.batch_ids))
+            reply: Message = Result(request_id, future.result())
         elif isinstance(error, GatewayError):
-            reply = ("error", request_id, error)
+            reply = Failure(request_id, error)
         else:  # a bug: the worker's client still gets an answer
             log.error("a request from a worker failed in the batcher", exc_info=error)
-            reply = ("error", request_id, GatewayError(f"model '{model}': internal error in the batcher"))
+            reply = Failure(request_id, GatewayError(f"model '{model}': internal error in the batcher"))
         worker.channel.send(reply)
 
-    async def _view(self, worker: _Worker, request_id: int, name: str, args: tuple[Any, ...]) -> None:
+    async def _view(self, worker: _Worker, question: ViewQuestion) -> None:
         try:
-            reply: tuple[Any, ...] = ("view", request_id, await self.view(name, args))
+            reply: Message = ViewAnswer(question.id, await self.view(question.name, question.args))
         except GatewayError as error:
-            reply = ("error", request_id, error)
+            reply = Failure(question.id, error)
         except Exception:
-            log.exception("view %s failed in the batcher", name)
-            reply = ("error", request_id, GatewayError(f"internal error while reading {name}"))
+            log.exception("view %s failed in the batcher", question.name)
+            reply = Failure(question.id, GatewayError(f"internal error while reading {question.name}"))
         if not worker.channel.closed:
             worker.channel.send(reply)
 
-    async def view(self, name: str, args: tuple[Any, ...]) -> Any:
-        """A document of the whole gateway: `statistics` (Triton's, for a model or all),
-        `live` (the live page's snapshot) or `exposition` (/metrics: the scheduler's figures
-        here, summed with every worker's request, connection and span counts)."""
+    async def view(self, name: str, args: tuple[str, ...]) -> Any:
+        """A document of the whole gateway, by its `Views` method's name."""
+        assert self.views is not None, "a view before the service"
         if name == "statistics":
-            return self.service.model_statistics(*args)
+            return await self.views.statistics(*args)
         if name == "live":
-            return live.snapshot(self.service.scheduler)
+            return await self.views.live()
         if name == "exposition":
-            parts = await asyncio.gather(*(self.ask(worker, "exposition") for worker in list(self._workers)),
-                                         return_exceptions=True)
-            return merge_expositions([self.service.metrics.exposition(),
-                                      *(part for part in parts if isinstance(part, bytes))])
+            return await self.views.exposition()
         raise GatewayError(f"unknown view {name!r}")
 
     async def ask(self, worker: _Worker, name: str) -> Any:
@@ -169,11 +167,36 @@ class Batcher:
         question_id = next(self._ids)
         question: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         worker.questions[question_id] = question
-        worker.channel.send(("ask", question_id, name))
+        worker.channel.send(Ask(question_id, name))
         try:
             return await asyncio.wait_for(question, ASK_TIMEOUT_S)
         finally:
             worker.questions.pop(question_id, None)
+
+    async def workers_expositions(self) -> list[bytes]:
+        """Every worker's own /metrics (its request, connection and span counts); a worker
+        that does not answer in time is left out."""
+        parts = await asyncio.gather(*(self.ask(worker, "exposition") for worker in list(self._workers)),
+                                     return_exceptions=True)
+        return [part for part in parts if isinstance(part, bytes)]
+
+
+class BatcherViews:
+    """The batcher's views (`gateway.views.Views`), for its own front ends and its workers':
+    the scheduler's figures are its own; /metrics adds every worker's own counts."""
+
+    def __init__(self, local: LocalViews, batcher: Batcher) -> None:
+        self.local = local
+        self.batcher = batcher
+
+    async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        return await self.local.statistics(name, version)
+
+    async def exposition(self) -> bytes:
+        return merge_expositions([await self.local.exposition(), *await self.batcher.workers_expositions()])
+
+    async def live(self) -> dict[str, Any]:
+        return await self.local.live()
 
 
 def merge_expositions(texts: Iterable[bytes]) -> bytes:

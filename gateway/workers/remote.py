@@ -1,29 +1,48 @@
-"""A worker's side of the batcher's channel: `RemoteScheduler` and the remote views.
+"""A worker's side of the batcher's channel: its role, its scheduler and its views.
 
-A worker's service holds a `RemoteScheduler` where one process holds a `BatchScheduler`:
-`submit` sends the request's tensors to the batcher and waits for its rows; a cancelled
-wait (the client went) cancels it there. The models' batching settings are kept here for
-what the worker reads of them; their queues, counts and learned profiles are the
-batcher's alone, so `model_names` is empty here and every figure is read there, through
-`BatcherClient.view`. When the batcher goes, every waiting request fails Unavailable and
-`lost` is set: the worker stops (the supervisor is gone, or restarting everything).
+A worker's service holds a `RemoteScheduler` where one process holds a `BatchScheduler`
+(both are a `gateway.batching.scheduler.Scheduler`): `submit` sends the `BatchRequest` to
+the batcher and waits for its rows; a cancelled wait (the client went) cancels it there.
+Its models' queues, counts and learned profiles are the batcher's alone: every figure is
+read there, through `RemoteViews`. When the batcher goes, every waiting request fails
+Unavailable and `lost` is set: the worker stops (the supervisor is gone, or restarting
+everything).
 
-It knows the channel and the scheduler's interface; no front end, no predictor.
+It knows the channel, the scheduler's and the views' interfaces and the role interface;
+no front end, no predictor, and not `gateway.server`.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.batching.config import BatchingConfig
+from gateway.batching.executor import Executor
 from gateway.batching.request import BatchRequest, BatchResult
-from gateway.workers.channel import Channel, ChannelClosed, pack, unpack
+from gateway.batching.scheduler import Scheduler
+from gateway.config import GatewayConfig, ServerConfig
+from gateway.telemetry import Telemetry
+from gateway.views import Views
+from gateway.workers.channel import (
+    Ask,
+    Cancel,
+    Channel,
+    ChannelClosed,
+    Failure,
+    Message,
+    Reply,
+    Result,
+    Submit,
+    ViewAnswer,
+    ViewQuestion,
+)
 from wire.errors import ModelNotFound, Unavailable
-from wire.tracing import NO_CONTEXT
+
+if TYPE_CHECKING:
+    from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +68,8 @@ class BatcherClient:
     async def _read(self) -> None:
         try:
             while True:
-                for kind, message_id, *rest in await self.channel.receive():
-                    if kind == "ask":
-                        answer = self.answer.get(rest[0])
-                        self.channel.send(("answer", message_id, answer() if answer is not None else None))
-                        continue
-                    waiting = self._waiting.pop(message_id, None)
-                    if waiting is None or waiting.done():
-                        continue  # cancelled meanwhile
-                    if kind == "error":
-                        waiting.set_exception(rest[0])
-                    else:
-                        waiting.set_result(rest[0])
+                for message in await self.channel.receive():
+                    self._handle(message)
         except ChannelClosed:
             log.error("the batcher has gone: this worker stops")
         finally:
@@ -70,20 +79,32 @@ class BatcherClient:
                     waiting.set_exception(Unavailable("the gateway's batcher is gone; try again"))
             self._waiting.clear()
 
-    def request(self, message: tuple[Any, ...]) -> tuple[int, asyncio.Future[Any]]:
-        """Send `message` (its id inserted after its kind); the future of its answer."""
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, Ask):
+            answer = self.answer.get(message.name)
+            self.channel.send(Reply(message.id, answer() if answer is not None else None))
+            return
+        waiting = self._waiting.pop(message.id, None)
+        if waiting is None or waiting.done():
+            return  # cancelled meanwhile
+        if isinstance(message, Failure):
+            waiting.set_exception(message.error)
+        elif isinstance(message, Result):
+            waiting.set_result(message.result)
+        elif isinstance(message, ViewAnswer):
+            waiting.set_result(message.value)
+        else:
+            log.error("the batcher sent an unexpected %s", type(message).__name__)
+
+    def request(self, message: Callable[[int], Message]) -> tuple[int, asyncio.Future[Any]]:
+        """Send `message(id)` with a fresh id; the future of its answer."""
         if self.lost.is_set():
             raise Unavailable("the gateway's batcher is gone; try again")
         message_id = next(self._ids)
         waiting: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[message_id] = waiting
-        self.channel.send((message[0], message_id, *message[1:]))
+        self.channel.send(message(message_id))
         return message_id, waiting
-
-    async def view(self, name: str, *args: Any) -> Any:
-        """A document of the whole gateway, from the batcher (see `batcher.Batcher.view`)."""
-        _, waiting = self.request(("view", name, args))
-        return await waiting
 
     def forget(self, message_id: int) -> None:
         self._waiting.pop(message_id, None)
@@ -99,52 +120,38 @@ class RemoteScheduler:
 
     def __init__(self, batcher: BatcherClient) -> None:
         self.batcher = batcher
-        self._configs: dict[str, BatchingConfig] = {}
+        self._models: set[str] = set()
         self._waiting = 0
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def add_model(self, name: str, executor: Any, config: BatchingConfig) -> None:
+    def add_model(self, name: str, executor: Executor, config: BatchingConfig) -> None:
         """Register (or re-tune) a model here: the batcher runs it (its own service adds it)."""
-        self._configs[name] = config
+        self._models.add(name)
 
     async def remove_model(self, name: str, grace_s: float) -> None:
-        self._configs.pop(name, None)
-
-    def model_names(self) -> list[str]:
-        return []  # every figure of a model is the batcher's
-
-    def batching_config(self, name: str) -> BatchingConfig:
-        return self._configs[name]
+        self._models.discard(name)
 
     async def submit(self, request: BatchRequest) -> BatchResult:
-        if request.model not in self._configs:
+        if request.model not in self._models:
             raise ModelNotFound(f"model '{request.model}' is not served")
-        # Plain tuples, not the dataclasses, and tensors packed (see channel.pack). Instants
-        # do not cross processes: the request's age and its deadline's remaining budget do.
-        now = time.monotonic()
-        client = request.client
-        message_id, waiting = self.batcher.request(
-            ("submit", request.model, [pack(t) for t in request.inputs], now - request.arrived_s,
-             None if request.deadline_s is None else request.deadline_s - now,
-             (client.request_id, client.traceparent) if client is not NO_CONTEXT else None,
-             dict(request.parameters) if request.parameters else None, request.priority, request.lengths))
+        message_id, waiting = self.batcher.request(lambda message_id: Submit(message_id, request))
         self._waiting += 1
         self._idle.clear()
         try:
-            outputs, batch_ids = await waiting
-            return BatchResult([unpack(output) for output in outputs], batch_ids)
+            result: BatchResult = await waiting
+            return result
         except asyncio.CancelledError:
             self.batcher.forget(message_id)
             if not self.batcher.lost.is_set():
-                self.batcher.channel.send(("cancel", message_id))
+                self.batcher.channel.send(Cancel(message_id))
             raise
         finally:
             self._waiting -= 1
             if not self._waiting:
                 self._idle.set()
 
-    async def close(self, grace_s: float) -> None:
+    async def close(self, grace_s: float = 0.0) -> None:
         """Wait (at most `grace_s`) for this worker's requests at the batcher."""
         try:
             await asyncio.wait_for(self._idle.wait(), grace_s)
@@ -154,3 +161,69 @@ class RemoteScheduler:
     def hurry(self) -> None:
         """The batcher answers what is left when it is told to hurry; nothing to do here."""
 
+
+class RemoteViews:
+    """A worker's views: every document is the batcher's (see `batcher.BatcherViews`)."""
+
+    def __init__(self, batcher: BatcherClient) -> None:
+        self.batcher = batcher
+
+    async def _ask(self, name: str, *args: str) -> Any:
+        _, waiting = self.batcher.request(lambda message_id: ViewQuestion(message_id, name, args))
+        return await waiting
+
+    async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        document: dict[str, Any] = await self._ask("statistics", name, version)
+        return document
+
+    async def exposition(self) -> bytes:
+        text: bytes = await self._ask("exposition")
+        return text
+
+    async def live(self) -> dict[str, Any]:
+        snapshot: dict[str, Any] = await self._ask("live")
+        return snapshot
+
+
+class WorkerRole:
+    """A worker of `serve --workers N` (see `gateway.roles`): the batcher at `path` decides
+    its batches and describes the gateway; it stops when the batcher has gone."""
+
+    ready_note = ""
+    drains = "finishing queued and in-flight requests"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.batcher: BatcherClient | None = None
+        self.lost = asyncio.Event()
+        self._watch: asyncio.Task[Any] | None = None
+
+    async def scheduler(self, loop: asyncio.AbstractEventLoop, telemetry: Telemetry) -> Scheduler:
+        self.batcher = await BatcherClient.connect(self.path)
+        self._watch = loop.create_task(self.batcher.lost.wait())
+        self._watch.add_done_callback(lambda _: self.lost.set())
+        return RemoteScheduler(self.batcher)
+
+    def views(self, service: InferenceService) -> Views:
+        assert self.batcher is not None, "views before the scheduler"
+        self.batcher.answer["exposition"] = service.metrics.exposition  # its own counts, for the batcher's sum
+        return RemoteViews(self.batcher)
+
+    def server(self, settings: ServerConfig) -> ServerConfig:
+        return settings
+
+    async def serving(self, service: InferenceService) -> None:
+        pass
+
+    async def draining(self, grace_s: float) -> None:
+        pass  # its service's close waits for its requests at the batcher
+
+    def hurry(self) -> None:
+        pass
+
+    async def reloaded(self, config: GatewayConfig) -> None:
+        pass
+
+    async def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()

@@ -3,7 +3,7 @@
 It starts the models (the scheduler, the predictors' clients) and the batcher's socket,
 serves both front ends itself on the gateway's ports (it is the first of the N: its own
 requests reach the scheduler without a message, and N workers cost N processes, not N+1,
-on the cores they share), then starts N-1 worker processes (`gateway.workers.worker`) on
+on the cores they share), then starts N-1 worker processes (`python -m gateway worker`, `WorkerRole`) on
 the same ports, and prints one READY line once every worker has said READY. Then:
 
 * **A worker that dies** is logged and started again (after a pause that grows while it
@@ -18,8 +18,10 @@ the same ports, and prints one READY line once every worker has said READY. Then
 Port 0 means one free port for all workers: it is reserved here with SO_REUSEPORT (bound,
 never listening, so it takes no connection) before the workers bind it.
 
-It knows the service, the scheduler, the batcher's channel and how to start a process;
-no front end.
+It is a role of the one gateway assembly (`gateway.roles`, `gateway.server.Gateway`),
+which it does not import: the command line runs the batcher as `serve` with this role.
+It knows the scheduler, the batcher's channel, the views and how to start a process; no
+front end.
 """
 from __future__ import annotations
 
@@ -34,15 +36,17 @@ import signal
 import socket
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
-from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.scheduler import Scheduler
 from gateway.config import GatewayConfig, ServerConfig
-from gateway.front_ends import FrontEnds
-from gateway.server import answers_written, connection_cap, install_signals, raise_open_files_limit, reload_models
-from gateway.service import InferenceService
-from gateway.telemetry import resolve as resolve_tracing
-from gateway.telemetry import start as start_telemetry
-from gateway.workers.batcher import Batcher
+from gateway.roles import SingleProcess
+from gateway.telemetry import Telemetry
+from gateway.views import LocalViews, Views
+from gateway.workers.batcher import Batcher, BatcherViews
+
+if TYPE_CHECKING:
+    from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 120.0   # a worker learns its models' signatures from their predictors before READY
@@ -91,69 +95,115 @@ class WorkerProcess:
                 self.process.send_signal(signum)
 
 
-async def supervise(config: GatewayConfig, config_path: str | None, loop_name: str, log_level: str,
-                    log_format: str) -> None:
-    """Run the batcher, serving as the first worker, and `config.server.workers` - 1 more
-    until SIGTERM or SIGINT."""
-    raise_open_files_limit()
-    loop = asyncio.get_running_loop()
-    directory = tempfile.mkdtemp(prefix="batching-gateway-")  # private (0700): the socket and the config
-    reserved: list[socket.socket] = []
-    telemetry = start_telemetry(resolve_tracing(config.tracing))
-    service = InferenceService(config, BatchScheduler(loop, telemetry.batches), telemetry)
-    batcher = Batcher(service, os.path.join(directory, "batcher.sock"))
-    workers: list[WorkerProcess] = []
-    front_ends: FrontEnds | None = None
-    stopping = asyncio.Event()
-    drained = False
-    try:
-        await service.start()
-        await batcher.start()
-        service.views = lambda name, *args: batcher.view(name, args)  # its own front ends see the whole gateway
-        server = _with_reserved_ports(config.server, reserved)
-        front_ends = FrontEnds(service, dataclasses.replace(config, server=server), connection_cap(server.max_connections))
-        await front_ends.start()
-        config_file = os.path.join(directory, "config.pickle")
-        with open(config_file, "wb") as handle:
-            pickle.dump(dataclasses.replace(config, server=server), handle)
-        command = [sys.executable, "-m", "gateway.workers.worker", config_file, batcher.path, "--loop", loop_name,
-                   "--log-level", log_level, "--log-format", log_format,
-                   *(("--config-path", config_path) if config_path else ())]
-        workers = [WorkerProcess(index, command) for index in range(1, server.workers)]
-        await asyncio.gather(*(worker.start() for worker in workers))
-        watchers = [loop.create_task(_keep_running(worker, stopping)) for worker in workers]
-        _install_signals(loop, stopping, service, workers, config_path)
+class BatcherRole(SingleProcess):
+    """The batcher of `serve --workers N` (see the module): this process's scheduler decides
+    every batch of the gateway, fed by its own front ends and by N-1 worker processes."""
+
+    def __init__(self, workers: int, config_path: str | None, loop_name: str, log_level: str, log_format: str) -> None:
+        super().__init__()
+        self.count = workers
+        self.ready_note = f" workers={workers}"
+        self.drains = "the workers finish their requests"
+        self._directory = tempfile.mkdtemp(prefix="batching-gateway-")  # private (0700): the socket and the config
+        self._config_file = os.path.join(self._directory, "config.pickle")
+        self._options = ["--loop", loop_name, "--log-level", log_level, "--log-format", log_format,
+                         *(("--config-path", config_path) if config_path else ())]
+        self._reserved: list[socket.socket] = []
+        self._server: ServerConfig | None = None
+        self.batcher: Batcher | None = None
+        self.workers: list[WorkerProcess] = []
+        self._watchers: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    async def scheduler(self, loop: asyncio.AbstractEventLoop, telemetry: Telemetry) -> Scheduler:
+        scheduler = await super().scheduler(loop, telemetry)
+        assert self.local is not None
+        self.batcher = Batcher(self.local, os.path.join(self._directory, "batcher.sock"))
+        return scheduler
+
+    def views(self, service: InferenceService) -> Views:
+        assert self.batcher is not None and self.local is not None
+        self.batcher.views = BatcherViews(LocalViews(self.local, service.models, service.metrics), self.batcher)
+        return self.batcher.views
+
+    def server(self, settings: ServerConfig) -> ServerConfig:
+        if self._server is None:
+            self._server = _with_reserved_ports(settings, self._reserved)
+        return self._server
+
+    async def serving(self, service: InferenceService) -> None:
+        """Start the workers on the same ports (once its models are batched here) and wait
+        for every one's READY."""
+        assert self.batcher is not None
+        await self.batcher.start()
+        self._write_config(service.config)
+        command = [sys.executable, "-m", "gateway", "worker", self._config_file, self.batcher.path, *self._options]
+        self.workers = [WorkerProcess(index, command) for index in range(1, self.count)]
+        await asyncio.gather(*(worker.start() for worker in self.workers))
+        self._watchers = [asyncio.get_running_loop().create_task(self._keep_running(worker)) for worker in self.workers]
         # Logged before READY: whoever waits for READY may read the PIDs at once.
         log.info("workers: 0 (pid %d, the batcher), %s", os.getpid(),
-                 ", ".join(f"{w.index} (pid {w.pid})" for w in workers))
-        print(f"READY http={server.host}:{server.http_port} grpc={server.host}:{server.grpc_port} "
-              f"models={','.join(m.name for m in config.models)} loop={loop_name} workers={server.workers}",
-              flush=True)
-        await stopping.wait()
-        log.info("stopping: the workers finish their requests (grace %s s)", config.server.grace_s)
-        await front_ends.stop_accepting()
-        for worker in workers:
+                 ", ".join(f"{w.index} (pid {w.pid})" for w in self.workers))
+
+    def _write_config(self, config: GatewayConfig) -> None:
+        """The config a worker starts with: the one served now (rewritten on every reload,
+        so that a worker started again serves the models the gateway serves)."""
+        assert self._server is not None
+        partial = self._config_file + ".new"
+        with open(partial, "wb") as handle:
+            pickle.dump(dataclasses.replace(config, server=self._server), handle)
+        os.replace(partial, self._config_file)  # a worker starting now reads the old file or the new, whole
+
+    async def draining(self, grace_s: float) -> None:
+        """The workers finish their own requests (batched here) and exit, before the service closes."""
+        self._stopping = True
+        for worker in self.workers:
             worker.signal(signal.SIGTERM)
-        await _wait_for_exits(workers, config.server.grace_s + 15.0)
-        for watcher in watchers:
+        await _wait_for_exits(self.workers, grace_s + 15.0)
+        for watcher in self._watchers:
             watcher.cancel()
-        await service.close(config.server.grace_s)  # what this process's own clients still wait for
-        drained = True
-        await answers_written(service)
-    finally:
-        for worker in workers:
+
+    def hurry(self) -> None:
+        for worker in self.workers:
+            worker.signal(signal.SIGTERM)  # a worker's second signal hurries it too
+
+    async def reloaded(self, config: GatewayConfig) -> None:
+        self._write_config(config)
+        for worker in self.workers:  # after the batcher: a new model is batched before any worker takes it
+            worker.signal(signal.SIGHUP)
+
+    async def close(self) -> None:
+        self._stopping = True
+        for watcher in self._watchers:
+            watcher.cancel()
+        for worker in self.workers:
             if worker.process is not None and worker.process.returncode is None:
                 worker.process.kill()
                 await worker.process.wait()
-        if not drained:
-            await service.close(0.0)
-        if front_ends is not None:
-            await front_ends.close()
-        await batcher.close()
-        await asyncio.to_thread(telemetry.shutdown)
-        for held in reserved:
+        if self.batcher is not None:
+            await self.batcher.close()
+        for held in self._reserved:
             held.close()
-        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+    async def _keep_running(self, worker: WorkerProcess) -> None:
+        pause = 0.1
+        while True:
+            assert worker.process is not None
+            status = await worker.process.wait()
+            if self._stopping:
+                return
+            log.error("worker %d (pid %d) exited with status %s: its clients' connections closed; starting it again",
+                      worker.index, worker.pid, status)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, MAX_RESTART_PAUSE_S)
+            try:
+                await worker.start()
+            except RuntimeError as error:
+                log.error("%s", error)
+                continue
+            log.info("worker %d started again (pid %d)", worker.index, worker.pid)
+            pause = 0.1
 
 
 def _with_reserved_ports(server: ServerConfig, reserved: list[socket.socket]) -> ServerConfig:
@@ -172,46 +222,9 @@ def _with_reserved_ports(server: ServerConfig, reserved: list[socket.socket]) ->
     return dataclasses.replace(server, **ports)
 
 
-async def _keep_running(worker: WorkerProcess, stopping: asyncio.Event) -> None:
-    pause = 0.1
-    while True:
-        assert worker.process is not None
-        status = await worker.process.wait()
-        if stopping.is_set():
-            return
-        log.error("worker %d (pid %d) exited with status %s: its clients' connections closed; starting it again",
-                  worker.index, worker.pid, status)
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, MAX_RESTART_PAUSE_S)
-        try:
-            await worker.start()
-        except RuntimeError as error:
-            log.error("%s", error)
-            continue
-        log.info("worker %d started again (pid %d)", worker.index, worker.pid)
-        pause = 0.1
-
-
 async def _wait_for_exits(workers: list[WorkerProcess], timeout_s: float) -> None:
     waits = [worker.process.wait() for worker in workers if worker.process is not None]
     try:
         await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
     except TimeoutError:
         log.warning("workers still running %g s after SIGTERM: killing them", timeout_s)
-
-
-def _install_signals(loop: asyncio.AbstractEventLoop, stopping: asyncio.Event, service: InferenceService,
-                     workers: list[WorkerProcess], config_path: str | None) -> None:
-    def hurry() -> None:
-        service.scheduler.hurry()
-        for worker in workers:
-            worker.signal(signal.SIGTERM)  # a worker's second signal hurries it too
-
-    async def reload() -> None:
-        assert config_path is not None
-        if await reload_models(service, config_path) is None:
-            return
-        for worker in workers:  # after the batcher: a new model is batched before any worker takes it
-            worker.signal(signal.SIGHUP)
-
-    install_signals(loop, stopping, hurry, None if config_path is None else reload)

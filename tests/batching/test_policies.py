@@ -17,6 +17,8 @@ from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.metrics import Metrics
 from tests.batching.support import rows
+from wire.errors import InvalidInput
+from wire.tracing import ClientContext
 
 
 def test_the_config_names_map_to_their_policies():
@@ -69,6 +71,39 @@ async def test_a_new_policy_is_one_table_entry_its_keys_read_and_its_reasons_cou
     scheduler.add_model("m", echo, batching)
     await scheduler.submit(BatchRequest.arriving("m", rows(1, 1)))  # alone: it leaves when its patience runs out
     assert scheduler.stats("m").departures["patience_ran_out"] == 1
-    exposition = Metrics(scheduler).exposition().decode()
+    metrics = Metrics()
+    metrics.watch_scheduler(scheduler)
+    exposition = metrics.exposition().decode()
     assert 'gateway_batch_departures_total{model="m",reason="patience_ran_out"} 1.0' in exposition
     assert 'gateway_batch_departures_total{model="m",reason="window_expired"} 0.0' in exposition
+
+
+class TenantQuotaPolicy(AdaptivePolicy):
+    """A policy that reads the typed request: a client that names no tenant (a forwarded
+    request parameter) is refused at admission; its priority and deadline are there too."""
+
+    def admit(self, queue, request, deadline, now, level=0):
+        self.seen.append((request.model, request.rows, request.priority, request.client.request_id,
+                          request.deadline_s is not None and deadline > now))
+        if "tenant" not in request.parameters:
+            return InvalidInput("name your tenant")
+        return None
+
+    seen: list = []
+
+
+async def test_a_policy_reads_the_typed_request_at_admission(monkeypatch):
+    monkeypatch.setitem(REGISTRY, "tenants", TenantQuotaPolicy)
+    TenantQuotaPolicy.seen = []
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    scheduler.add_model("m", _echo, BatchingConfig(policy="tenants"))
+    named = BatchRequest.arriving("m", rows(0, 2), timeout_s=5.0, priority=1, client=ClientContext("r-1"),
+                                  parameters={"tenant": "a"})
+    assert (await scheduler.submit(named)).outputs[0].data.shape == (2, 2)
+    with pytest.raises(InvalidInput, match="tenant"):
+        await scheduler.submit(BatchRequest.arriving("m", rows(2, 1)))
+    assert TenantQuotaPolicy.seen == [("m", 2, 1, "r-1", True), ("m", 1, 0, "", False)]
+
+
+async def _echo(inputs):
+    return inputs
