@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import time
+import tracemalloc
 import zlib
 
 import pytest
@@ -113,3 +114,18 @@ def test_encode():
     assert gzipped is not None and gzipped[:2] == b"\x1f\x8b" and gzip.decompress(gzipped) == body
     # HTTP's deflate is the zlib format (what tritonclient's zlib.decompress reads), never raw deflate.
     assert deflated is not None and deflated[0] == 0x78 and zlib.decompress(deflated) == body
+
+
+def test_sniffing_a_message_keeps_none_of_it():
+    """Every gRPC request message is sniffed: none may outlive its request (a cache once kept
+    the last 64 distinct messages, up to 64 x max_body_bytes per process)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(20):
+            message = bytes([index]) * (4 << 20)  # distinct 4 MiB messages
+            assert ce.sniff(message) is None
+            del message
+        assert tracemalloc.get_traced_memory()[0] - before < 1 << 20  # 80 MiB passed through, none kept
+    finally:
+        tracemalloc.stop()

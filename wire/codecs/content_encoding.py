@@ -101,7 +101,6 @@ def _deflate_wbits(chunks: Sequence[bytes]) -> int:
     return _RAW_WBITS
 
 
-@functools.lru_cache(maxsize=64)  # clients send the same few header values, over and over
 def sniff(message: bytes) -> str | None:
     """The coding of a gRPC message that reached the gateway still compressed (its gRPC
     server leaves decompression to it, see gateway/grpc/server.py), told by its magic bytes:
@@ -115,6 +114,7 @@ def sniff(message: bytes) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)  # clients send the same few header values, over and over
 def negotiate(accept_encoding: str) -> str | None:
     """The coding an answer may use by the client's `Accept-Encoding`: GZIP or DEFLATE, the
     one with the higher q-value (gzip on a tie, `*` counting for both), or None."""
