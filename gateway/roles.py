@@ -9,7 +9,8 @@ batches, the service, the front ends); its role says the rest:
   scheduler, also fed by its workers over their channel; it starts, restarts and signals
   them, and its /metrics adds their counts.
 * A worker (`gateway.workers.remote.WorkerRole`): a stand-in scheduler that hands each
-  request to the batcher, whose views it reads.
+  request to the batcher, whose views it reads, and stand-in predictor clients that ask
+  the batcher's what they know (a worker calls no predictor).
 
 It knows the scheduler and views interfaces; no front end, no worker, no predictor.
 """
@@ -18,8 +19,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol
 
+from backends.base import Backend
+from backends.registry import create_backend
 from gateway.batching.scheduler import BatchScheduler, Scheduler
-from gateway.config import GatewayConfig, ServerConfig
+from gateway.config import GatewayConfig, ModelConfig, ServerConfig
 from gateway.telemetry import Telemetry
 from gateway.views import LocalViews, Views
 
@@ -44,6 +47,9 @@ class Role(Protocol):
 
     async def scheduler(self, loop: asyncio.AbstractEventLoop, telemetry: Telemetry) -> Scheduler:
         """What decides this process's batches."""
+
+    async def backend(self, config: ModelConfig) -> Backend:
+        """The client the model's served model holds for its predictor (started)."""
 
     def views(self, service: InferenceService) -> Views:
         """What describes the whole gateway, as this process reads it."""
@@ -80,6 +86,11 @@ class SingleProcess:
     async def scheduler(self, loop: asyncio.AbstractEventLoop, telemetry: Telemetry) -> Scheduler:
         self.local = BatchScheduler(loop, telemetry.batches)
         return self.local
+
+    async def backend(self, config: ModelConfig) -> Backend:
+        backend = create_backend(config.predictor)
+        await backend.start()
+        return backend
 
     def views(self, service: InferenceService) -> Views:
         assert self.local is not None, "views before the scheduler"

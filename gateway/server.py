@@ -56,7 +56,7 @@ class Gateway:
     async def start(self) -> None:
         self.telemetry = start_telemetry(resolve_tracing(self.config.tracing))
         self.scheduler = await self.role.scheduler(asyncio.get_running_loop(), self.telemetry)
-        self.service = InferenceService(self.config, self.scheduler, self.telemetry, self.role.views)
+        self.service = InferenceService(self.config, self.scheduler, self.telemetry, self.role.views, self.role.backend)
         await self.service.start()
         server = self.role.server(self.config.server)
         self.front_ends = FrontEnds(self.service, dataclasses.replace(self.config, server=server),

@@ -1,28 +1,30 @@
 """The inference service: the one data plane every front end calls.
 
-It holds the served models (`gateway.models`) and the shared scheduler. For each request
-it asks the model to put the decoded request in the model's batch form, submits it, and
-asks the model to turn its rows of the result back into the client's form, so a KServe v1
-client and an OIP client of the same model land in the same batch. Each request is a
-`gateway.lifecycle.Call` that a front end opens here (`open`) and closes once: the one
-place requests are counted and timed, and the call is all the service reads of the
-client's deadline, priority and context. It also keeps the models' lifecycle (start,
-reload, close), readiness and server metadata.
+It holds the served models (`gateway.models`) and a `Scheduler`. For each request (`infer`,
+whatever its protocol) it asks the model to put the decoded request in the model's batch
+form, has the request's `gateway.lifecycle.Call` settle it into a `BatchRequest`, submits
+it, and answers with its rows (`Answer`), which the model turns back into the client's
+form, so a KServe v1 client and an OIP client of the same model land in the same batch.
+A front end opens each request's Call here (`open`) and closes it once: the one place
+requests are counted and timed. It also keeps the models' lifecycle (start, reload,
+close), readiness and server metadata; what describes the whole gateway it reads through
+`Views`. Its scheduler, views and predictor clients come from its process's role: it
+never asks where it runs.
 
 Front ends know only this module, `gateway.lifecycle`, `gateway.models` and their own
-codec; it knows no front end and no wire format, and reaches predictors only through
-`backends.registry`.
+codec; it knows no front end, no wire format and no predictor protocol (`backends.base`'s
+interface only).
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from backends.registry import create_backend
+from backends.base import Backend
 from gateway import __version__, triton
 from gateway.batching.request import BatchResult
 from gateway.batching.scheduler import Scheduler
@@ -64,9 +66,11 @@ class Answer:
 
 class InferenceService:
     def __init__(self, config: GatewayConfig, scheduler: Scheduler, telemetry: Telemetry,
-                 views: Callable[[InferenceService], Views]) -> None:
+                 views: Callable[[InferenceService], Views],
+                 backends: Callable[[ModelConfig], Awaitable[Backend]]) -> None:
         self.config = config
         self.scheduler = scheduler  # this process's BatchScheduler, or a worker's RemoteScheduler
+        self._backend = backends  # a model's predictor client (a worker's asks its batcher's)
         self.telemetry = telemetry  # request spans (the scheduler holds its batch observer)
         self.models: dict[str, ServedModel] = {}
         self.active_requests = 0  # inside infer: what a graceful stop waits for
@@ -82,9 +86,7 @@ class InferenceService:
             await self._add_model(model_config)
 
     async def _add_model(self, model_config: ModelConfig) -> None:
-        backend = create_backend(model_config.predictor)
-        await backend.start()
-        served = served_model(model_config, backend)
+        served = served_model(model_config, await self._backend(model_config))
         self.scheduler.add_model(served.name, served.executor, model_config.batching)
         self.models[served.name] = served
         served.start()

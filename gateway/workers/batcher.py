@@ -5,6 +5,9 @@ Messages from a worker (`channel`):
   (its rows) or `Failure` (its `GatewayError`).
 - `Cancel`: its client has gone; the request is dropped if still queued.
 - `ViewQuestion`: a document that must describe the whole gateway (`BatcherViews`).
+- `PredictorQuestion`: what this process's client of a model's predictor knows (its batch
+  form, the signature and versions learned from it, its readiness, its Triton config),
+  for a worker's `RemoteBackend`: workers build no predictor clients.
 - `Reply`: the worker's answer to the batcher's own `Ask`.
 
 When a worker's connection closes (it stopped, or died), its requests are cancelled:
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,19 +31,20 @@ from gateway.batching.request import BatchResult
 from gateway.batching.scheduler import BatchScheduler
 from gateway.views import LocalViews
 from gateway.workers.channel import (
+    Answer,
     Ask,
     Cancel,
     Channel,
     ChannelClosed,
     Failure,
     Message,
+    PredictorQuestion,
     Reply,
     Result,
     Submit,
-    ViewAnswer,
     ViewQuestion,
 )
-from wire.errors import GatewayError
+from wire.errors import GatewayError, ModelNotFound
 
 log = logging.getLogger(__name__)
 ASK_TIMEOUT_S = 5.0  # a worker that does not answer a view's question in time is left out of it
@@ -100,7 +104,10 @@ class Batcher:
             if request is not None:
                 request.cancel()
         elif isinstance(message, ViewQuestion):
-            self._spawn(self._view(worker, message))
+            self._spawn(self._answer_question(worker, message.id, message.name, self.view(message.name, message.args)))
+        elif isinstance(message, PredictorQuestion):
+            self._spawn(self._answer_question(worker, message.id, message.what,
+                                              self.predictor(message.model, message.what)))
         elif isinstance(message, Reply):
             question = worker.questions.pop(message.id, None)
             if question is not None and not question.done():
@@ -140,16 +147,33 @@ class Batcher:
             reply = Failure(request_id, GatewayError(f"model '{model}': internal error in the batcher"))
         worker.channel.send(reply)
 
-    async def _view(self, worker: _Worker, question: ViewQuestion) -> None:
+    async def _answer_question(self, worker: _Worker, question_id: int, name: str, answer: Awaitable[Any]) -> None:
         try:
-            reply: Message = ViewAnswer(question.id, await self.view(question.name, question.args))
+            reply: Message = Answer(question_id, await answer)
         except GatewayError as error:
-            reply = Failure(question.id, error)
+            reply = Failure(question_id, error)
         except Exception:
-            log.exception("view %s failed in the batcher", question.name)
-            reply = Failure(question.id, GatewayError(f"internal error while reading {question.name}"))
+            log.exception("%s failed in the batcher", name)
+            reply = Failure(question_id, GatewayError(f"internal error while reading {name}"))
         if not worker.channel.closed:
             worker.channel.send(reply)
+
+    async def predictor(self, model: str, what: str) -> Any:
+        """What this process's client of `model`'s predictor knows (see `remote.RemoteBackend`)."""
+        assert self.views is not None, "a question before the service"
+        served = self.views.local.models.get(model)
+        if served is None:
+            raise ModelNotFound(f"model '{model}' is not served by this gateway")
+        if what == "form":
+            return served.backend.batch_form.value
+        if what == "metadata":
+            return None if served.signature is None else {"signature": served.signature.describe(),
+                                                          "versions": served.versions}
+        if what == "ready":
+            return await served.ready()
+        if what == "config":
+            return await served.backend.model_config()
+        raise GatewayError(f"unknown predictor question {what!r}")
 
     async def view(self, name: str, args: tuple[str, ...]) -> Any:
         """A document of the whole gateway, by its `Views` method's name."""

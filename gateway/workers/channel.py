@@ -2,9 +2,12 @@
 
 Messages (each a class below, with the request id it belongs to):
 - worker -> batcher: `Submit` (a `BatchRequest`), `Cancel` (its client has gone),
-  `ViewQuestion` (a document of the whole gateway), `Reply` (its answer to an `Ask`);
+  `ViewQuestion` (a document of the whole gateway), `PredictorQuestion` (what the
+  batcher's client of a model's predictor knows: a worker builds none), `Reply` (its
+  answer to an `Ask`);
 - batcher -> worker: `Result` (a request's rows), `Failure` (its `GatewayError`),
-  `ViewAnswer`, `Ask` (the worker's own part of a view: its /metrics counts).
+  `Answer` (to either question), `Ask` (the worker's own part of a view: its /metrics
+  counts).
 
 A frame is a 4-byte big-endian length, then a 4-byte length and a JSON header (orjson)
 listing the frame's messages, then the tensors' bytes those messages describe, in order.
@@ -77,7 +80,14 @@ class ViewQuestion:
 
 
 @dataclass(slots=True)
-class ViewAnswer:
+class PredictorQuestion:
+    id: int
+    model: str
+    what: str  # "form", "metadata", "ready" or "config" (see `remote.RemoteBackend`)
+
+
+@dataclass(slots=True)
+class Answer:
     id: int
     value: Any  # a JSON document, or /metrics' text as bytes
 
@@ -94,7 +104,7 @@ class Reply:
     value: Any
 
 
-Message = Submit | Cancel | Result | Failure | ViewQuestion | ViewAnswer | Ask | Reply
+Message = Submit | Cancel | Result | Failure | ViewQuestion | PredictorQuestion | Answer | Ask | Reply
 
 
 # -- encoding ---------------------------------------------------------------------------------
@@ -141,8 +151,10 @@ def _encode(message: Message, blobs: list[bytes | memoryview], now: float) -> li
         return ["cancel", message.id]
     if isinstance(message, ViewQuestion):
         return ["view", message.id, message.name, list(message.args)]
-    if isinstance(message, ViewAnswer):
-        return ["view_answer", message.id, _value(message.value)]
+    if isinstance(message, PredictorQuestion):
+        return ["predictor", message.id, message.model, message.what]
+    if isinstance(message, Answer):
+        return ["answer", message.id, _value(message.value)]
     if isinstance(message, Ask):
         return ["ask", message.id, message.name]
     return ["reply", message.id, _value(message.value)]
@@ -222,8 +234,10 @@ def _decode(fields: list[Any], blobs: _Blobs, now: float) -> Message:
         return Cancel(message_id)
     if kind == "view":
         return ViewQuestion(message_id, fields[2], tuple(fields[3]))
-    if kind == "view_answer":
-        return ViewAnswer(message_id, _unvalue(fields[2]))
+    if kind == "predictor":
+        return PredictorQuestion(message_id, fields[2], fields[3])
+    if kind == "answer":
+        return Answer(message_id, _unvalue(fields[2]))
     if kind == "ask":
         return Ask(message_id, fields[2])
     if kind == "reply":

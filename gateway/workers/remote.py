@@ -8,8 +8,8 @@ read there, through `RemoteViews`. When the batcher goes, every waiting request 
 Unavailable and `lost` is set: the worker stops (the supervisor is gone, or restarting
 everything).
 
-It knows the channel, the scheduler's and the views' interfaces and the role interface;
-no front end, no predictor, and not `gateway.server`.
+It knows the channel, the scheduler's, the views' and the predictor client's interfaces
+and the role interface; no front end, no predictor protocol, and not `gateway.server`.
 """
 from __future__ import annotations
 
@@ -19,27 +19,30 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from backends.base import Backend, BatchForm
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor
 from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.scheduler import Scheduler
-from gateway.config import GatewayConfig, ServerConfig
+from gateway.config import GatewayConfig, ModelConfig, ServerConfig
 from gateway.telemetry import Telemetry
 from gateway.views import Views
 from gateway.workers.channel import (
+    Answer,
     Ask,
     Cancel,
     Channel,
     ChannelClosed,
     Failure,
     Message,
+    PredictorQuestion,
     Reply,
     Result,
     Submit,
-    ViewAnswer,
     ViewQuestion,
 )
-from wire.errors import ModelNotFound, Unavailable
+from wire.errors import GatewayError, ModelNotFound, Unavailable
+from wire.tensors import ModelSignature, Tensor, TensorSpec
 
 if TYPE_CHECKING:
     from gateway.service import InferenceService
@@ -91,7 +94,7 @@ class BatcherClient:
             waiting.set_exception(message.error)
         elif isinstance(message, Result):
             waiting.set_result(message.result)
-        elif isinstance(message, ViewAnswer):
+        elif isinstance(message, Answer):
             waiting.set_result(message.value)
         else:
             log.error("the batcher sent an unexpected %s", type(message).__name__)
@@ -162,6 +165,53 @@ class RemoteScheduler:
         """The batcher answers what is left when it is told to hurry; nothing to do here."""
 
 
+class RemoteBackend(Backend):
+    """A worker's stand-in for a model's predictor client: the batcher's client sends every
+    batch, so this one never does; what the served model learns of its predictor (its
+    batch form, signature and versions, readiness, Triton configuration) it asks of the
+    batcher, whose client knows it. A worker builds no predictor client and polls no
+    predictor."""
+
+    def __init__(self, model: str, batcher: BatcherClient, batch_form: BatchForm) -> None:
+        self.model = model
+        self.batcher = batcher
+        self.batch_form = batch_form
+
+    @classmethod
+    async def of(cls, model: str, batcher: BatcherClient) -> RemoteBackend:
+        return cls(model, batcher, BatchForm(await cls._ask(batcher, model, "form")))
+
+    @staticmethod
+    async def _ask(batcher: BatcherClient, model: str, what: str) -> Any:
+        _, waiting = batcher.request(lambda message_id: PredictorQuestion(message_id, model, what))
+        return await waiting
+
+    async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
+        raise Unavailable(f"model '{self.model}': a worker sends no batch; its batcher does")
+
+    async def ready(self) -> bool:
+        try:
+            return bool(await self._ask(self.batcher, self.model, "ready"))
+        except GatewayError:  # the batcher is gone, or has just removed the model
+            return False
+
+    async def metadata(self) -> tuple[ModelSignature, list[str]] | None:
+        try:
+            described = await self._ask(self.batcher, self.model, "metadata")
+        except GatewayError:
+            return None
+        if described is None:
+            return None
+        signature = described["signature"]
+        specs = [tuple(TensorSpec(spec["name"], spec["datatype"], tuple(spec["shape"])) for spec in signature[side])
+                 for side in ("inputs", "outputs")]
+        return ModelSignature(*specs), described["versions"]
+
+    async def model_config(self) -> dict[str, Any] | None:
+        config: dict[str, Any] | None = await self._ask(self.batcher, self.model, "config")
+        return config
+
+
 class RemoteViews:
     """A worker's views: every document is the batcher's (see `batcher.BatcherViews`)."""
 
@@ -203,6 +253,10 @@ class WorkerRole:
         self._watch = loop.create_task(self.batcher.lost.wait())
         self._watch.add_done_callback(lambda _: self.lost.set())
         return RemoteScheduler(self.batcher)
+
+    async def backend(self, config: ModelConfig) -> Backend:
+        assert self.batcher is not None, "a backend before the scheduler"
+        return await RemoteBackend.of(config.name, self.batcher)
 
     def views(self, service: InferenceService) -> Views:
         assert self.batcher is not None, "views before the scheduler"

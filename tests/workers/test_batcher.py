@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.batching.request import BatchRequest, BatchResult
 from gateway.workers.batcher import merge_expositions
-from gateway.workers.channel import Cancel, Channel, ChannelClosed, Failure, Result, Submit, ViewAnswer, decode, encode
+from gateway.workers.channel import Answer, Cancel, Channel, ChannelClosed, Failure, Result, Submit, decode, encode
 from wire.errors import GatewayError, Overloaded
 from wire.tensors import JSON, Tensor, rows_tensor
 from wire.tracing import NO_CONTEXT, ClientContext
@@ -112,7 +112,7 @@ def test_results_failures_and_views_cross_typed():
     outputs = [Tensor("OUTPUT0", "INT64", np.array([[1], [2]], dtype=np.int64))]
     result, failure, unknown, view, text = round_trip(
         Result(1, BatchResult(outputs, ["b-1", "b-2"])), Failure(2, Overloaded("queue full")),
-        Failure(3, GatewayError("oops")), ViewAnswer(4, {"models": []}), ViewAnswer(5, b"# metrics\n"))
+        Failure(3, GatewayError("oops")), Answer(4, {"models": []}), Answer(5, b"# metrics\n"))
     assert result.result.batch_ids == ["b-1", "b-2"] and result.result.outputs[0].data.tolist() == [[1], [2]]
     assert type(failure.error) is Overloaded and failure.error.message == "queue full"  # its class: its status
     assert type(unknown.error) is GatewayError

@@ -270,6 +270,50 @@ def test_a_requests_deadline_counts_the_time_it_spent_in_its_worker(tmp_path, pr
         on_worker.close()
 
 
+def sockets_to(port: int, pid: int) -> int:
+    """How many TCP connections process `pid` holds to 127.0.0.1:`port` (from /proc)."""
+    inodes = {fields[9] for fields in (line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:])
+              if int(fields[2].split(":")[1], 16) == port and fields[3] == "01"}  # remote port, ESTABLISHED
+    held = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            held += os.readlink(fd).removeprefix("socket:[").removesuffix("]") in inodes
+    return held
+
+
+def test_workers_build_no_predictor_clients_and_learn_what_the_batchers_know(tmp_path, predictor):
+    """A worker calls no predictor: it holds no connection to one, and what its models learn
+    from their predictors (a signature nobody declared, readiness) it asks the batcher."""
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url) + '''
+[[models]]
+name = "sim"
+backend = "simulated"
+''')
+    with gateway_with_workers(config) as gw:
+        pids = worker_pids(gw)
+        on_worker = next(c for c in connections_on_every_worker(gw, 2)
+                         if owner_of(c, gw.port("http"), pids) != pids[0])
+        assert post(on_worker, "demo", 3)[0] == 200
+        # The simulated model's signature, declared nowhere, learned by the batcher from its
+        # predictor and by the worker from the batcher: instances need its input's name.
+        on_worker.request("GET", "/v2/models/sim")
+        described = orjson.loads(on_worker.getresponse().read())
+        assert [spec["name"] for spec in described["inputs"]] == ["INPUT0"]
+        on_worker.request("POST", "/v1/models/sim:predict", orjson.dumps({"instances": [[1.0, 2.0]]}))
+        response = on_worker.getresponse()
+        assert response.status == 200 and orjson.loads(response.read())["predictions"] == [[2.0, 4.0]]
+        on_worker.request("GET", "/v2/models/demo/ready")  # the batcher's client asks the predictor
+        ready = on_worker.getresponse()
+        assert ready.status == 200, ready.read()
+        ready.read()
+        predictor_port = int(url.rsplit(":", 1)[1].split("/")[0])
+        assert sockets_to(predictor_port, pids[0]) >= 1  # the batcher's client, kept alive
+        assert all(sockets_to(predictor_port, pid) == 0 for pid in pids[1:])
+        on_worker.close()
+
+
 def test_metrics_statistics_and_readiness_describe_the_whole_gateway(tmp_path, predictor):
     recording, url = predictor
     config = tmp_path / "gateway.toml"
