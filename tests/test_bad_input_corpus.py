@@ -241,6 +241,10 @@ UPLOAD_CASES = [
     ("ts-two-parts-one-input", "POST", TS_TEXT, form(b"a", b"b"), MULTIPART, 400, "named like"),
     ("ts-upload-to-fp32-model", "PUT", "/predictions/demo", b"\x89PNG", "image/png", 400, 'datatype = "BYTES"'),
     ("ts-declared-json-not-json", "POST", TS_TEXT, b"\x89PNG", "application/json", 400, "not valid JSON"),
+    # A form part declared JSON is parsed like a JSON body, so it is bounded like one.
+    ("ts-json-part-over-json-limit", "POST", TS_TEXT,
+     b'--b\r\nContent-Disposition: form-data; name="a"; filename="a.json"\r\nContent-Type: application/json\r\n\r\n'
+     + b"[" + b"1," * (BIG_JSON // 2) + b"1]\r\n--b--\r\n", MULTIPART, 413, "part 'a' holds"),
 ]
 
 

@@ -76,7 +76,7 @@ def decode_http(body: bytes, content_type: str | None, query: Mapping[str, list[
         else:
             return _json_forms(document, limits)
     if media in (MULTIPART, URLENCODED):
-        parts = _form_parts(content_type or "", body)
+        parts = _form_parts(content_type or "", body, limits)
     else:
         if not body:
             raise InvalidInput("the request has no body: send the file (curl -T <file>) or a JSON body")
@@ -114,7 +114,7 @@ def _json_forms(document: Any, limits: Limits) -> TorchServeRequest:
     raise InvalidInput(f"the body must be JSON: {FORMS}")
 
 
-def _form_parts(content_type: str, body: bytes) -> Upload:
+def _form_parts(content_type: str, body: bytes, limits: Limits) -> Upload:
     arguments: dict[str, list[bytes]] = {}
     files: dict[str, list[Any]] = {}
     try:
@@ -127,6 +127,8 @@ def _form_parts(content_type: str, body: bytes) -> Upload:
         parts[name] = Part(values[-1])
     for name, uploads in files.items():
         parts[name] = Part(uploads[-1].body, media_type(uploads[-1].content_type))
+        if parts[name].media_type == JSON_MEDIA_TYPE:  # parsed before it is queued: within max_json_bytes
+            check_json_size(parts[name].data, limits, f"part '{name}'")
     if not parts:
         raise InvalidInput(f"the {media_type(content_type)} body has no fields")
     return parts
