@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import dataclasses
 import pickle
+import signal
 import sys
 
 from gateway import config as gateway_config
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--log-level", default="INFO")
     worker.add_argument("--log-format", default="text")
     args = parser.parse_args(argv)
+    if args.command in ("serve", "worker"):
+        # Until the loop's handler takes it (a reload, once started): never the default, which kills.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if args.command == "worker":
         return _worker(args)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import resource
 import signal
@@ -69,12 +68,14 @@ class Gateway:
         within the grace period, answer the rest 503, then close everything. Safe on a
         gateway whose start failed part way."""
         grace = self.config.server.grace_s if grace_s is None else grace_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace  # one grace for the whole stop, whatever its steps
         try:
             if self.front_ends is not None:
                 await self.front_ends.stop_accepting()
             await self.role.draining(grace)
             if self.service is not None:
-                await self.service.close(grace)
+                await self.service.close(max(0.0, deadline - loop.time()))
                 await answers_written(self.service)
             if self.front_ends is not None:
                 await self.front_ends.close()
@@ -168,18 +169,25 @@ async def serve(config: GatewayConfig, config_path: str | None = None, role: Rol
     gateway = Gateway(config, role)
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
+    started = asyncio.Event()
+
+    async def reload() -> None:
+        await started.wait()  # a SIGHUP during the start is applied once it is done, never kills it
+        assert config_path is not None
+        await gateway.reload(config_path)
+
+    # Before the start: its signals must not find the default actions (SIGHUP's terminates).
+    install_signals(loop, stopping, gateway.hurry, None if config_path is None else reload)
     try:
         await gateway.start()
+        started.set()
         lost = loop.create_task(gateway.role.lost.wait())
         lost.add_done_callback(lambda _: stopping.set())
-        install_signals(loop, stopping, gateway.hurry,
-                        None if config_path is None else functools.partial(gateway.reload, config_path))
-        # Only now: a signal sent as soon as READY is seen must find its handler installed.
         server = gateway.role.server(config.server)
         print(f"READY http={server.host}:{gateway.http_port} grpc={server.host}:{gateway.grpc_port} "
               f"models={','.join(m.name for m in config.models)} loop={_loop_name(loop)}{gateway.role.ready_note}",
               flush=True)
-        await stopping.wait()
+        await stopping.wait()  # set at once by a signal that came during the start
         lost.cancel()
         log.info("stopping: %s (grace %s s)", gateway.role.drains, config.server.grace_s)
     finally:

@@ -124,9 +124,10 @@ class RemoteScheduler:
     def __init__(self, batcher: BatcherClient) -> None:
         self.batcher = batcher
         self._models: set[str] = set()
-        self._waiting = 0
+        self._waiting: dict[int, asyncio.Future[Any]] = {}  # this worker's requests at the batcher
         self._idle = asyncio.Event()
         self._idle.set()
+        self._hurry = asyncio.Event()
 
     def add_model(self, name: str, executor: Executor, config: BatchingConfig) -> None:
         """Register (or re-tune) a model here: the batcher runs it (its own service adds it)."""
@@ -139,30 +140,44 @@ class RemoteScheduler:
         if request.model not in self._models:
             raise ModelNotFound(f"model '{request.model}' is not served")
         message_id, waiting = self.batcher.request(lambda message_id: Submit(message_id, request))
-        self._waiting += 1
+        self._waiting[message_id] = waiting
         self._idle.clear()
         try:
             result: BatchResult = await waiting
             return result
         except asyncio.CancelledError:
-            self.batcher.forget(message_id)
-            if not self.batcher.lost.is_set():
-                self.batcher.channel.send(Cancel(message_id))
+            self._withdraw(message_id)
             raise
         finally:
-            self._waiting -= 1
+            self._waiting.pop(message_id, None)
             if not self._waiting:
                 self._idle.set()
 
+    def _withdraw(self, message_id: int) -> None:
+        self.batcher.forget(message_id)
+        if not self.batcher.lost.is_set():
+            self.batcher.channel.send(Cancel(message_id))
+
     async def close(self, grace_s: float = 0.0) -> None:
-        """Wait (at most `grace_s`) for this worker's requests at the batcher."""
+        """Wait (at most `grace_s`, or until `hurry`) for this worker's requests at the
+        batcher; answer what is left Unavailable, as one process answers what its grace
+        could not finish, and withdraw it there."""
+        idle, hurried = (asyncio.ensure_future(event.wait()) for event in (self._idle, self._hurry))
         try:
-            await asyncio.wait_for(self._idle.wait(), grace_s)
-        except TimeoutError:
-            log.warning("stopping with %d requests still at the batcher", self._waiting)
+            await asyncio.wait((idle, hurried), timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            idle.cancel()
+            hurried.cancel()
+        if self._waiting:
+            log.warning("stopping: %d requests still at the batcher are answered 503", len(self._waiting))
+        for message_id, waiting in list(self._waiting.items()):
+            self._withdraw(message_id)
+            if not waiting.done():
+                waiting.set_exception(Unavailable("the gateway is shutting down"))
 
     def hurry(self) -> None:
-        """The batcher answers what is left when it is told to hurry; nothing to do here."""
+        """End a `close` grace period now (a second SIGTERM)."""
+        self._hurry.set()
 
 
 class RemoteBackend(Backend):

@@ -61,6 +61,7 @@ class WorkerProcess:
         self.command = command
         self.process: asyncio.subprocess.Process | None = None
         self._stdout: asyncio.Task[None] | None = None
+        self.ready = False  # it said READY: its signal handlers are installed
 
     @property
     def pid(self) -> int:
@@ -71,6 +72,7 @@ class WorkerProcess:
         # Its own session: signals reach it from here alone (a terminal's ctrl-c or a group
         # kill would otherwise come twice, and a second signal hurries a drain). If this
         # process dies, the batcher's socket closes with it, which stops the worker.
+        self.ready = False
         self.process = await asyncio.create_subprocess_exec(
             *self.command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, start_new_session=True)
         assert self.process.stdout is not None
@@ -83,6 +85,7 @@ class WorkerProcess:
             await self.process.wait()
             raise RuntimeError(f"worker {self.index} exited with status {self.process.returncode} before READY")
         self._stdout = asyncio.get_running_loop().create_task(self._drain(self.process.stdout))
+        self.ready = True
 
     @staticmethod
     async def _drain(stdout: asyncio.StreamReader) -> None:
@@ -114,6 +117,7 @@ class BatcherRole(SingleProcess):
         self.workers: list[WorkerProcess] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._reloads = 0  # reloads applied here so far: a worker started before the last one catches up
 
     async def scheduler(self, loop: asyncio.AbstractEventLoop, telemetry: Telemetry) -> Scheduler:
         scheduler = await super().scheduler(loop, telemetry)
@@ -139,7 +143,7 @@ class BatcherRole(SingleProcess):
         self._write_config(service.config)
         command = [sys.executable, "-m", "gateway", "worker", self._config_file, self.batcher.path, *self._options]
         self.workers = [WorkerProcess(index, command) for index in range(1, self.count)]
-        await asyncio.gather(*(worker.start() for worker in self.workers))
+        await asyncio.gather(*(self._start(worker) for worker in self.workers))
         self._watchers = [asyncio.get_running_loop().create_task(self._keep_running(worker)) for worker in self.workers]
         # Logged before READY: whoever waits for READY may read the PIDs at once.
         log.info("workers: 0 (pid %d, the batcher), %s", os.getpid(),
@@ -168,8 +172,18 @@ class BatcherRole(SingleProcess):
             worker.signal(signal.SIGTERM)  # a worker's second signal hurries it too
 
     async def reloaded(self, config: GatewayConfig) -> None:
+        self._reloads += 1
         self._write_config(config)
         for worker in self.workers:  # after the batcher: a new model is batched before any worker takes it
+            if worker.ready:  # one still starting catches up once READY (see _start): a SIGHUP could kill it
+                worker.signal(signal.SIGHUP)
+
+    async def _start(self, worker: WorkerProcess) -> None:
+        """Start a worker; if the config was reloaded while it started (it may have read the
+        file before), it reloads too once its handlers are installed."""
+        reloads = self._reloads
+        await worker.start()
+        if self._reloads != reloads:
             worker.signal(signal.SIGHUP)
 
     async def close(self) -> None:
@@ -198,7 +212,7 @@ class BatcherRole(SingleProcess):
             await asyncio.sleep(pause)
             pause = min(pause * 2, MAX_RESTART_PAUSE_S)
             try:
-                await worker.start()
+                await self._start(worker)
             except RuntimeError as error:
                 log.error("%s", error)
                 continue

@@ -436,6 +436,122 @@ def test_reload_and_drain_reach_every_worker(tmp_path, predictor):
         assert not [pid for pid in pids if alive(pid)]
 
 
+def test_a_worker_started_again_serves_the_config_the_gateway_serves_now(tmp_path, predictor):
+    """Reloaded, then a worker killed: started again, it serves the models added by the
+    reload (it once read the config of the gateway's start, and answered them 404)."""
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        config.write_text(MODEL.format(name="demo", url=url) + MODEL.format(name="added", url=url))
+        os.kill(gw.pid, signal.SIGHUP)
+        wait_for(lambda: gw.log_text().count("reload: added ['added']") == WORKERS, "every process to reload")
+        victim = next(pid for pid in worker_pids(gw) if pid != gw.pid)
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: re.search(r"worker \d started again", gw.log_text()) is not None, "the worker's restart")
+        restarted = next(pid for pid in worker_pids(gw) if pid not in (gw.pid, victim))
+        on_restarted = [c for c in connections_on_every_worker(gw, 8)
+                        if owner_of(c, gw.port("http"), [restarted]) == restarted]
+        assert on_restarted and all(post(connection, "added", 1)[0] == 200 for connection in on_restarted)
+
+
+def test_reloads_while_a_worker_starts_never_kill_it(tmp_path, predictor):
+    """SIGHUPs every 50 ms while a worker starts again: it starts once, and serves what the
+    reloads brought (the config it started with, or its own reload once READY)."""
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text(MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        victim = next(pid for pid in worker_pids(gw) if pid != gw.pid)
+        os.kill(victim, signal.SIGKILL)
+        config.write_text(MODEL.format(name="demo", url=url) + MODEL.format(name="added", url=url))
+        restarted = time.monotonic()
+        while re.search(r"worker \d started again", gw.log_text()) is None:
+            assert time.monotonic() - restarted < 30, "the worker never started again"
+            os.kill(gw.pid, signal.SIGHUP)
+            time.sleep(0.05)
+        for _ in range(10):  # and a few more once it runs
+            os.kill(gw.pid, signal.SIGHUP)
+            time.sleep(0.05)
+        assert len(re.findall(r"exited with status", gw.log_text())) == 1, gw.log_text()  # the kill, nothing after
+        fresh = next(pid for pid in worker_pids(gw) if pid not in (gw.pid, victim))
+        on_fresh = [c for c in connections_on_every_worker(gw, 8) if owner_of(c, gw.port("http"), [fresh]) == fresh]
+        assert on_fresh and all(post(connection, "added", 1)[0] == 200 for connection in on_fresh)
+
+
+def test_a_drain_past_grace_answers_every_request_through_every_worker(tmp_path, predictor):
+    """40 requests at a held predictor, over HTTP and gRPC, through every worker; SIGTERM
+    with a 1 s grace: each gets an answer (503 / UNAVAILABLE for what grace could not
+    finish), never an empty close."""
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text("[server]\ngrace_s = 1.0\n" + MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        connections = connections_on_every_worker(gw, 20)
+        channels = [grpc.insecure_channel(f"127.0.0.1:{gw.port('grpc')}",
+                                          options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(20)]
+
+        def over_grpc(channel: grpc.Channel) -> str:
+            request = pb.ModelInferRequest(model_name="demo")
+            request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1.0)
+            try:
+                pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+                return "OK"
+            except grpc.RpcError as error:
+                return f"{error.code().name}: {error.details()}"
+
+        recording.hold = True
+        with concurrent.futures.ThreadPoolExecutor(40) as pool:
+            try:
+                over_http = [pool.submit(post, connection, "demo", 1) for connection in connections]
+                grpc_calls = [pool.submit(over_grpc, channel) for channel in channels]
+                wait_for(lambda: len(recording.batches) == 1
+                         and scraped(gw.http_url, "gateway_queue_depth", "demo") == 40 - len(recording.batches[0]),
+                         "one batch held at the predictor and the other 39 requests queued at the batcher")
+                stopped = time.monotonic()
+                os.kill(gw.pid, signal.SIGTERM)
+                http_answers = [future.result(timeout=30) for future in over_http]
+                grpc_answers = [future.result(timeout=30) for future in grpc_calls]
+            finally:
+                recording.hold = False
+                recording.release.set()
+        assert all(status == 503 for status, _ in http_answers), http_answers
+        assert all(answer.startswith("UNAVAILABLE: the gateway is shutting down") for answer in grpc_answers), grpc_answers
+        assert gw.wait(30) == 0
+        assert time.monotonic() - stopped < 10  # grace, then the workers' exit: no longer
+        for channel in channels:
+            channel.close()
+
+
+def test_a_second_signal_hurries_the_batcher_and_every_worker(tmp_path, predictor):
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text("[server]\ngrace_s = 30.0\n" + MODEL.format(name="demo", url=url))
+    with gateway_with_workers(config) as gw:
+        connections = connections_on_every_worker(gw, 6)
+        recording.hold = True
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            try:
+                held = [pool.submit(post, connection, "demo", 1) for connection in connections]
+                wait_for(lambda: len(recording.batches) == 1
+                         and scraped(gw.http_url, "gateway_queue_depth", "demo") == 6 - len(recording.batches[0]),
+                         "one batch held at the predictor and the rest queued at the batcher")
+                os.kill(gw.pid, signal.SIGTERM)
+                wait_for(lambda: "stopping: the workers finish their requests" in gw.log_text()
+                         and gw.log_text().count("stopping: finishing queued and in-flight requests") == WORKERS - 1,
+                         "the batcher and every worker to begin draining")
+                hurried = time.monotonic()
+                os.kill(gw.pid, signal.SIGTERM)  # the second: nobody waits out the 30 s grace
+                answers = [future.result(timeout=30)[0] for future in held]
+                assert gw.wait(30) == 0
+                took = time.monotonic() - hurried
+            finally:
+                recording.hold = False
+                recording.release.set()
+        assert answers == [503] * 6
+        assert took < 10, took  # against a 30 s grace
+
+
 def test_a_config_error_exits_2_before_anything_starts(tmp_path):
     config = tmp_path / "gateway.toml"
     config.write_text('[server]\nworkers = 0\n[[models]]\nname = "demo"\nbackend = "simulated"\n')
