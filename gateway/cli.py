@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import pickle
 import signal
 import sys
@@ -85,6 +86,9 @@ def _worker(args: argparse.Namespace) -> int:
     """A worker process of `serve --workers N`: the gateway with the batcher's scheduler."""
     with open(args.config, "rb") as handle:
         config: gateway_config.GatewayConfig = pickle.load(handle)  # written by our batcher, in its private directory
+    from gateway.workers.supervisor import TOKEN_VARIABLE  # its token travels apart from the file
+    token = os.environ.pop(TOKEN_VARIABLE, "")
+    config = dataclasses.replace(config, server=dataclasses.replace(config.server, auth_token=token))
     logs.configure(args.log_level, args.log_format)
     from gateway.server import serve
     from gateway.workers.remote import WorkerRole

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from gateway.service import InferenceService
 
 log = logging.getLogger(__name__)
+FOLDER_PREFIX = "batching-gateway-"
+TOKEN_VARIABLE = "BATCHING_GATEWAY_WORKER_TOKEN"  # the bearer token, from the batcher to its workers
 READY_TIMEOUT_S = 120.0   # a worker learns its models' signatures from their predictors before READY
 MAX_RESTART_PAUSE_S = 5.0
 
@@ -56,9 +58,10 @@ MAX_RESTART_PAUSE_S = 5.0
 class WorkerProcess:
     """One worker: its command, its process, started again when it dies."""
 
-    def __init__(self, index: int, command: list[str]) -> None:
+    def __init__(self, index: int, command: list[str], environment: dict[str, str] | None = None) -> None:
         self.index = index
         self.command = command
+        self.environment = environment  # None: this process's own
         self.process: asyncio.subprocess.Process | None = None
         self._stdout: asyncio.Task[None] | None = None
         self.ready = False  # it said READY: its signal handlers are installed
@@ -74,7 +77,8 @@ class WorkerProcess:
         # process dies, the batcher's socket closes with it, which stops the worker.
         self.ready = False
         self.process = await asyncio.create_subprocess_exec(
-            *self.command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, start_new_session=True)
+            *self.command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, start_new_session=True,
+            env=self.environment)
         assert self.process.stdout is not None
         try:
             line = await asyncio.wait_for(self.process.stdout.readline(), READY_TIMEOUT_S)
@@ -107,7 +111,10 @@ class BatcherRole(SingleProcess):
         self.count = workers
         self.ready_note = f" workers={workers}"
         self.drains = "the workers finish their requests"
-        self._directory = tempfile.mkdtemp(prefix="batching-gateway-")  # private (0700): the socket and the config
+        _remove_left_behind()
+        # Private (0700): the socket and the config. Named by this process, so that a
+        # successor can tell it was left behind by a batcher that died (kill -9).
+        self._directory = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
         self._config_file = os.path.join(self._directory, "config.pickle")
         self._options = ["--loop", loop_name, "--log-level", log_level, "--log-format", log_format,
                          *(("--config-path", config_path) if config_path else ())]
@@ -142,7 +149,9 @@ class BatcherRole(SingleProcess):
         await self.batcher.start()
         self._write_config(service.config)
         command = [sys.executable, "-m", "gateway", "worker", self._config_file, self.batcher.path, *self._options]
-        self.workers = [WorkerProcess(index, command) for index in range(1, self.count)]
+        # The bearer token reaches a worker in its environment, never in a file.
+        environment = {**os.environ, TOKEN_VARIABLE: service.config.server.auth_token}
+        self.workers = [WorkerProcess(index, command, environment) for index in range(1, self.count)]
         await asyncio.gather(*(self._start(worker) for worker in self.workers))
         self._watchers = [asyncio.get_running_loop().create_task(self._keep_running(worker)) for worker in self.workers]
         # Logged before READY: whoever waits for READY may read the PIDs at once.
@@ -155,7 +164,7 @@ class BatcherRole(SingleProcess):
         assert self._server is not None
         partial = self._config_file + ".new"
         with open(partial, "wb") as handle:
-            pickle.dump(dataclasses.replace(config, server=self._server), handle)
+            pickle.dump(dataclasses.replace(config, server=dataclasses.replace(self._server, auth_token="")), handle)
         os.replace(partial, self._config_file)  # a worker starting now reads the old file or the new, whole
 
     async def draining(self, grace_s: float) -> None:
@@ -218,6 +227,29 @@ class BatcherRole(SingleProcess):
                 continue
             log.info("worker %d started again (pid %d)", worker.index, worker.pid)
             pause = 0.1
+
+
+def _remove_left_behind() -> None:
+    """Remove the folders of batchers that died without cleaning up (their PID is gone)."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        if not name.startswith(FOLDER_PREFIX):
+            continue
+        owner = name[len(FOLDER_PREFIX):].split("-", 1)[0]
+        path = os.path.join(root, name)
+        if owner.isdigit() and not _alive(int(owner)) and os.stat(path).st_uid == os.getuid():
+            log.info("removing %s, left behind by a batcher (pid %s) that is gone", path, owner)
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's: not ours to judge
+    return True
 
 
 def _with_reserved_ports(server: ServerConfig, reserved: list[socket.socket]) -> ServerConfig:

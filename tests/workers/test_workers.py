@@ -11,6 +11,7 @@ import http.server
 import os
 import re
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -550,6 +551,34 @@ def test_a_second_signal_hurries_the_batcher_and_every_worker(tmp_path, predicto
                 recording.release.set()
         assert answers == [503] * 6
         assert took < 10, took  # against a 30 s grace
+
+
+def test_the_token_stays_out_of_files_and_a_killed_batchers_folder_is_removed_by_its_successor(tmp_path, predictor):
+    recording, url = predictor
+    config = tmp_path / "gateway.toml"
+    config.write_text('[server]\nauth_token_env = "WORKERS_FOLDER_TOKEN"\n' + MODEL.format(name="demo", url=url))
+    os.environ["WORKERS_FOLDER_TOKEN"] = "s3cret-in-no-file"
+    try:
+        with gateway_with_workers(config) as gw:
+            [folder] = Path(tempfile.gettempdir()).glob(f"batching-gateway-{gw.pid}-*")
+            assert all(b"s3cret-in-no-file" not in path.read_bytes() for path in folder.iterdir() if path.is_file())
+            auth = {"Authorization": "Bearer s3cret-in-no-file"}
+            on_workers = connections_on_every_worker(gw, 4)
+            for connection in on_workers:  # every process knows the token, workers too
+                connection.request("POST", "/v1/models/demo:predict", orjson.dumps({"instances": [[1.0]]}), auth)
+                response = connection.getresponse()
+                assert response.status == 200, response.read()
+                response.read()
+                connection.close()
+            workers = worker_pids(gw)[1:]
+            os.kill(gw.pid, signal.SIGKILL)  # no clean-up: the folder stays behind
+            wait_for(lambda: not any(alive(pid) for pid in workers), "the workers to stop with their batcher gone")
+            assert folder.exists()
+        with gateway_with_workers(config) as successor:
+            assert not folder.exists()
+            assert "left behind by a batcher" in successor.log_text()
+    finally:
+        del os.environ["WORKERS_FOLDER_TOKEN"]
 
 
 def test_a_config_error_exits_2_before_anything_starts(tmp_path):
