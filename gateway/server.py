@@ -28,6 +28,7 @@ from gateway.telemetry import start as start_telemetry
 log = logging.getLogger(__name__)
 # Descriptors kept back from client connections: predictor connections, gRPC's own, files, logs.
 RESERVED_OPEN_FILES = 64
+MIN_EXPORT_S = 0.5  # the export of queued spans at a stop gets this much even when grace is spent
 
 
 class Gateway:
@@ -81,8 +82,8 @@ class Gateway:
                 await self.front_ends.close()
         finally:
             await self.role.close()
-            # Off the loop: exporting what is queued may wait for the collector (its own timeout).
-            await asyncio.to_thread(self.telemetry.shutdown)
+            # Off the loop, within what is left of the grace (a moment at least, for a live collector).
+            await asyncio.to_thread(self.telemetry.shutdown, max(deadline - loop.time(), MIN_EXPORT_S))
 
     async def reload(self, path: str) -> None:
         """Re-read the config file and apply its model changes (see `reload_models`)."""

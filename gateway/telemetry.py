@@ -133,8 +133,9 @@ class Telemetry:
         reached) and dropped (the export queue was full)."""
         return {}
 
-    def shutdown(self) -> None:
-        """Export what is queued (bounded by the exporter's timeout), then stop."""
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Export what is queued, then stop, within `timeout_s` (what is left of the stop's
+        grace): a collector that is down or never answers must not hold the exit."""
 
 
 NO_TELEMETRY = Telemetry()
@@ -218,7 +219,8 @@ class _OpenTelemetry(Telemetry):
     def span_counts(self) -> dict[str, int]:
         return {"exported": self._counts.exported, "failed": self._counts.failed, "dropped": self._counts.dropped}
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        self._processor.shutdown_within(timeout_s)  # the provider's own shutdown would wait 30 s per processor
         self._provider.shutdown()
 
 
@@ -351,6 +353,11 @@ def _processor(settings: TracingSettings, counts: _Counts) -> Any:
             return bool(self.inner.force_flush(timeout_millis))
 
     class CountingProcessor(BatchSpanProcessor):
+        def shutdown_within(self, timeout_s: float) -> None:
+            """Export what is queued within `timeout_s`, then close the exporter, which ends
+            an export still waiting on the collector and its retries."""
+            self._batch_processor.shutdown(timeout_millis=int(max(timeout_s, 0.0) * 1000))
+
         def on_end(self, span: Any) -> None:
             # The SDK's processor keeps its queue in a bounded deque (pinned: opentelemetry-sdk 1.45).
             queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import signal
+import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -17,6 +20,7 @@ import pytest
 from gateway import telemetry
 from gateway.config import ConfigError, TracingConfig
 from gateway.config import parse as parse_config
+from gateway.server import MIN_EXPORT_S
 from tests.harness import http_json, running_gateway, scraped, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
@@ -212,3 +216,49 @@ def test_a_collector_that_is_down_costs_dropped_counted_spans_never_an_answer(mo
         exposition = gw.gateway.service.metrics.exposition().decode()
     assert counts["dropped"] > 0 and counts["exported"] == 0, counts
     assert 'gateway_trace_spans_total{outcome="dropped"}' in exposition
+
+
+@contextlib.contextmanager
+def black_hole() -> Iterator[str]:
+    """A collector that accepts connections and never answers: an endpoint address."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for connection in [*held, listener]:
+            connection.close()
+
+
+@pytest.mark.parametrize("collector", ["down", "black hole"])
+def test_a_collector_that_is_down_or_never_answers_does_not_hold_the_exit(tmp_path, collector):
+    """SIGTERM with spans queued for a collector that refuses connections, or accepts and
+    never answers: the gateway exits within its grace and a moment, not after the
+    exporter's timeouts and retries (24 to 30 s with a 1 s grace, before)."""
+    config = tmp_path / "gateway.toml"
+    config.write_text('[server]\ngrace_s = 1.0\n[[models]]\nname = "demo"\nbackend = "simulated"\n')
+    with contextlib.ExitStack() as stack:
+        endpoint = f"http://127.0.0.1:{free_port()}" if collector == "down" else stack.enter_context(black_hole())
+        env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "60000"}  # all queued at the stop
+        process = stack.enter_context(gateway_process(config, env=env))
+        url = f"http://{process.fields['http']}/v1/models/demo:predict"
+        for index in range(20):
+            assert http_json("POST", url, {"instances": [[index]]},
+                             headers={"traceparent": parent("ab" * 16, "cd" * 8)})[0] == 200
+        stopped = time.monotonic()
+        process.signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        assert time.monotonic() - stopped < 1.0 + MIN_EXPORT_S + 2.0  # grace, the export's moment, the exit
