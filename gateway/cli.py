@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check-config":
             loaded = gateway_config.load(args.file)
+            telemetry.resolve(loaded.tracing)  # and the OTEL_* variables it would start with
             print(f"{args.file}: ok ({len(loaded.models)} model(s): {', '.join(m.name for m in loaded.models)})")
             return 0
         loaded = gateway_config.load(args.config) if args.config else gateway_config.embedded_default()

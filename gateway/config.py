@@ -489,7 +489,7 @@ def _number(raw: dict, key: str, name: str, default: float, *, integer: bool = F
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise ConfigError(f"{key}.{name}", f"must be {'an integer' if integer else 'a number'}, got {value!r}")
-    if minimum is not None and value < minimum:
+    if minimum is not None and not value >= minimum:  # written so that NaN fails it too
         raise ConfigError(f"{key}.{name}", f"must be >= {minimum:g}, got {value}")
     if maximum is not None and value > maximum:
         raise ConfigError(f"{key}.{name}", f"must be <= {maximum:g}, got {value}")

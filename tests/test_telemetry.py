@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -42,7 +46,7 @@ def parent(trace: str, span: str, sampled: bool = True) -> str:
 def test_the_standard_variables_alone_turn_it_on_and_a_table_key_wins_over_its_variable():
     assert telemetry.resolve(TracingConfig(), {}) is None  # nothing said: off, nothing imported
     on = telemetry.resolve(TracingConfig(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
-    assert on is not None and (on.exporter, on.protocol, on.service_name) == ("otlp", "http/protobuf",
+    assert on is not None and (on.exporters, on.protocol, on.service_name) == (("otlp",), "http/protobuf",
                                                                              "batching-gateway")
     on = telemetry.resolve(TracingConfig(), {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
                                              "OTEL_SERVICE_NAME": "edge"})
@@ -262,3 +266,39 @@ def test_a_collector_that_is_down_or_never_answers_does_not_hold_the_exit(tmp_pa
         process.signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         assert time.monotonic() - stopped < 1.0 + MIN_EXPORT_S + 2.0  # grace, the export's moment, the exit
+
+
+@pytest.mark.parametrize("variables, named", [
+    ({"OTEL_BSP_MAX_QUEUE_SIZE": "lots"}, "OTEL_BSP_MAX_QUEUE_SIZE"),
+    ({"OTEL_BSP_SCHEDULE_DELAY": "-5"}, "OTEL_BSP_SCHEDULE_DELAY"),
+    ({"OTEL_BSP_MAX_QUEUE_SIZE": "10", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "20"}, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
+    ({"OTEL_EXPORTER_OTLP_COMPRESSION": "brotli"}, "OTEL_EXPORTER_OTLP_COMPRESSION"),
+    ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "abc"}, "OTEL_TRACES_SAMPLER_ARG"),
+    ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "-1"}, "OTEL_TRACES_SAMPLER_ARG"),
+    ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "nan"}, "OTEL_TRACES_SAMPLER_ARG"),
+    ({"OTEL_TRACES_SAMPLER": "sometimes"}, "OTEL_TRACES_SAMPLER"),
+])
+def test_an_unusable_variable_is_a_one_line_config_error_at_start_and_in_check_config(tmp_path, variables, named):
+    config = tmp_path / "gateway.toml"
+    config.write_text('[[models]]\nname = "demo"\nbackend = "simulated"\n')
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "otlp", **variables}
+    for command in (["check-config", str(config)], ["serve", "--config", str(config), "--http-port", "0", "--grpc-port", "0"]):
+        done = subprocess.run([sys.executable, "-m", "gateway", *command], env=env, capture_output=True, text=True,
+                              timeout=60, cwd=Path(__file__).parent.parent)
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.strip().splitlines()  # one line, no traceback
+        assert line.startswith("batching-gateway: config error:") and named in line, line
+
+
+def test_the_list_form_of_the_exporter_variable_runs_each_exporter():
+    otlp = {"OTEL_TRACES_EXPORTER": "otlp, console"}
+    assert telemetry.resolve(TracingConfig(), otlp).exporters == ("otlp", "console")
+    with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER"):
+        telemetry.resolve(TracingConfig(), {"OTEL_TRACES_EXPORTER": "otlp,zipkin"})
+
+
+def test_a_sample_ratio_that_is_not_a_finite_number_is_refused():
+    for ratio in ("nan", "inf"):
+        with pytest.raises(ConfigError, match="tracing.sample_ratio"):
+            parse_config({"models": [{"name": "m", "backend": "simulated"}],
+                          "tracing": {"enabled": True, "sample_ratio": float(ratio)}})
