@@ -11,6 +11,11 @@ Tornado's HTTPServer, with the guards a production proxy puts in front of an app
   `idle_timeout_s` of its last answer; a body must arrive within `body_timeout_s` of its
   headers. One sweep over the connections enforces all three, so a request pays for no
   timer of its own (Tornado's body timeout costs one per request);
+- an answer sent before the request's body was read (an early 413, a 414 or 431) is not
+  lost to a client that writes its whole body before it reads: the connection is closed
+  as nginx's `lingering_close` does, its sending side first, then what the client still
+  sends is read and dropped, for at most `LINGER_S` and `LINGER_BYTES`, before the close
+  (a close with unread data would send a reset, which discards the answer);
 - a request head is judged before routing: a request target over 8 KiB gets 414, a header
   block over 64 KiB gets 431, and an absolute-form target (`POST http://host/path`, which
   RFC 9112 says servers must accept) is served as its path.
@@ -48,6 +53,8 @@ MAX_HEADER_BYTES = 64 * 1024          # 431 beyond (Tornado's own default)
 # the client gets 431 or 414; beyond it the connection is closed unanswered (Go's default
 # bound on a request head).
 HEAD_READ_LIMIT = 1024 * 1024
+LINGER_S = 5.0                        # a closed connection's unread body is drained this long at most
+LINGER_BYTES = 256 * 1024 * 1024      # and this much at most (the largest bodies clients send, refused)
 SWEEP_INTERVAL_S = 0.25               # how often timeouts are checked: their resolution
 ACCEPTS_PER_WAKEUP = 128              # as Tornado's accept loop: then let other work run
 BACKOFF_FIRST_S = 0.05
@@ -144,9 +151,14 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
             if self.stats.open >= self.limits.max_connections:
                 self._refuse(connection)
                 continue
-            # Tornado's own path from an accepted socket to a stream (TLS wrapping included);
-            # it calls handle_stream, where the connection is counted.
-            self._handle_connection(connection, address)
+            if self.ssl_options is None:
+                # A plain connection's stream lingers at its close (see _LingeringStream).
+                self.handle_stream(_LingeringStream(connection, max_buffer_size=self.max_buffer_size,
+                                                    read_chunk_size=self.read_chunk_size), address)
+            else:
+                # Tornado's own path from an accepted socket to a TLS stream; it calls
+                # handle_stream, where the connection is counted.
+                self._handle_connection(connection, address)
         self._backoff_s = BACKOFF_FIRST_S
 
     def _back_off(self, error: OSError) -> None:
@@ -200,6 +212,58 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
                 deadline.at = None
                 self.stats.timed_out += 1
                 deadline.stream.close()  # Tornado then ends the connection and calls on_close
+
+
+class _LingeringStream(tornado.iostream.IOStream):
+    """A plain TCP stream whose close, when the client has sent what was not read, lingers
+    (see the module): its answer is already in the kernel's send buffer, and a close with
+    unread data would reset the connection before the client reads it."""
+
+    def close_fd(self) -> None:
+        sock = self.socket
+        try:
+            unread = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except OSError:  # nothing waiting (EAGAIN), or the connection is already broken
+            unread = False
+        if not unread:
+            super().close_fd()
+            return
+        self.socket = None  # type: ignore[assignment]  # Tornado's own close_fd leaves it so
+        _Lingering(sock)
+
+
+class _Lingering:
+    """Half-close a socket, then read and drop what its client still sends, bounded in time
+    and bytes, then close it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.left = LINGER_BYTES
+        self.loop = tornado.ioloop.IOLoop.current()
+        try:
+            sock.shutdown(socket.SHUT_WR)  # the answer, then the end of it, reach the client
+        except OSError:
+            sock.close()
+            return
+        self.loop.add_handler(sock, self._drain, tornado.ioloop.IOLoop.READ)
+        self.timer = self.loop.call_later(LINGER_S, self._close)
+
+    def _drain(self, sock: socket.socket, events: int) -> None:
+        try:
+            # Until the client closes its side too, or has sent as much as it may.
+            while self.left > 0 and (data := sock.recv(min(65536, self.left))):
+                self.left -= len(data)
+        except BlockingIOError:
+            return  # all read for now: wait for more, or for the timer
+        except OSError:
+            pass
+        self.loop.remove_timeout(self.timer)
+        self._close()
+
+    def _close(self) -> None:
+        if self.sock.fileno() != -1:
+            self.loop.remove_handler(self.sock)
+            self.sock.close()
 
 
 class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):

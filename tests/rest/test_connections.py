@@ -1,12 +1,16 @@
 """The HTTP front end's connection layer (gateway/rest/connections.py): timeouts per phase,
-the connection cap, request heads refused with 414 and 431, absolute-form targets, and an
-accept that fails for want of descriptors backing off instead of spinning."""
+the connection cap, request heads refused with 414 and 431, absolute-form targets, an
+accept that fails for want of descriptors backing off instead of spinning, and an early
+refusal that reaches a client still sending its body (a lingering close, bounded)."""
 from __future__ import annotations
 
 import contextlib
 import errno
+import http.client
 import socket
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import orjson
@@ -244,3 +248,59 @@ def _get(gw: RunningGateway, path: str) -> tuple[int, dict[str, str], bytes]:
     with connection(gw) as sock:
         sock.sendall(b"GET %s HTTP/1.1\r\nHost: gw\r\n\r\n" % path.encode())
         return read_response(sock)
+
+
+@pytest.fixture(scope="module")
+def small_limits() -> Iterator[RunningGateway]:
+    config = config_for({"name": "demo", "backend": "simulated"}, max_body_bytes=8_000_000, max_json_bytes=50_000)
+    with running_gateway(config) as running:
+        yield running
+
+
+def urllib_post(url: str, body: bytes) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def http_client_post(url: str, body: bytes) -> tuple[int, bytes]:
+    host, port = url.removeprefix("http://").split("/", 1)[0].rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("POST", "/" + url.split("/", 3)[3], body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("client", [urllib_post, http_client_post], ids=["urllib", "http.client"])
+@pytest.mark.parametrize("size, limit", [(24_000_000, "exceeds the limit"), (7_000_000, "max_json_bytes")])
+def test_an_early_refusal_reaches_clients_that_write_their_whole_body_before_reading(small_limits, client, size, limit):
+    """Refused from its head alone (413), the body unread: the answer is not lost to a reset
+    (these clients got 0 of 10 before the connection lingered at its close). The bodies are
+    larger than what the kernel's buffers hold, so the client is still sending at the close."""
+    url = f"{small_limits.http_url}/v1/models/demo:predict"
+    body = b'{"instances": [' + b"[1]," * (size // 4) + b"[1]]}"
+    answers = [client(url, body) for _ in range(10)]
+    assert [status for status, _ in answers] == [413] * 10
+    assert limit in orjson.loads(answers[0][1])["error"]
+    assert http_json("POST", url, {"instances": [[1.0]]})[0] == 200  # and the gateway keeps serving
+
+
+def test_a_lingering_close_is_bounded_in_time_for_a_client_that_never_stops_sending(small_limits):
+    host, port = small_limits.http_url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as client:
+        client.sendall(b"POST /v1/models/demo:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n")
+        answer = client.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 413"), answer
+        client.settimeout(0.05)
+        started = time.monotonic()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            while time.monotonic() - started < 30:  # a client that keeps sending: the gateway closes first
+                with contextlib.suppress(TimeoutError, socket.timeout):
+                    client.send(b"x" * 65536)
+        assert time.monotonic() - started < 30
