@@ -63,7 +63,7 @@ from gateway.instances import (
     unnamed_instances_to_tensors,
 )
 from gateway.uploads import upload_to_instance, upload_to_tensors
-from wire.errors import InvalidInput, ModelNotFound
+from wire.errors import InvalidInput, ModelNotFound, echo
 from wire.request import OipRequest
 from wire.tensors import ModelSignature, Tensor, TensorSpec, rows_tensor, shape_fits
 from wire.upload import TorchServeRequest, Upload
@@ -203,8 +203,10 @@ class ServedModel(ABC):
 
     def check_version(self, version: str) -> None:
         if version and self.versions and version not in self.versions:
-            raise ModelNotFound(
-                f"model '{self.name}' has no version '{version}' (versions: {', '.join(self.versions)})")
+            # Triton's words first (its clients look for them), then the gateway's own.
+            raise ModelNotFound(f"Request for unknown model: '{self.name}' version {echo(version)} is not found: "
+                                f"model '{self.name}' has no version '{echo(version)}' "
+                                f"(versions: {', '.join(self.versions)})")
 
     def start(self) -> None:
         self._metadata_task = asyncio.get_running_loop().create_task(self._learn_metadata())

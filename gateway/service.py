@@ -148,7 +148,7 @@ class InferenceService:
     def model(self, name: str, version: str = "") -> ServedModel:
         served = self.models.get(name)
         if served is None:
-            raise ModelNotFound(f"model '{name}' is not served by this gateway")
+            raise ModelNotFound.unknown(name)
         served.check_version(version)
         return served
 

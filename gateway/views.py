@@ -51,7 +51,7 @@ class LocalViews:
 
     async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         if name and name not in self.models:  # asked of the batcher by a worker, just after a reload
-            raise ModelNotFound(f"model '{name}' is not served by this gateway")
+            raise ModelNotFound.unknown(name)
         served = [self.models[name]] if name else list(self.models.values())
         return {"model_stats": [triton.model_statistics(m, self.scheduler.stats(m.name)) for m in served]}
 

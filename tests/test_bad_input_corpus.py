@@ -360,3 +360,21 @@ def test_good_requests_all_succeeded_while_the_corpus_ran(good_traffic):
     failures = [outcome for outcome in good_traffic if outcome != "ok"]
     assert not failures, failures[:5]
 
+
+
+def test_an_error_repeats_client_chosen_names_within_a_bound(gw, good_traffic):
+    """Two 60 KB keys in a gRPC Predictions input map: INVALID_ARGUMENT with a bounded
+    message, not RESOURCE_EXHAUSTED from the client's 8 KiB limit on trailing metadata."""
+    with grpc.insecure_channel(gw.grpc_address) as channel:
+        request = ts_pb.PredictionsRequest(model_name="text", input={"k" * 60_000: b"a", "j" * 60_000: b"b"})
+        with pytest.raises(grpc.RpcError) as refused:
+            ts_grpc.InferenceAPIsServiceStub(channel).Predictions(request, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()[:200]
+    assert len(refused.value.details()) < 4096
+    with grpc.insecure_channel(gw.grpc_address) as channel:  # an unknown model's name, 150 KB long
+        request = pb.ModelInferRequest(model_name="m" * 150_000)
+        request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(1.0)
+        with pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    assert refused.value.details().startswith("Request for unknown model: 'mmm") and len(refused.value.details()) < 512

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import grpc
 
+MAX_MESSAGE = 2048  # characters of an error's message; the rest is cut
+
 
 class GatewayError(Exception):
     http_status: int = 500
@@ -15,6 +17,10 @@ class GatewayError(Exception):
     http_headers: dict[str, str] = {}  # headers an HTTP answer of this error must carry
 
     def __init__(self, message: str) -> None:
+        # Bounded here, once for every error: a message may repeat what a client chose
+        # (names, values), and a gRPC client's limit on trailing metadata is 8 KiB.
+        if len(message) > MAX_MESSAGE:
+            message = f"{message[:MAX_MESSAGE]}... ({len(message)} characters in all)"
         super().__init__(message)
         self.message = message
 
@@ -68,6 +74,21 @@ class NotFound(GatewayError):
 
 class ModelNotFound(NotFound):
     """No such model, or no such version of it."""
+
+    @classmethod
+    def unknown(cls, name: str) -> ModelNotFound:
+        """A model the gateway does not serve, in Triton's words (its clients and examples
+        look for them), then the gateway's own."""
+        return cls(f"Request for unknown model: '{echo(name)}' is not found: it is not served by this gateway")
+
+
+MAX_ECHO = 128  # characters of a client-chosen name an error repeats
+
+
+def echo(text: str) -> str:
+    """A client-chosen name as an error repeats it: bounded, so that an error's size is
+    the gateway's choice (a 1 MB name once overflowed the client's metadata limit)."""
+    return text if len(text) <= MAX_ECHO else f"{text[:MAX_ECHO]}... ({len(text)} characters)"
 
 
 class Overloaded(GatewayError):

@@ -153,7 +153,7 @@ class BatchScheduler:
         """The model's queue, if it takes requests now."""
         queue = self._queues.get(model)
         if queue is None:
-            raise ModelNotFound(f"model '{model}' is not served by this gateway")
+            raise ModelNotFound.unknown(model)
         if self._closed:
             raise Unavailable("the gateway is shutting down")
         return queue

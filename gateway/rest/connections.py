@@ -219,17 +219,26 @@ class _LingeringStream(tornado.iostream.IOStream):
     (see the module): its answer is already in the kernel's send buffer, and a close with
     unread data would reset the connection before the client reads it."""
 
+    body_unread = False  # a request's head is in and its body is not (see _GuardedRequest)
+
     def close_fd(self) -> None:
         sock = self.socket
         try:
             unread = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-        except OSError:  # nothing waiting (EAGAIN), or the connection is already broken
+        except BlockingIOError:  # nothing waiting now; more may be on its way if a body was cut short
+            unread = self.body_unread
+        except OSError:  # the connection is already broken
             unread = False
         if not unread:
             super().close_fd()
             return
         self.socket = None  # type: ignore[assignment]  # Tornado's own close_fd leaves it so
         _Lingering(sock)
+
+
+def _body_unread(stream: tornado.iostream.IOStream, unread: bool) -> None:
+    if isinstance(stream, _LingeringStream):  # a TLS stream closes at once
+        stream.body_unread = unread
 
 
 class _Lingering:
@@ -283,6 +292,7 @@ class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
                          headers: tornado.httputil.HTTPHeaders) -> Awaitable[None] | None:
         assert isinstance(start_line, tornado.httputil.RequestStartLine)
         self.deadline.at = time.monotonic() + self.body_timeout_s
+        _body_unread(self.deadline.stream, True)  # until finish: a close now lingers
         target = start_line.path
         if len(target) > MAX_REQUEST_TARGET_BYTES:
             self._refuse(RequestHeadTooLarge(
@@ -302,6 +312,7 @@ class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
 
     def finish(self) -> None:
         self.deadline.at = None  # the whole request is in
+        _body_unread(self.deadline.stream, False)
         if not self.refused:
             self.delegate.finish()
 

@@ -163,7 +163,7 @@ class Batcher:
         assert self.views is not None, "a question before the service"
         served = self.views.local.models.get(model)
         if served is None:
-            raise ModelNotFound(f"model '{model}' is not served by this gateway")
+            raise ModelNotFound.unknown(model)
         if what == "form":
             return served.backend.batch_form.value
         if what == "metadata":

@@ -138,7 +138,7 @@ class RemoteScheduler:
 
     async def submit(self, request: BatchRequest) -> BatchResult:
         if request.model not in self._models:
-            raise ModelNotFound(f"model '{request.model}' is not served")
+            raise ModelNotFound.unknown(request.model)
         message_id, waiting = self.batcher.request(lambda message_id: Submit(message_id, request))
         self._waiting[message_id] = waiting
         self._idle.clear()

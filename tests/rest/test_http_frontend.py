@@ -93,6 +93,11 @@ def test_tritonclient_http_sees_gateway_errors(gw):
     tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
     with pytest.raises(InferenceServerException, match="not served"):
         client.infer("absent", [tensor])
+    # In Triton's words first: its own examples (simple_http_infer_client.py) check them.
+    for ask in (lambda: client.get_model_metadata("wrong_model_name"), lambda: client.infer("wrong_model_name", [tensor])):
+        with pytest.raises(InferenceServerException) as refused:
+            ask()
+        assert refused.value.message().startswith("Request for unknown model"), refused.value.message()
     client.close()
 
 
