@@ -41,9 +41,24 @@ def test_json_bodies_are_the_json_forms_when_declared_json_or_undeclared(content
     (b"7", "must be JSON"), (b'{"inputs": [1]}', '{"instances": [...]}'),
     (b'{"instances": []}', "empty"), (b'{"instances": "x"}', "must be a list"),
 ])
-def test_json_that_is_no_form_is_refused_as_before(body, message):
+def test_a_body_declared_json_that_is_no_form_is_refused(body, message):
     with pytest.raises(InvalidInput, match=message.replace("[", r"\[").replace("{", r"\{")):
-        ts.decode_http(body, None)
+        ts.decode_http(body, "application/json")
+
+
+@pytest.mark.parametrize("body", [b"42", b'"text"', b'{"inputs": [1]}', b"true"])
+def test_an_undeclared_body_that_is_json_but_no_form_is_an_upload_as_torchserve_takes_it(body):
+    """`curl -T` of a file that happens to hold `42`: TorchServe hands the bytes to its handler."""
+    assert ts.decode_http(body, None).upload == {"body": Part(body, "")}
+    assert ts.decode_grpc({"data": body}).upload == {"data": Part(body)}
+
+
+def test_a_form_takes_its_documented_64_parts():
+    body = b"".join(b'--b\r\nContent-Disposition: form-data; name="f%d"\r\n\r\nv\r\n' % i for i in range(64)) + b"--b--\r\n"
+    assert len(ts.decode_http(body, "multipart/form-data; boundary=b").upload) == 64
+    with pytest.raises(InvalidInput, match="too many parts"):
+        ts.decode_http(body[:-7] + b'--b\r\nContent-Disposition: form-data; name="f64"\r\n\r\nv\r\n--b--\r\n',
+                       "multipart/form-data; boundary=b")
 
 
 def test_a_body_declared_json_that_is_not_json_is_refused():
@@ -136,8 +151,8 @@ def test_a_huge_part_header_is_refused():
 def test_grpc_json_in_data_or_body_alone_is_the_json_forms():
     assert ts.decode_grpc({"data": b'{"instances": [[1]]}'}).instances == [[1]]
     assert ts.decode_grpc({"body": b"[1, 2]"}).instances == [[1, 2]]
-    with pytest.raises(InvalidInput, match="must be JSON"):
-        ts.decode_grpc({"data": b"7"})
+    with pytest.raises(InvalidInput, match="must be a list"):
+        ts.decode_grpc({"data": b'{"instances": "x"}'})
 
 
 def test_grpc_raw_bytes_or_several_entries_are_an_upload_of_bytes():

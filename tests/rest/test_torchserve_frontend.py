@@ -60,8 +60,9 @@ def test_version_path(gw):
     ("/predictions/nope", [1, 2], 404, "not served"),
     # Not JSON: an upload, as TorchServe takes it; this model has no BYTES input to carry it.
     ("/predictions/demo", b"not json", 400, "is an upload"),
-    ("/predictions/demo", {"inputs": [1]}, 400, '{"instances": [...]}'),
-    ("/predictions/demo", 7, 400, "must be JSON"),
+    # JSON that is none of the forms: an upload too when undeclared (a file holding `42`), as
+    # TorchServe takes it; refused with the forms named when declared JSON (below).
+    ("/predictions/demo", 7, 400, "is an upload"),
     ("/predictions/demo", {"instances": []}, 400, "empty"),
     ("/predictions/demo", {"instances": "x"}, 400, "must be a list"),
     ("/predictions/demo", {"instances": [[1]] * 101}, 400, "exceed the limit"),
@@ -72,6 +73,12 @@ def test_bad_requests_get_torchserve_shaped_errors_with_the_right_status(gw, pat
     got, _, answer = predict(gw, body, path=path)
     assert got == status
     assert answer["code"] == status and message in answer["message"] and answer["error"] == answer["message"]
+
+
+@pytest.mark.parametrize("body, message", [({"inputs": [1]}, '{"instances": [...]}'), (7, "must be JSON")])
+def test_a_body_declared_json_that_is_none_of_the_forms_is_refused_naming_them(gw, body, message):
+    got, _, answer = predict(gw, body, headers={"Content-Type": "application/json"})
+    assert got == 400 and message in answer["message"]
 
 
 def test_put_is_a_prediction_as_post_is(gw):

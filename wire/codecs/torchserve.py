@@ -48,7 +48,8 @@ URLENCODED = "application/x-www-form-urlencoded"
 # A row is one request's parameters; TorchServe's handlers read one or two. The bound keeps a
 # body of a million empty fields from becoming a million dict entries.
 MAX_PARTS = 64
-_FORM_LIMITS = ParseBodyConfig(multipart=ParseMultipartConfig(max_parts=MAX_PARTS),
+# Tornado counts the preamble before a multipart body's first boundary as a part of its own.
+_FORM_LIMITS = ParseBodyConfig(multipart=ParseMultipartConfig(max_parts=MAX_PARTS + 1),
                                urlencoded=ParseUrlEncodedConfig(max_arguments=MAX_PARTS))
 GRPC_BODY_KEYS = ("data", "body")  # the input entries TorchServe's handlers read
 TEXT_ANSWER = "text/plain; charset=utf-8"
@@ -67,14 +68,16 @@ def decode_http(body: bytes, content_type: str | None, query: Mapping[str, list[
     if media == JSON_MEDIA_TYPE:
         check_json_size(body, limits)
         return _json_forms(loads(body), limits)
-    # An undeclared body too large for JSON is not tried as JSON: it is an upload.
+    # An undeclared body too large for JSON is not tried as JSON: it is an upload. So is one
+    # that is JSON but none of its forms (a file holding `42`), as TorchServe hands it over.
     if media in ("", URLENCODED) and len(body) <= limits.max_json_bytes:
         try:
             document = orjson.loads(body)
         except orjson.JSONDecodeError:
             pass  # not JSON: an upload, as TorchServe takes it
         else:
-            return _json_forms(document, limits)
+            if _is_json_form(document):
+                return _json_forms(document, limits)
     if media in (MULTIPART, URLENCODED):
         parts = _form_parts(content_type or "", body, limits)
     else:
@@ -99,8 +102,13 @@ def decode_grpc(entries: Mapping[str, bytes], limits: Limits = DEFAULT_LIMITS) -
             except orjson.JSONDecodeError:
                 pass
             else:
-                return _json_forms(document, limits)
+                if _is_json_form(document):
+                    return _json_forms(document, limits)
     return TorchServeRequest(upload={key: Part(value) for key, value in entries.items()})
+
+
+def _is_json_form(document: Any) -> bool:
+    return isinstance(document, list) or (isinstance(document, dict) and ("instances" in document or "data" in document))
 
 
 def _json_forms(document: Any, limits: Limits) -> TorchServeRequest:
