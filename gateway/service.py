@@ -209,6 +209,8 @@ class InferenceService:
             submitted = call.batch_request(served.name, batch.tensors, batch.lengths,
                                            client=self.telemetry.request_started(call), parameters=batch.parameters,
                                            timeout_s=own_timeout, priority=own_priority)
-            return Answer(served, batch, await self.scheduler.submit(submitted))
+            result = await self.scheduler.submit(submitted)
+            self.telemetry.request_batched(call, result)
+            return Answer(served, batch, result)
         finally:
             self.active_requests -= 1

@@ -5,7 +5,9 @@ serves many requests *links* to them):
 
 * **request** (SERVER): one per inference request, from its arrival to its answer; it
   continues the client's `traceparent`. Events: `queued` (admitted to its model's queue)
-  and `batched` (its batch left, with the batch id); attributes: model, front end,
+  and `batched` (its batch left, with the batch id, timed when it left; added when the
+  answer comes back, so a worker's request has it too, and a request its batch failed
+  does not); attributes: model, front end,
   priority, request id and the HTTP status of the outcome (gRPC codes are paired with one).
   A request the sampler leaves out records nothing and passes its client's context on.
 * **batch** (INTERNAL): one per batch with a sampled request, linked to every sampled
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.batching.observer import NO_OBSERVATION, NO_OBSERVER, BatchObservation, BatchObserver
+from gateway.batching.request import BatchResult
 from gateway.config import OTLP_PROTOCOLS, TRACES_EXPORTERS, ConfigError, TracingConfig
 from gateway.lifecycle import Call
 from wire.tracing import ClientContext
@@ -164,6 +167,10 @@ class Telemetry:
         (to its batch, and from there to the predictor)."""
         return call.client
 
+    def request_batched(self, call: Call, result: BatchResult) -> None:
+        """`call`'s request came back from its batches (`result`): when each left is an
+        event of its span, wherever the batch ran (this process, or the workers' batcher)."""
+
     def request_closed(self, call: Call) -> None:
         """`call` is closed (its status set)."""
 
@@ -204,7 +211,6 @@ class _OpenTelemetry(Telemetry):
         for processor in self._processors:
             self._provider.add_span_processor(processor)
         self.tracer = self._provider.get_tracer("batching-gateway")
-        self._open: dict[int, Any] = {}  # span id -> the open request span (for the batch's `batched` event)
         self.batches = _BatchTracer(self)
 
     def request_started(self, call: Call) -> ClientContext:
@@ -220,8 +226,13 @@ class _OpenTelemetry(Telemetry):
         span.add_event("queued")
         call.span = span
         context = span.get_span_context()
-        self._open[context.span_id] = span
         return ClientContext(call.client.request_id, _traceparent(context))
+
+    def request_batched(self, call: Call, result: BatchResult) -> None:
+        if call.span is None:
+            return
+        for batch_id, departed in zip(result.batch_ids, result.departed_unix_ns, strict=False):
+            call.span.add_event("batched", {"gateway.batch.id": batch_id}, timestamp=departed or None)
 
     def request_closed(self, call: Call) -> None:
         from opentelemetry import trace
@@ -235,8 +246,6 @@ class _OpenTelemetry(Telemetry):
                                           kind=trace.SpanKind.SERVER,
                                           start_time=time.time_ns() - int(call.elapsed_s * 1e9),
                                           attributes=_request_attributes(call))
-        else:
-            self._open.pop(span.get_span_context().span_id, None)
         status = call.status or 0
         span.set_attribute("http.response.status_code", status)
         if status >= 500:
@@ -290,10 +299,6 @@ class _BatchTracer:
             f"batch {model}", kind=trace.SpanKind.INTERNAL, attributes=attributes,
             context=trace.set_span_in_context(trace.NonRecordingSpan(parent)),
             links=[trace.Link(c) for c in contexts[:MAX_LINKS]])
-        for context in contexts:
-            member = self._telemetry._open.get(context.span_id)
-            if member is not None:
-                member.add_event("batched", {"gateway.batch.id": batch_id})
         return _BatchSpan(self._telemetry, span, model)
 
 

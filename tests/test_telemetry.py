@@ -302,3 +302,27 @@ def test_a_sample_ratio_that_is_not_a_finite_number_is_refused():
         with pytest.raises(ConfigError, match="tracing.sample_ratio"):
             parse_config({"models": [{"name": "m", "backend": "simulated"}],
                           "tracing": {"enabled": True, "sample_ratio": float(ratio)}})
+
+
+def test_a_workers_request_spans_have_their_batched_event_too(tmp_path):
+    """Under --workers 2, requests on many connections (so on both processes): every request
+    span has `queued` then `batched`, the latter timed when its batch left the batcher."""
+    config = tmp_path / "gateway.toml"
+    config.write_text('[[models]]\nname = "demo"\nbackend = "simulated"\n')
+    traces = [f"{index + 1:032x}" for index in range(16)]
+    with grpc_receiver() as (endpoint, received):
+        env = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        process = gateway_process(config, env=env, workers=2)
+        try:
+            url = f"http://{process.fields['http']}/v1/models/demo:predict"
+            for trace in traces:  # each on a connection of its own: the kernel spreads them
+                assert http_json("POST", url, {"instances": [[1.0]]}, headers={"traceparent": parent(trace, "ab" * 8)})[0] == 200
+        finally:
+            assert process.stop() == 0
+        wait_for(lambda: len([s for s in received.named("") if s.kind == SERVER]) == len(traces), "every request span")
+    requests = [s for s in received.named("") if s.kind == SERVER]
+    for span in requests:
+        assert [event.name for event in span.events] == ["queued", "batched"], bytes(span.trace_id).hex()
+        queued, batched = span.events
+        assert span.start_time_unix_nano <= queued.time_unix_nano <= batched.time_unix_nano <= span.end_time_unix_nano

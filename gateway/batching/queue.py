@@ -348,6 +348,7 @@ class ModelQueue:
 
     async def _run_batch(self, parts: list[Part], reason: str) -> None:
         batch_id = self._next_batch_id()
+        departed_unix_ns = time.time_ns()
         rows = sum(part.size for part in parts)
         padding = self.config.padding
         shapes = [part.shape for part in parts if part.shape is not None]
@@ -382,7 +383,7 @@ class ModelQueue:
                 for part, part_outputs in zip(group, slice_result(outcome, [p.size for p in group]), strict=True):
                     if padding is not None and part.shape is not None:
                         part_outputs = pad.trim(part_outputs, part.shape.length, padding)
-                    part.request.answer_part(part.index, part_outputs, batch_id)
+                    part.request.answer_part(part.index, part_outputs, batch_id, departed_unix_ns)
         if log.isEnabledFor(logging.DEBUG):
             failed = [type(o).__name__ for _, o in outcomes if isinstance(o, GatewayError)]
             log.debug("batch %s model=%s rows=%d requests=%d outcome=%s", batch_id, self.name, rows, len(parts),

@@ -78,11 +78,12 @@ class BatchRequest:
 class BatchResult:
     outputs: list[Tensor]
     batch_ids: list[str]  # one per batch the request travelled in (more than one if split)
+    departed_unix_ns: list[int] = field(default_factory=list)  # when each of them left, likewise
 
 
 class QueuedRequest:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
-                 "answers", "batch_ids", "sent", "client", "arrived", "parameters", "start_timer", "level")
+                 "answers", "batch_ids", "departures", "sent", "client", "arrived", "parameters", "start_timer", "level")
 
     def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
                  parts: int, client: ClientContext = NO_CONTEXT, arrived: float = 0.0,
@@ -100,21 +101,23 @@ class QueuedRequest:
         self.queued_rows = size  # rows not yet taken into a batch
         self.answers = Reassembly(parts)
         self.batch_ids: list[str] = []  # in the order its parts were answered
+        self.departures: list[int] = []  # when each of those batches left (wall clock, ns)
         self.sent = False  # some part of it reached the executor
 
     @property
     def done(self) -> bool:
         return self.future.done()
 
-    def answer_part(self, index: int, outputs: list[Tensor], batch_id: str) -> None:
-        """Part `index` came back as `outputs` in batch `batch_id`; answer the request once
-        its last part is in."""
+    def answer_part(self, index: int, outputs: list[Tensor], batch_id: str, departed_unix_ns: int = 0) -> None:
+        """Part `index` came back as `outputs` in batch `batch_id`, which left at
+        `departed_unix_ns`; answer the request once its last part is in."""
         if self.future.done():
             return
         self.batch_ids.append(batch_id)
+        self.departures.append(departed_unix_ns)
         whole = self.answers.add(index, outputs)
         if whole is not None:
-            self.future.set_result(BatchResult(whole, self.batch_ids))
+            self.future.set_result(BatchResult(whole, self.batch_ids, self.departures))
 
     def fail(self, error: GatewayError) -> None:
         if not self.future.done():

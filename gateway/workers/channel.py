@@ -144,7 +144,7 @@ def _encode(message: Message, blobs: list[bytes | memoryview], now: float) -> li
                 [_tensor_header(t, blobs) for t in request.inputs], _lengths_header(request.lengths, blobs)]
     if isinstance(message, Result):
         return ["result", message.id, message.result.batch_ids,
-                [_tensor_header(t, blobs) for t in message.result.outputs]]
+                [_tensor_header(t, blobs) for t in message.result.outputs], message.result.departed_unix_ns]
     if isinstance(message, Failure):
         return ["failure", message.id, type(message.error).__name__, message.error.message]
     if isinstance(message, Cancel):
@@ -227,7 +227,7 @@ def _decode(fields: list[Any], blobs: _Blobs, now: float) -> Message:
             ClientContext(*client) if client is not None else NO_CONTEXT, parameters or NO_PARAMETERS,
             _lengths(lengths, blobs)))
     if kind == "result":
-        return Result(message_id, BatchResult([_tensor(header, blobs) for header in fields[3]], fields[2]))
+        return Result(message_id, BatchResult([_tensor(header, blobs) for header in fields[3]], fields[2], fields[4]))
     if kind == "failure":
         return Failure(message_id, _error(fields[2], fields[3]))
     if kind == "cancel":
