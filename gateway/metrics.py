@@ -24,6 +24,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
@@ -88,6 +89,22 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def families(self) -> list[Family]:
+        """What `exposition` says, as plain data (see `families`)."""
+        return families(self.registry)
+
+
+# A metric family as plain data, so that several processes' can be summed without parsing
+# their text (gateway.workers): (name, type, help, samples), each sample (name, labels, value
+# as the text format writes it: NaN and infinities survive JSON).
+Family = tuple[str, str, str, list[tuple[str, dict[str, str], str]]]
+
+
+def families(registry: CollectorRegistry) -> list[Family]:
+    return [(metric.name, metric.type, metric.documentation,
+             [(sample.name, sample.labels, floatToGoString(sample.value)) for sample in metric.samples])
+            for metric in registry.collect()]
 
 
 class _SchedulerCollector:

@@ -24,11 +24,11 @@ import logging
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from gateway.batching.request import BatchResult
 from gateway.batching.scheduler import BatchScheduler
+from gateway.metrics import Family
 from gateway.views import LocalViews
 from gateway.workers.channel import (
     Answer,
@@ -197,12 +197,12 @@ class Batcher:
         finally:
             worker.questions.pop(question_id, None)
 
-    async def workers_expositions(self) -> list[bytes]:
-        """Every worker's own /metrics (its request, connection and span counts); a worker
-        that does not answer in time is left out."""
-        parts = await asyncio.gather(*(self.ask(worker, "exposition") for worker in list(self._workers)),
+    async def workers_metrics(self) -> list[list[Family]]:
+        """Every worker's own metric families (its request, connection and span counts); a
+        worker that does not answer in time is left out."""
+        parts = await asyncio.gather(*(self.ask(worker, "metrics") for worker in list(self._workers)),
                                      return_exceptions=True)
-        return [part for part in parts if isinstance(part, bytes)]
+        return [part for part in parts if isinstance(part, list)]
 
 
 class BatcherViews:
@@ -217,38 +217,40 @@ class BatcherViews:
         return await self.local.statistics(name, version)
 
     async def exposition(self) -> bytes:
-        return merge_expositions([await self.local.exposition(), *await self.batcher.workers_expositions()])
+        return merge_families([self.local.metrics.families(), *await self.batcher.workers_metrics()])
 
     async def live(self) -> dict[str, Any]:
         return await self.local.live()
 
 
-def merge_expositions(texts: Iterable[bytes]) -> bytes:
-    """Prometheus text expositions of the same families, as one: samples with the same name
-    and labels are summed (counts, histogram buckets, open connections), but `_created`
-    timestamps, of which the earliest is kept."""
-    families: dict[str, tuple[str, str]] = {}  # name -> (type, help), in first-seen order
+def merge_families(processes: Iterable[list[Family]]) -> bytes:
+    """Several processes' metric families (`gateway.metrics.families`), as one Prometheus
+    text exposition: samples with the same name and labels are summed (counts, histogram
+    buckets, open connections), but `_created` timestamps, of which the earliest is kept.
+    Plain data in: no text is parsed (the parser cost a scrape 3 ms of the batcher's CPU)."""
+    kinds: dict[str, tuple[str, str]] = {}  # name -> (type, help), in first-seen order
     samples: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
-    for text in texts:
-        for family in text_string_to_metric_families(text.decode()):
-            families.setdefault(family.name, (family.type, family.documentation))
-            merged = samples.setdefault(family.name, {})
-            for sample in family.samples:
-                key = (sample.name, tuple(sorted(sample.labels.items())))
+    for process in processes:
+        for name, kind, documentation, family_samples in process:
+            kinds.setdefault(name, (kind, documentation))
+            merged = samples.setdefault(name, {})
+            for sample_name, labels, text in family_samples:
+                key = (sample_name, tuple(sorted(labels.items())))
+                value = float(text)
                 if key not in merged:
-                    merged[key] = sample.value
-                elif sample.name.endswith("_created"):
-                    merged[key] = min(merged[key], sample.value)
+                    merged[key] = value
+                elif sample_name.endswith("_created"):
+                    merged[key] = min(merged[key], value)
                 else:
-                    merged[key] += sample.value
+                    merged[key] += value
     lines = []
-    for name, (kind, documentation) in families.items():
-        exposed = f"{name}_total" if kind == "counter" else name  # the parser strips _total from the family's name
+    for name, (kind, documentation) in kinds.items():
+        exposed = f"{name}_total" if kind == "counter" else name  # a counter family's name lacks _total
         lines.append(f"# HELP {exposed} {_escape_help(documentation)}")
         lines.append(f"# TYPE {exposed} {kind}")
-        for (sample_name, labels), value in samples[name].items():
-            label_text = ",".join(f'{key}="{_escape_label(label)}"' for key, label in labels)
-            lines.append(f"{sample_name}{{{label_text}}} {floatToGoString(value)}" if labels else
+        for (sample_name, label_pairs), value in samples[name].items():
+            label_text = ",".join(f'{key}="{_escape_label(label)}"' for key, label in label_pairs)
+            lines.append(f"{sample_name}{{{label_text}}} {floatToGoString(value)}" if label_pairs else
                          f"{sample_name} {floatToGoString(value)}")
     return ("\n".join(lines) + "\n").encode()
 

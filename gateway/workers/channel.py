@@ -95,7 +95,7 @@ class Answer:
 @dataclass(slots=True)
 class Ask:
     id: int
-    name: str  # what the batcher wants of the worker's own: "exposition"
+    name: str  # what the batcher wants of the worker's own: "metrics" (its metric families)
 
 
 @dataclass(slots=True)

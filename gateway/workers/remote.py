@@ -275,7 +275,7 @@ class WorkerRole:
 
     def views(self, service: InferenceService) -> Views:
         assert self.batcher is not None, "views before the scheduler"
-        self.batcher.answer["exposition"] = service.metrics.exposition  # its own counts, for the batcher's sum
+        self.batcher.answer["metrics"] = service.metrics.families  # its own counts, for the batcher's sum
         return RemoteViews(self.batcher)
 
     def server(self, settings: ServerConfig) -> ServerConfig:

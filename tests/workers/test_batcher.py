@@ -9,18 +9,19 @@ import time
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.batching.request import BatchRequest, BatchResult
-from gateway.workers.batcher import merge_expositions
+from gateway.metrics import families
+from gateway.workers.batcher import merge_families
 from gateway.workers.channel import Answer, Cancel, Channel, ChannelClosed, Failure, Result, Submit, decode, encode
 from wire.errors import GatewayError, Overloaded
 from wire.tensors import JSON, Tensor, rows_tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
 
-def exposition(requests: int, connections: int, waits: list[float]) -> bytes:
+def process_metrics(requests: int, connections: int, waits: list[float]):
     registry = CollectorRegistry()
     counter = Counter("gateway_requests", "Requests", ["code"], registry=registry)
     counter.labels("200").inc(requests)
@@ -28,7 +29,7 @@ def exposition(requests: int, connections: int, waits: list[float]) -> bytes:
     histogram = Histogram("gateway_queue_wait_seconds", "Wait", buckets=(0.01, 0.1), registry=registry)
     for wait in waits:
         histogram.observe(wait)
-    return generate_latest(registry)
+    return families(registry)
 
 
 def samples(text: bytes) -> dict[tuple[str, tuple], float]:
@@ -37,7 +38,7 @@ def samples(text: bytes) -> dict[tuple[str, tuple], float]:
 
 
 def test_expositions_of_several_processes_sum_into_one():
-    merged = samples(merge_expositions([exposition(3, 1, [0.005]), exposition(4, 2, [0.05, 0.5])]))
+    merged = samples(merge_families([process_metrics(3, 1, [0.005]), process_metrics(4, 2, [0.05, 0.5])]))
     assert merged[("gateway_requests_total", (("code", "200"),))] == 7
     assert merged[("gateway_http_connections", ())] == 3
     assert merged[("gateway_queue_wait_seconds_bucket", (("le", "0.01"),))] == 1
@@ -46,7 +47,7 @@ def test_expositions_of_several_processes_sum_into_one():
 
 
 def test_the_merged_exposition_keeps_each_familys_type_and_help():
-    text = merge_expositions([exposition(1, 0, []), exposition(1, 0, [])]).decode()
+    text = merge_families([process_metrics(1, 0, []), process_metrics(1, 0, [])]).decode()
     assert "# TYPE gateway_requests_total counter" in text and "# HELP gateway_requests_total Requests" in text
     assert "# TYPE gateway_queue_wait_seconds histogram" in text
 
