@@ -85,9 +85,14 @@ class InferenceService:
         for model_config in self.config.models:
             await self._add_model(model_config)
 
-    async def _add_model(self, model_config: ModelConfig) -> None:
+    async def _add_model(self, model_config: ModelConfig, replacing_within_s: float | None = None) -> None:
+        """Serve a model; `replacing_within_s`: it replaces one of the same name, whose
+        queue finishes what it holds (in the old form, on the old predictor) within it."""
         served = served_model(model_config, await self._backend(model_config))
-        self.scheduler.add_model(served.name, served.executor, model_config.batching)
+        if replacing_within_s is None:
+            self.scheduler.add_model(served.name, served.executor, model_config.batching)
+        else:
+            self.scheduler.replace_model(served.name, served.executor, model_config.batching, replacing_within_s)
         self.models[served.name] = served
         served.start()
 
@@ -120,7 +125,8 @@ class InferenceService:
                 changes["retuned"].append(name)
                 continue
             retired = self.models[name]
-            await self._add_model(after)  # the scheduler now sends new batches to the new backend
+            # New requests go to the new backend in its form; those already queued finish as admitted.
+            await self._add_model(after, replacing_within_s=grace_s)
             self._in_background(self._close_when_idle(retired, grace_s))
             changes["replaced"].append(name)
         self.config = config

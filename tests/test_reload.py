@@ -2,10 +2,12 @@
 flight finishing normally; a broken file keeps the running config."""
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import threading
 
-from tests.harness import http_json, wait_for
+from tests.harness import http_json, scraped, wait_for
+from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
 
 DEMO = '[[models]]\nname = "demo"\nbackend = "simulated"\n[models.simulated]\ncall_ms = 50\n'
@@ -56,3 +58,51 @@ def test_sighup_adds_retunes_and_removes_models_without_dropping_requests(tmp_pa
     log = process.log_text()
     assert "config error" in log and "added ['extra']" in log and "removed ['extra']" in log
     assert "retuned ['demo']" in log
+
+
+def test_a_reload_that_changes_a_models_batch_form_lets_queued_requests_finish_in_their_own(tmp_path):
+    """`demo` moves from a KServe v1 predictor (instances) to the simulated one (tensors)
+    while requests wait behind a held batch: each finishes on the v1 predictor, in the form
+    it was admitted in (they were once sent to the new predictor in the old form: 400);
+    requests after the reload go to the new one."""
+    held, seen = threading.Event(), []
+
+    class V1Predictor(JsonHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            rows = self.read_json()["instances"]
+            seen.append(len(rows))
+            if len(seen) == 1:
+                held.wait(30)
+            self.answer_json({"predictions": [[2 * x for x in row] for row in rows]})
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.answer_json({"ready": True})
+
+    with serving(V1Predictor) as predictor_url:
+        v1 = (f'[[models]]\nname = "demo"\nbackend = "kserve"\napi = "v1"\nurl = "{predictor_url}"\n'
+              '[[models.inputs]]\nname = "INPUT0"\ndatatype = "FP32"\n'
+              '[[models.outputs]]\nname = "OUTPUT0"\ndatatype = "FP32"\n')
+        path = tmp_path / "gateway.toml"
+        path.write_text(v1)
+        process = gateway_process(path, log_level="INFO")
+        url = "http://" + process.fields["http"]
+        try:
+            with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                try:
+                    blocker = pool.submit(predict, url, "demo")
+                    wait_for(lambda: len(seen) == 1, "the first batch held at the v1 predictor")
+                    queued = [pool.submit(predict, url, "demo") for _ in range(5)]
+                    wait_for(lambda: scraped(url, "gateway_queue_depth", "demo") == 5, "five requests queued")
+                    path.write_text('[[models]]\nname = "demo"\nbackend = "simulated"\n'
+                                    '[[models.inputs]]\nname = "INPUT0"\ndatatype = "FP32"\nshape = [-1, -1]\n'
+                                    '[[models.outputs]]\nname = "OUTPUT0"\ndatatype = "FP32"\nshape = [-1, -1]\n')
+                    process.signal(signal.SIGHUP)
+                    wait_for(lambda: "reload: replaced ['demo']" in process.log_text(), "the reload")
+                    assert predict(url, "demo") == 200  # a new request: the simulated predictor
+                finally:
+                    held.set()
+                assert blocker.result(30) == 200
+                assert [future.result(30) for future in queued] == [200] * 5
+            assert sum(seen) == 6  # the blocker and the five queued, all on the v1 predictor
+        finally:
+            assert process.stop() == 0

@@ -61,7 +61,8 @@ log = logging.getLogger("gateway.batching.scheduler")  # the logger name operato
 
 class ModelQueue:
     def __init__(self, name: str, executor: Executor, config: BatchingConfig, loop: asyncio.AbstractEventLoop,
-                 next_batch_id: Callable[[], str], observer: BatchObserver = NO_OBSERVER) -> None:
+                 next_batch_id: Callable[[], str], observer: BatchObserver = NO_OBSERVER,
+                 stats: ModelStats | None = None) -> None:
         self.name = name
         self.executor = executor
         self.config = config
@@ -74,7 +75,7 @@ class ModelQueue:
         self.wake_at = 0.0
         self._woken = False  # this pump was the policy's own wake-up (a hold or window ended)
         self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
-        self.stats = ModelStats()
+        self.stats = stats if stats is not None else ModelStats()  # a replaced queue's, carried on
         self._loop = loop
         self._next_batch_id = next_batch_id
         self.observer = observer

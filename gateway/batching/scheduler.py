@@ -47,6 +47,9 @@ class Scheduler(Protocol):
     def add_model(self, name: str, executor: Executor, config: BatchingConfig) -> None:
         """Register (or re-tune) a model."""
 
+    def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float) -> None:
+        """A new queue for new requests; what the old one holds finishes as it was admitted."""
+
     async def remove_model(self, name: str, grace_s: float) -> None:
         """Stop taking the model's requests; what it has gets `grace_s` to finish."""
 
@@ -69,6 +72,7 @@ class BatchScheduler:
         self._batch_prefix = os.urandom(4).hex()
         self._closed = False
         self._hurry = False
+        self._retiring: dict[ModelQueue, asyncio.Task[None]] = {}  # replaced queues finishing what they hold
 
     # -- models ----------------------------------------------------------------------
 
@@ -82,16 +86,31 @@ class BatchScheduler:
             return
         self._queues[name] = ModelQueue(name, executor, config, self._loop, self._next_batch_id, self.observer)
 
+    def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float) -> None:
+        """A new queue for a model whose executor changed what it takes (a new predictor, a
+        new batch form): new requests go to it, while what the old queue holds finishes on
+        the old executor within `grace_s`, as the form it was admitted in. Its counts carry on."""
+        old = self._queues.pop(name, None)
+        self.add_model(name, executor, config)
+        if old is not None:
+            self._queues[name].stats = old.stats
+            retiring = self._loop.create_task(self._drain(old, grace_s, Unavailable(
+                f"model '{name}' was replaced before this request could be sent")))
+            self._retiring[old] = retiring
+            retiring.add_done_callback(lambda _: self._retiring.pop(old, None))
+
     async def remove_model(self, name: str, grace_s: float) -> None:
         """Stop taking requests for a model; let what it has queued and in flight finish
         within `grace_s`, answer the rest Unavailable, and forget it."""
         queue = self._queues.pop(name, None)
-        if queue is None:
-            return
+        if queue is not None:
+            await self._drain(queue, grace_s, Unavailable(f"model '{name}' was removed from the gateway"))
+
+    async def _drain(self, queue: ModelQueue, grace_s: float, error: Unavailable) -> None:
         deadline = self._loop.time() + grace_s
         while queue.busy and self._loop.time() < deadline:
             await asyncio.sleep(0.01)
-        await queue.abandon(Unavailable(f"model '{name}' was removed from the gateway"))
+        await queue.abandon(error)
 
     def has_model(self, name: str) -> bool:
         return name in self._queues
@@ -165,10 +184,10 @@ class BatchScheduler:
         `hurry` is called), then answer whatever is left with Unavailable."""
         self._closed = True
         deadline = self._loop.time() + grace_s
-        while (not self._hurry and self._loop.time() < deadline
-               and any(q.busy for q in self._queues.values())):
+        queues = [*self._queues.values(), *self._retiring]
+        while not self._hurry and self._loop.time() < deadline and any(q.busy for q in queues):
             await asyncio.sleep(0.01)
-        for queue in self._queues.values():
+        for queue in queues:
             await queue.abandon(Unavailable("the gateway is shutting down"))
 
     def hurry(self) -> None:

@@ -133,6 +133,9 @@ class RemoteScheduler:
         """Register (or re-tune) a model here: the batcher runs it (its own service adds it)."""
         self._models.add(name)
 
+    def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float) -> None:
+        self._models.add(name)  # the batcher's own service replaces its queue
+
     async def remove_model(self, name: str, grace_s: float) -> None:
         self._models.discard(name)
 
