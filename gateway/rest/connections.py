@@ -26,6 +26,7 @@ the ordinary loggers, whose repeats `gateway.logs` rate-limits.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
@@ -43,7 +44,7 @@ import tornado.web
 
 from gateway.metrics import ConnectionStats
 from gateway.rest import errors
-from wire.errors import GatewayError, HeaderFieldsTooLarge, OverCapacity, RequestHeadTooLarge
+from wire.errors import GatewayError, HeaderFieldsTooLarge, InvalidInput, OverCapacity, RequestHeadTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +224,11 @@ class _LingeringStream(tornado.iostream.IOStream):
 
     def close_fd(self) -> None:
         sock = self.socket
+        if self.body_unread and isinstance(self.error, tornado.iostream.UnsatisfiableReadError):
+            # Tornado gives up on a body line over its bound (a chunk-size line of 64 bytes or
+            # more) by closing, with no answer: the client gets one before the close.
+            with contextlib.suppress(OSError):
+                sock.send(_raw_answer(InvalidInput(f"the chunked body is malformed: {self.error}")), socket.MSG_DONTWAIT)
         try:
             unread = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
         except BlockingIOError:  # nothing waiting now; more may be on its way if a body was cut short

@@ -304,3 +304,16 @@ def test_a_lingering_close_is_bounded_in_time_for_a_client_that_never_stops_send
                 with contextlib.suppress(TimeoutError, socket.timeout):
                     client.send(b"x" * 65536)
         assert time.monotonic() - started < 30
+
+
+def test_a_chunked_body_whose_chunk_size_line_is_too_long_gets_400_not_a_reset(gw):
+    with socket.create_connection(address(gw), timeout=10) as client:
+        client.sendall(b"POST /v1/models/demo:predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       + b"1" + b"0" * 99 + b"\r\n")  # a chunk-size line of 102 bytes: Tornado reads 64 at most
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert "chunked body is malformed" in orjson.loads(body)["error"]
+    assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1.0]]})[0] == 200
