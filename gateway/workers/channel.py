@@ -42,7 +42,7 @@ from gateway.batching.request import NO_PARAMETERS, BatchRequest, BatchResult
 from wire import errors
 from wire.codecs import raw
 from wire.errors import GatewayError
-from wire.tensors import JSON, Tensor
+from wire.tensors import JSON, NUMPY_DTYPES, Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
 _LENGTH = struct.Struct(">I")
@@ -116,7 +116,8 @@ def _tensor_header(tensor: Tensor, blobs: list[bytes | memoryview]) -> list[Any]
     elif tensor.datatype == "BYTES":
         blob = raw.from_array(data, "BYTES")
     else:
-        blob = raw.from_array(data, tensor.datatype)
+        # The raw layout as a view of the array (no copy: the frame's one join copies it).
+        blob = memoryview(np.ascontiguousarray(data, dtype=NUMPY_DTYPES[tensor.datatype])).cast("B")
     blobs.append(blob)
     return [tensor.name, tensor.datatype, list(data.shape), len(blob)]
 
