@@ -117,7 +117,7 @@ def _tensor_header(tensor: Tensor, blobs: list[bytes | memoryview]) -> list[Any]
         blob = raw.from_array(data, "BYTES")
     else:
         # The raw layout as a view of the array (no copy: the frame's one join copies it).
-        blob = memoryview(np.ascontiguousarray(data, dtype=NUMPY_DTYPES[tensor.datatype])).cast("B")
+        blob = np.ascontiguousarray(data, dtype=NUMPY_DTYPES[tensor.datatype]).data.cast("B")
     blobs.append(blob)
     return [tensor.name, tensor.datatype, list(data.shape), len(blob)]
 
