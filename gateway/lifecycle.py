@@ -49,7 +49,7 @@ class Call:
 
     def batch_request(self, model: str, inputs: list[Tensor], lengths: np.ndarray | None = None, *,
                       client: ClientContext | None = None, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                      timeout_s: float | None = None, priority: int | None = None) -> BatchRequest:
+                      timeout_s: float | None = None, priority: int | None = None, form: str = "") -> BatchRequest:
         """The request as the scheduler takes it: its deadline the tightest of its
         transport's and its own `timeout_s`, counted from its arrival; its own `priority`
         (an OIP parameter) over its transport's. `client`: the context to carry (the
@@ -59,7 +59,7 @@ class Call:
             self.priority = priority
         deadline = None if self.timeout_s is None else self.arrived_s + self.timeout_s
         return BatchRequest(model, inputs, self.arrived_s, deadline, self.priority,
-                            self.client if client is None else client, parameters, lengths)
+                            self.client if client is None else client, parameters, lengths, form)
 
     @property
     def elapsed_s(self) -> float:

@@ -106,6 +106,12 @@ class ServedModel(ABC):
     def name(self) -> str:
         return self.config.name
 
+    @property
+    def form(self) -> str:
+        """The name of this model's batch form: requests converted by another form (before a
+        reload changed it) are told apart by it."""
+        return f"{type(self).__name__}/{self.backend.batch_form.value}"
+
     # -- the batch form ----------------------------------------------------------------
 
     def batch_inputs(self, request: ClientRequest) -> BatchInputs:

@@ -90,9 +90,10 @@ class InferenceService:
         queue finishes what it holds (in the old form, on the old predictor) within it."""
         served = served_model(model_config, await self._backend(model_config))
         if replacing_within_s is None:
-            self.scheduler.add_model(served.name, served.executor, model_config.batching)
+            self.scheduler.add_model(served.name, served.executor, model_config.batching, served.form)
         else:
-            self.scheduler.replace_model(served.name, served.executor, model_config.batching, replacing_within_s)
+            self.scheduler.replace_model(served.name, served.executor, model_config.batching, replacing_within_s,
+                                         served.form)
         self.models[served.name] = served
         served.start()
 
@@ -121,7 +122,7 @@ class InferenceService:
             if dataclasses.replace(before, batching=after.batching) == after and \
                     before.batching.padding == after.batching.padding:
                 self.models[name].config = after
-                self.scheduler.add_model(name, self.models[name].executor, after.batching)
+                self.scheduler.add_model(name, self.models[name].executor, after.batching, self.models[name].form)
                 changes["retuned"].append(name)
                 continue
             retired = self.models[name]
@@ -214,7 +215,7 @@ class InferenceService:
                 own_priority = request.priority if "priority" in request.parameters else None
             submitted = call.batch_request(served.name, batch.tensors, batch.lengths,
                                            client=self.telemetry.request_started(call), parameters=batch.parameters,
-                                           timeout_s=own_timeout, priority=own_priority)
+                                           timeout_s=own_timeout, priority=own_priority, form=served.form)
             result = await self.scheduler.submit(submitted)
             self.telemetry.request_batched(call, result)
             return Answer(served, batch, result)

@@ -76,6 +76,8 @@ class ModelQueue:
         self._woken = False  # this pump was the policy's own wake-up (a hold or window ended)
         self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
         self.stats = stats if stats is not None else ModelStats()  # a replaced queue's, carried on
+        self.form = ""  # the batch form its requests come in (opaque here: see BatchScheduler.replace_model)
+        self.abandoned = False
         self._loop = loop
         self._next_batch_id = next_batch_id
         self.observer = observer
@@ -399,6 +401,7 @@ class ModelQueue:
     async def abandon(self, error: GatewayError) -> None:
         """Answer everything still queued with `error`, cancel the batches in flight (their
         requests get Unavailable), and wait for them to wind up."""
+        self.abandoned = True
         if self.wake is not None:
             self.wake.cancel()
         while self.pending:

@@ -44,10 +44,11 @@ class Scheduler(Protocol):
     a worker's stand-in that hands each request to the batcher's (`gateway.workers.remote`).
     What a scheduler has counted is read through the service's views, not here."""
 
-    def add_model(self, name: str, executor: Executor, config: BatchingConfig) -> None:
-        """Register (or re-tune) a model."""
+    def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "") -> None:
+        """Register (or re-tune) a model whose requests come in batch form `form`."""
 
-    def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float) -> None:
+    def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float,
+                      form: str = "") -> None:
         """A new queue for new requests; what the old one holds finishes as it was admitted."""
 
     async def remove_model(self, name: str, grace_s: float) -> None:
@@ -76,8 +77,9 @@ class BatchScheduler:
 
     # -- models ----------------------------------------------------------------------
 
-    def add_model(self, name: str, executor: Executor, config: BatchingConfig) -> None:
-        """Register (or re-tune) a model. Call on the scheduler's loop."""
+    def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "") -> None:
+        """Register (or re-tune) a model. Call on the scheduler's loop. `form`: an opaque name
+        of the batch form its requests come in (see `replace_model`)."""
         if config.policy not in policy_names():
             raise ValueError(f"unknown batching policy {config.policy!r}")
         existing = self._queues.get(name)
@@ -85,13 +87,17 @@ class BatchScheduler:
             existing.retune(executor, config)
             return
         self._queues[name] = ModelQueue(name, executor, config, self._loop, self._next_batch_id, self.observer)
+        self._queues[name].form = form
 
-    def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float) -> None:
+    def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float,
+                      form: str = "") -> None:
         """A new queue for a model whose executor changed what it takes (a new predictor, a
         new batch form): new requests go to it, while what the old queue holds finishes on
-        the old executor within `grace_s`, as the form it was admitted in. Its counts carry on."""
+        the old executor within `grace_s`, as the form it was admitted in. Its counts carry on.
+        Until then, a request that arrives in the old queue's form (converted before the
+        change was known: a worker's) joins the old queue."""
         old = self._queues.pop(name, None)
-        self.add_model(name, executor, config)
+        self.add_model(name, executor, config, form)
         if old is not None:
             self._queues[name].stats = old.stats
             retiring = self._loop.create_task(self._drain(old, grace_s, Unavailable(
@@ -152,29 +158,35 @@ class BatchScheduler:
         batch is filled highest level first."""
         if asyncio.get_running_loop() is self._loop:
             # The queue's own coroutine, awaited here: no frame of ours between (a queued request holds each).
-            return await self._queue(request.model).add(request)
+            return await self._queue(request).add(request)
         return await asyncio.wrap_future(self.submit_threadsafe(request))
 
     def enqueue(self, request: BatchRequest) -> asyncio.Future[BatchResult]:
         """`submit` without a coroutine, on the scheduler's own loop: the future of the
         request's rows (cancelling it withdraws the request). For a caller that answers
         from a callback (the workers' batcher), one task fewer per request."""
-        return self._queue(request.model).add(request)
+        return self._queue(request).add(request)
 
     def submit_threadsafe(self, request: BatchRequest) -> concurrent.futures.Future[BatchResult]:
         """Queue a request from any thread; returns a concurrent future of its BatchResult."""
         return asyncio.run_coroutine_threadsafe(self._submit(request), self._loop)
 
     async def _submit(self, request: BatchRequest) -> BatchResult:
-        return await self._queue(request.model).add(request)
+        return await self._queue(request).add(request)
 
-    def _queue(self, model: str) -> ModelQueue:
-        """The model's queue, if it takes requests now."""
-        queue = self._queues.get(model)
+    def _queue(self, request: BatchRequest) -> ModelQueue:
+        """The queue of the request's model and form, if it takes requests now."""
+        queue = self._queues.get(request.model)
         if queue is None:
-            raise ModelNotFound.unknown(model)
+            raise ModelNotFound.unknown(request.model)
         if self._closed:
             raise Unavailable("the gateway is shutting down")
+        if request.form and queue.form and request.form != queue.form:
+            replaced = next((old for old in self._retiring if old.name == request.model and old.form == request.form
+                             and not old.abandoned), None)
+            if replaced is None:
+                raise Unavailable(f"model '{request.model}' changed its batch form as this request arrived; retry it")
+            return replaced
         return queue
 
     # -- shutdown ------------------------------------------------------------------------

@@ -142,7 +142,8 @@ def _encode(message: Message, blobs: list[bytes | memoryview], now: float) -> li
                 None if request.deadline_s is None else request.deadline_s - now, request.priority,
                 None if client is NO_CONTEXT else [client.request_id, client.traceparent],
                 dict(request.parameters) if request.parameters else None,
-                [_tensor_header(t, blobs) for t in request.inputs], _lengths_header(request.lengths, blobs)]
+                [_tensor_header(t, blobs) for t in request.inputs], _lengths_header(request.lengths, blobs),
+                request.form]
     if isinstance(message, Result):
         return ["result", message.id, message.result.batch_ids,
                 [_tensor_header(t, blobs) for t in message.result.outputs], message.result.departed_unix_ns]
@@ -221,12 +222,12 @@ def _unvalue(value: dict[str, Any]) -> Any:
 def _decode(fields: list[Any], blobs: _Blobs, now: float) -> Message:
     kind, message_id = fields[0], fields[1]
     if kind == "submit":
-        model, age_s, remaining_s, priority, client, parameters, tensors, lengths = fields[2:]
+        model, age_s, remaining_s, priority, client, parameters, tensors, lengths, form = fields[2:]
         inputs = [_tensor(header, blobs) for header in tensors]
         return Submit(message_id, BatchRequest(
             model, inputs, now - age_s, None if remaining_s is None else now + remaining_s, priority,
             ClientContext(*client) if client is not None else NO_CONTEXT, parameters or NO_PARAMETERS,
-            _lengths(lengths, blobs)))
+            _lengths(lengths, blobs), form))
     if kind == "result":
         return Result(message_id, BatchResult([_tensor(header, blobs) for header in fields[3]], fields[2], fields[4]))
     if kind == "failure":

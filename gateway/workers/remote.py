@@ -129,11 +129,12 @@ class RemoteScheduler:
         self._idle.set()
         self._hurry = asyncio.Event()
 
-    def add_model(self, name: str, executor: Executor, config: BatchingConfig) -> None:
+    def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "") -> None:
         """Register (or re-tune) a model here: the batcher runs it (its own service adds it)."""
         self._models.add(name)
 
-    def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float) -> None:
+    def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float,
+                      form: str = "") -> None:
         self._models.add(name)  # the batcher's own service replaces its queue
 
     async def remove_model(self, name: str, grace_s: float) -> None:

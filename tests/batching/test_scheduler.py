@@ -103,3 +103,27 @@ async def test_closing_answers_what_is_left_unavailable_once_the_grace_is_over()
     with pytest.raises(Unavailable, match="shutting down"):
         await scheduler.submit(BatchRequest.arriving("m", rows(2, 1)))
     assert len(executor.batches) == 1
+
+
+async def test_a_replaced_model_finishes_what_its_old_form_holds_and_takes_late_requests_of_that_form():
+    """replace_model: new requests go to the new executor; queued ones finish on the old; one
+    converted in the old form before the change was known (a worker's) joins the old queue,
+    and once that queue is gone it is refused Unavailable, to be retried, never misread."""
+    old_form, new_form = RecordingExecutor(), RecordingExecutor()
+    old_form.release = asyncio.Event()
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    scheduler.add_model("m", old_form, BatchingConfig(), form="instances")
+    held = asyncio.ensure_future(scheduler.submit(BatchRequest("m", rows(0, 1), form="instances")))
+    await asyncio.sleep(0.01)  # at the old executor
+    queued = asyncio.ensure_future(scheduler.submit(BatchRequest("m", rows(1, 1), form="instances")))
+    await asyncio.sleep(0)
+    scheduler.replace_model("m", new_form, BatchingConfig(), grace_s=5.0, form="tensors")
+    late = asyncio.ensure_future(scheduler.submit(BatchRequest("m", rows(2, 1), form="instances")))
+    fresh = await scheduler.submit(BatchRequest("m", rows(3, 1), form="tensors"))
+    assert fresh.outputs[0].data.tolist() == [[12.0, 14.0]] and len(new_form.batches) == 1
+    old_form.release.set()
+    await asyncio.gather(held, queued, late)
+    assert sorted(row[0] for batch in old_form.batches for row in batch) == [0.0, 2.0, 4.0]  # rows 0, 1, 2: the old form's
+    await asyncio.sleep(0.05)  # the old queue, now empty, is retired
+    with pytest.raises(Unavailable, match="changed its batch form"):
+        await scheduler.submit(BatchRequest("m", rows(4, 1), form="instances"))
