@@ -15,8 +15,14 @@ the same ports, and prints one READY line once every worker has said READY. Then
   finish their own, which are batched here until the last worker has gone; then the
   models close. A second signal hurries it: what is still queued is answered 503.
 
+* **A worker started again** reads the config the gateway serves now (rewritten here on
+  every reload); a reload that comes while a worker starts reaches it once it is READY.
+
 Port 0 means one free port for all workers: it is reserved here with SO_REUSEPORT (bound,
-never listening, so it takes no connection) before the workers bind it.
+never listening, so it takes no connection) before the workers bind it. The socket and the
+workers' config live in a private folder named by this process's PID (a successor removes
+one whose batcher died without cleaning up); the bearer token is never written there, it
+reaches the workers in their environment.
 
 It is a role of the one gateway assembly (`gateway.roles`, `gateway.server.Gateway`),
 which it does not import: the command line runs the batcher as `serve` with this role.
