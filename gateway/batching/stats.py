@@ -5,8 +5,8 @@
   method per event: a request arrived, was admitted, refused (queue full, or predicted
   late), timed out (before it was queued, or after), dropped unsent, or finished; a batch
   left; a batch was bisected; a predictor call returned, answered or overran. The counting
-  (what each event adds to which counter, by priority level too) is here and nowhere else;
-  the one exception is `holds`, which the adaptive policy counts itself.
+  (what each event adds to which counter, by priority level too) is here and nowhere else:
+  the adaptive policy tells it of its holds the same way.
 * `StatsSnapshot` (`ModelStats.snapshot()`) is the one projection of those figures that
   /metrics (`gateway.metrics`), the live page (`gateway.live`) and Triton's statistics
   (`gateway.triton`) read: an immutable copy taken on the scheduler's loop, so a reader
@@ -140,7 +140,7 @@ class ModelStats:
     dropped: int = 0       # dropped from the queue: could no longer meet its deadline
     expired: int = 0
     isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
-    holds: int = 0       # times a free slot waited for answered clients to return (counted by policies.adaptive)
+    holds: int = 0       # times a free slot waited for answered clients to return (`held`, by policies.adaptive)
     last_call_at: float = float("-inf")  # when a predictor call last ended (answered or abandoned), loop time
     departures: Counter[str] = field(default_factory=Counter)  # why batches left (policies.departures())
     by_level: dict[int, LevelCounts] = field(default_factory=dict)  # only for models with priority levels
@@ -197,6 +197,10 @@ class ModelStats:
         finishes here, so its failure is counted now."""
         self.timed_out(level)
         self.failed.add(seconds)
+
+    def held(self) -> None:
+        """A free slot waited for answered clients to return (the adaptive policy's hold)."""
+        self.holds += 1
 
     def dropped_unsent(self, level: int) -> None:
         """A queued request was answered before it was sent: it could no longer meet its deadline."""

@@ -14,6 +14,7 @@ and the role interface; no front end, no predictor protocol, and not `gateway.se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Callable
@@ -160,7 +161,8 @@ class RemoteScheduler:
     def _withdraw(self, message_id: int) -> None:
         self.batcher.forget(message_id)
         if not self.batcher.lost.is_set():
-            self.batcher.channel.send(Cancel(message_id))
+            with contextlib.suppress(ChannelClosed):  # gone meanwhile: nothing left there to cancel
+                self.batcher.channel.send(Cancel(message_id))
 
     async def close(self, grace_s: float = 0.0) -> None:
         """Wait (at most `grace_s`, or until `hurry`) for this worker's requests at the

@@ -95,7 +95,7 @@ class AdaptivePolicy(Policy):
             return None
         until = self.returns.hold_until(now, self.hold_limit())
         if until is not None:
-            queue.stats.holds += 1
+            queue.stats.held()
         return until
 
     def on_arrival(self, now: float) -> None:
