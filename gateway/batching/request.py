@@ -3,8 +3,8 @@ while a queue holds it (`QueuedRequest`) and the parts it travels in.
 
 Semantics
 ---------
-* `BatchRequest` is the one shape in which every front end, the service and the workers'
-  channel hand a request to a scheduler: the model, the tensors in the model's batch
+* `BatchRequest` is the one shape in which a request reaches a scheduler, whichever front
+  end it came through (the service builds it, or the workers' channel carries it): the model, the tensors in the model's batch
   form, each row's real length (padded models), when it arrived and the client's own
   deadline as instants of `time.monotonic()`, its priority, its client context and the
   parameters that travel with its batch. The deadline counts from the request's arrival
@@ -23,6 +23,7 @@ This module must not know queues, policies or executors, nor where a request cam
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ class BatchRequest:
         limits = [self.arrived_s + s for s in timeouts_s if s is not None]
         if self.deadline_s is not None:
             limits.append(self.deadline_s)
-        return min(limits)
+        return min(limits, default=math.inf)
 
     @property
     def rows(self) -> int:
