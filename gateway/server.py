@@ -44,6 +44,7 @@ class Gateway:
         self.service: InferenceService | None = None
         self.front_ends: FrontEnds | None = None
         self.telemetry: Telemetry = NO_TELEMETRY
+        self._reloading = asyncio.Lock()
 
     @property
     def http_port(self) -> int:
@@ -86,12 +87,14 @@ class Gateway:
             await asyncio.to_thread(self.telemetry.shutdown, max(deadline - loop.time(), MIN_EXPORT_S))
 
     async def reload(self, path: str) -> None:
-        """Re-read the config file and apply its model changes (see `reload_models`)."""
+        """Re-read the config file and apply its model changes (see `reload_models`), one
+        reload at a time: SIGHUPs in quick succession apply in turn, never interleaved."""
         assert self.service is not None, "reload before start"
-        fresh = await reload_models(self.service, path)
-        if fresh is not None:
-            self.config = fresh
-            await self.role.reloaded(fresh)
+        async with self._reloading:
+            fresh = await reload_models(self.service, path)
+            if fresh is not None:
+                self.config = fresh
+                await self.role.reloaded(fresh)
 
     def hurry(self) -> None:
         """End the grace period now: what is still queued or in flight is answered 503."""
