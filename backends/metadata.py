@@ -6,17 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from wire.tensors import ModelSignature, TensorSpec
+from wire.tensors import ModelSignature
 
 
 def signature_from_json(document: dict[str, Any]) -> tuple[ModelSignature, list[str]]:
-    inputs = tuple(TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"]))
-                   for t in document.get("inputs") or [])
-    outputs = tuple(TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"]))
-                    for t in document.get("outputs") or [])
     # Empty lists are an answer too: the model describes no tensors (a custom kserve.Model,
     # KServe's sklearn and xgboost runtimes), which is not the same as no answer.
-    return ModelSignature(inputs, outputs), [str(v) for v in document.get("versions") or []]
+    return ModelSignature.described(document), [str(v) for v in document.get("versions") or []]
 
 
 def signature_from_proto(message: Any) -> tuple[ModelSignature, list[str]]:

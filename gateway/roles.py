@@ -17,7 +17,8 @@ It knows the scheduler and views interfaces; no front end, no worker, no predict
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Protocol
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 from backends.base import Backend
 from backends.registry import create_backend
@@ -30,57 +31,58 @@ if TYPE_CHECKING:  # the service is built with a role's views; the role never bu
     from gateway.service import InferenceService
 
 
-class Role(Protocol):
-    """What differs between the processes of a gateway (see the module)."""
+class Role(ABC):
+    """What differs between the processes of a gateway (see the module). The hooks a role
+    has nothing to do in are no-ops here, so each role states only what it changes."""
+
+    ready_note = ""  # words added to the READY line (the batcher names how many workers it runs)
+    drains = "finishing queued and in-flight requests"  # what its stop waits for, as the log says it
+
+    def __init__(self) -> None:
+        self._never = asyncio.Event()
 
     @property
     def lost(self) -> asyncio.Event:
         """Set when this process must stop on its own (a worker whose batcher has gone)."""
+        return self._never
 
-    @property
-    def ready_note(self) -> str:
-        """Words added to the READY line (the batcher names how many workers it runs)."""
-
-    @property
-    def drains(self) -> str:
-        """What its stop waits for, as the log says it."""
-
+    @abstractmethod
     async def scheduler(self, loop: asyncio.AbstractEventLoop, telemetry: Telemetry) -> Scheduler:
         """What decides this process's batches."""
 
+    @abstractmethod
     async def backend(self, config: ModelConfig) -> Backend:
         """The client the model's served model holds for its predictor (started)."""
 
+    @abstractmethod
     def views(self, service: InferenceService) -> Views:
         """What describes the whole gateway, as this process reads it."""
 
     def server(self, settings: ServerConfig) -> ServerConfig:
         """The server settings its front ends bind with."""
+        return settings
 
-    async def serving(self, service: InferenceService) -> None:
+    async def serving(self, service: InferenceService) -> None:  # noqa: B027 - a hook most roles ignore
         """The front ends listen and the models are started: anything else to start before READY."""
 
-    async def draining(self, grace_s: float) -> None:
+    async def draining(self, grace_s: float) -> None:  # noqa: B027 - as above
         """The front ends take no more requests: anything to finish before the service closes."""
 
-    def hurry(self) -> None:
+    def hurry(self) -> None:  # noqa: B027 - as above
         """A second stop signal: end every grace period now."""
 
-    async def reloaded(self, config: GatewayConfig) -> None:
+    async def reloaded(self, config: GatewayConfig) -> None:  # noqa: B027 - as above
         """The service now runs `config` (a SIGHUP's reload)."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - as above
         """The last step of a stop, after the service has closed (also after a failed start)."""
 
 
-class SingleProcess:
+class SingleProcess(Role):
     """One process decides and serves everything."""
 
-    ready_note = ""
-    drains = "finishing queued and in-flight requests"
-
     def __init__(self) -> None:
-        self.lost = asyncio.Event()  # never set: only a signal stops it
+        super().__init__()
         self.local: BatchScheduler | None = None
 
     async def scheduler(self, loop: asyncio.AbstractEventLoop, telemetry: Telemetry) -> Scheduler:
@@ -95,21 +97,3 @@ class SingleProcess:
     def views(self, service: InferenceService) -> Views:
         assert self.local is not None, "views before the scheduler"
         return LocalViews(self.local, service.models, service.metrics)
-
-    def server(self, settings: ServerConfig) -> ServerConfig:
-        return settings
-
-    async def serving(self, service: InferenceService) -> None:
-        pass
-
-    async def draining(self, grace_s: float) -> None:
-        pass
-
-    def hurry(self) -> None:
-        pass
-
-    async def reloaded(self, config: GatewayConfig) -> None:
-        pass
-
-    async def close(self) -> None:
-        pass

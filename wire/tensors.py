@@ -20,6 +20,7 @@ form and no typed gRPC contents field (`RAW_ONLY`): it travels only as raw bytes
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,15 @@ class ModelSignature:
         """The `inputs` and `outputs` entries of OIP model metadata."""
         return {"inputs": [spec.describe() for spec in self.inputs],
                 "outputs": [spec.describe() for spec in self.outputs]}
+
+    @classmethod
+    def described(cls, document: Mapping[str, Any]) -> ModelSignature:
+        """The signature OIP model metadata's `inputs` and `outputs` entries describe
+        (`describe`'s inverse). Empty lists are an answer too: a model that describes no tensors."""
+        def specs(side: str) -> tuple[TensorSpec, ...]:
+            return tuple(TensorSpec(t["name"], t["datatype"], tuple(int(d) for d in t["shape"]))
+                         for t in document.get(side) or [])
+        return cls(specs("inputs"), specs("outputs"))
 
 
 def signature_key(tensors: list[Tensor]) -> tuple:

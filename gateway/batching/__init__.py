@@ -11,7 +11,8 @@ Modules, from the public face inwards:
 * `executor`: running one batch at the executor, and bisecting a batch it rejects.
 * `merge`: pure row arithmetic: splitting big requests, concatenating parts, slicing
   results back, reassembling split requests, choosing the next batch.
-* `request`: a request while held (`Request`), the parts it travels in, `BatchResult`.
+* `request`: `BatchRequest`, the one shape in which a request reaches a scheduler, and
+  `BatchResult`; a request while a queue holds it (`QueuedRequest`), the parts it travels in.
 * `config`: `BatchingConfig`, a model's batching settings and their defaults.
 * `stats`: `ModelStats`, a model's counters and histograms and their one recorder (the
   queue and the executor tell it each event), and `StatsSnapshot`, the one projection

@@ -16,8 +16,8 @@ Semantics
 * Every request has a deadline, counted from its arrival at the gateway (`timeout_s`, or
   less if its client asks: see `request.BatchRequest`). A request whose deadline passed
   before it reached the queue (a slow upload, a long decode) is refused at once with
-  DeadlineExceeded; one whose deadline passes while queued is answered DeadlineExceeded and never sent; one whose
-  batch is at the executor is answered at its deadline too (the executor call itself is
+  DeadlineExceeded; one whose deadline passes while queued is answered DeadlineExceeded
+  and never sent; one whose batch is at the executor is answered at its deadline too (the executor call itself is
   abandoned once every member's deadline has passed: see `executor`).
 * The queue is bounded (`max_queue` rows): beyond it a request is refused at once with
   Overloaded. A request whose caller goes away (its awaiting task is cancelled) is
@@ -61,8 +61,7 @@ log = logging.getLogger("gateway.batching.scheduler")  # the logger name operato
 
 class ModelQueue:
     def __init__(self, name: str, executor: Executor, config: BatchingConfig, loop: asyncio.AbstractEventLoop,
-                 next_batch_id: Callable[[], str], observer: BatchObserver = NO_OBSERVER,
-                 stats: ModelStats | None = None) -> None:
+                 next_batch_id: Callable[[], str], observer: BatchObserver = NO_OBSERVER, form: str = "") -> None:
         self.name = name
         self.executor = executor
         self.config = config
@@ -75,8 +74,8 @@ class ModelQueue:
         self.wake_at = 0.0
         self._woken = False  # this pump was the policy's own wake-up (a hold or window ended)
         self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
-        self.stats = stats if stats is not None else ModelStats()  # a replaced queue's, carried on
-        self.form = ""  # the batch form its requests come in (opaque here: see BatchScheduler.replace_model)
+        self.stats = ModelStats()
+        self.form = form  # the batch form its requests come in (opaque here: see BatchScheduler.replace_model)
         self.abandoned = False
         self._loop = loop
         self._next_batch_id = next_batch_id

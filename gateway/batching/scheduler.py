@@ -86,8 +86,7 @@ class BatchScheduler:
         if existing is not None:
             existing.retune(executor, config)
             return
-        self._queues[name] = ModelQueue(name, executor, config, self._loop, self._next_batch_id, self.observer)
-        self._queues[name].form = form
+        self._queues[name] = ModelQueue(name, executor, config, self._loop, self._next_batch_id, self.observer, form)
 
     def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float,
                       form: str = "") -> None:
@@ -99,7 +98,7 @@ class BatchScheduler:
         old = self._queues.pop(name, None)
         self.add_model(name, executor, config, form)
         if old is not None:
-            self._queues[name].stats = old.stats
+            self._queues[name].stats = old.stats  # its counts carry on
             retiring = self._loop.create_task(self._drain(old, grace_s, Unavailable(
                 f"model '{name}' was replaced before this request could be sent")))
             self._retiring[old] = retiring

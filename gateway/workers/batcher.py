@@ -8,7 +8,7 @@ Messages from a worker (`channel`):
 - `PredictorQuestion`: what this process's client of a model's predictor knows (its batch
   form, the signature and versions learned from it, its readiness, its Triton config),
   for a worker's `RemoteBackend`: workers build no predictor clients.
-- `Reply`: the worker's answer to the batcher's own `Ask`.
+- `Answer`: the worker's answer to the batcher's own `Ask`.
 
 When a worker's connection closes (it stopped, or died), its requests are cancelled:
 their clients were connected to it, and are gone with it.
@@ -39,7 +39,6 @@ from gateway.workers.channel import (
     Failure,
     Message,
     PredictorQuestion,
-    Reply,
     Result,
     Submit,
     ViewQuestion,
@@ -108,7 +107,7 @@ class Batcher:
         elif isinstance(message, PredictorQuestion):
             self._spawn(self._answer_question(worker, message.id, message.what,
                                               self.predictor(message.model, message.what)))
-        elif isinstance(message, Reply):
+        elif isinstance(message, Answer):
             question = worker.questions.pop(message.id, None)
             if question is not None and not question.done():
                 question.set_result(message.value)
@@ -167,8 +166,7 @@ class Batcher:
         if what == "form":
             return served.backend.batch_form.value
         if what == "metadata":
-            return None if served.signature is None else {"signature": served.signature.describe(),
-                                                          "versions": served.versions}
+            return None if served.signature is None else {**served.signature.describe(), "versions": served.versions}
         if what == "ready":
             return await served.ready()
         if what == "config":

@@ -3,11 +3,10 @@
 Messages (each a class below, with the request id it belongs to):
 - worker -> batcher: `Submit` (a `BatchRequest`), `Cancel` (its client has gone),
   `ViewQuestion` (a document of the whole gateway), `PredictorQuestion` (what the
-  batcher's client of a model's predictor knows: a worker builds none), `Reply` (its
-  answer to an `Ask`);
-- batcher -> worker: `Result` (a request's rows), `Failure` (its `GatewayError`),
-  `Answer` (to either question), `Ask` (the worker's own part of a view: its /metrics
-  counts).
+  batcher's client of a model's predictor knows: a worker builds none);
+- batcher -> worker: `Result` (a request's rows), `Failure` (its `GatewayError`), `Ask`
+  (the worker's own part of a view: its /metrics counts);
+- either way: `Answer`, to the other side's question (by the question's id).
 
 A frame is a 4-byte big-endian length, then a 4-byte length and a JSON header (orjson)
 listing the frame's messages, then the tensors' bytes those messages describe, in order.
@@ -42,7 +41,7 @@ from gateway.batching.request import NO_PARAMETERS, BatchRequest, BatchResult
 from wire import errors
 from wire.codecs import raw
 from wire.errors import GatewayError
-from wire.tensors import JSON, NUMPY_DTYPES, Tensor
+from wire.tensors import JSON, NUMPY_DTYPES, Tensor, rows_tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
 _LENGTH = struct.Struct(">I")
@@ -88,7 +87,7 @@ class PredictorQuestion:
 
 @dataclass(slots=True)
 class Answer:
-    id: int
+    id: int     # the question's
     value: Any  # a JSON document, or /metrics' text as bytes
 
 
@@ -98,13 +97,7 @@ class Ask:
     name: str  # what the batcher wants of the worker's own: "metrics" (its metric families)
 
 
-@dataclass(slots=True)
-class Reply:
-    id: int
-    value: Any
-
-
-Message = Submit | Cancel | Result | Failure | ViewQuestion | PredictorQuestion | Answer | Ask | Reply
+Message = Submit | Cancel | Result | Failure | ViewQuestion | PredictorQuestion | Answer | Ask
 
 
 # -- encoding ---------------------------------------------------------------------------------
@@ -157,9 +150,7 @@ def _encode(message: Message, blobs: list[bytes | memoryview], now: float) -> li
         return ["predictor", message.id, message.model, message.what]
     if isinstance(message, Answer):
         return ["answer", message.id, _value(message.value)]
-    if isinstance(message, Ask):
-        return ["ask", message.id, message.name]
-    return ["reply", message.id, _value(message.value)]
+    return ["ask", message.id, message.name]
 
 
 def encode(messages: list[Message]) -> list[bytes | memoryview]:
@@ -192,11 +183,7 @@ def _tensor(header: list[Any], blobs: _Blobs) -> Tensor:
     name, datatype, shape, size = header
     blob = blobs.take(size)
     if datatype == JSON:
-        rows = orjson.loads(blob)
-        data = np.empty(len(rows), dtype=object)
-        for index, row in enumerate(rows):  # each row stays the value it was (a list is one row)
-            data[index] = row
-        return Tensor(name, datatype, data)
+        return Tensor(name, datatype, rows_tensor(orjson.loads(blob)).data)
     return Tensor(name, datatype, raw.to_array(name, datatype, shape, int(np.prod(shape)), blob))
 
 
@@ -242,8 +229,6 @@ def _decode(fields: list[Any], blobs: _Blobs, now: float) -> Message:
         return Answer(message_id, _unvalue(fields[2]))
     if kind == "ask":
         return Ask(message_id, fields[2])
-    if kind == "reply":
-        return Reply(message_id, _unvalue(fields[2]))
     raise ValueError(f"unknown message kind {kind!r}")
 
 

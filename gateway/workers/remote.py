@@ -25,7 +25,8 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor
 from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.scheduler import Scheduler
-from gateway.config import GatewayConfig, ModelConfig, ServerConfig
+from gateway.config import ModelConfig
+from gateway.roles import Role
 from gateway.telemetry import Telemetry
 from gateway.views import Views
 from gateway.workers.channel import (
@@ -37,13 +38,12 @@ from gateway.workers.channel import (
     Failure,
     Message,
     PredictorQuestion,
-    Reply,
     Result,
     Submit,
     ViewQuestion,
 )
 from wire.errors import GatewayError, ModelNotFound, Unavailable
-from wire.tensors import ModelSignature, Tensor, TensorSpec
+from wire.tensors import ModelSignature, Tensor
 
 if TYPE_CHECKING:
     from gateway.service import InferenceService
@@ -86,7 +86,7 @@ class BatcherClient:
     def _handle(self, message: Message) -> None:
         if isinstance(message, Ask):
             answer = self.answer.get(message.name)
-            self.channel.send(Reply(message.id, answer() if answer is not None else None))
+            self.channel.send(Answer(message.id, answer() if answer is not None else None))
             return
         waiting = self._waiting.pop(message.id, None)
         if waiting is None or waiting.done():
@@ -223,10 +223,7 @@ class RemoteBackend(Backend):
             return None
         if described is None:
             return None
-        signature = described["signature"]
-        specs = [tuple(TensorSpec(spec["name"], spec["datatype"], tuple(spec["shape"])) for spec in signature[side])
-                 for side in ("inputs", "outputs")]
-        return ModelSignature(*specs), described["versions"]
+        return ModelSignature.described(described), described["versions"]
 
     async def model_config(self) -> dict[str, Any] | None:
         config: dict[str, Any] | None = await self._ask(self.batcher, self.model, "config")
@@ -256,23 +253,22 @@ class RemoteViews:
         return snapshot
 
 
-class WorkerRole:
+class WorkerRole(Role):
     """A worker of `serve --workers N` (see `gateway.roles`): the batcher at `path` decides
-    its batches and describes the gateway; it stops when the batcher has gone."""
-
-    ready_note = ""
-    drains = "finishing queued and in-flight requests"
+    its batches and describes the gateway; it stops when the batcher has gone. Its drain is
+    its service's close, which waits for its requests at the batcher."""
 
     def __init__(self, path: str) -> None:
+        super().__init__()
         self.path = path
         self.batcher: BatcherClient | None = None
-        self.lost = asyncio.Event()
-        self._watch: asyncio.Task[Any] | None = None
+
+    @property
+    def lost(self) -> asyncio.Event:
+        return self.batcher.lost if self.batcher is not None else super().lost
 
     async def scheduler(self, loop: asyncio.AbstractEventLoop, telemetry: Telemetry) -> Scheduler:
         self.batcher = await BatcherClient.connect(self.path)
-        self._watch = loop.create_task(self.batcher.lost.wait())
-        self._watch.add_done_callback(lambda _: self.lost.set())
         return RemoteScheduler(self.batcher)
 
     async def backend(self, config: ModelConfig) -> Backend:
@@ -283,21 +279,6 @@ class WorkerRole:
         assert self.batcher is not None, "views before the scheduler"
         self.batcher.answer["metrics"] = service.metrics.families  # its own counts, for the batcher's sum
         return RemoteViews(self.batcher)
-
-    def server(self, settings: ServerConfig) -> ServerConfig:
-        return settings
-
-    async def serving(self, service: InferenceService) -> None:
-        pass
-
-    async def draining(self, grace_s: float) -> None:
-        pass  # its service's close waits for its requests at the batcher
-
-    def hurry(self) -> None:
-        pass
-
-    async def reloaded(self, config: GatewayConfig) -> None:
-        pass
 
     async def close(self) -> None:
         if self.batcher is not None:

@@ -243,9 +243,10 @@ def _remove_left_behind() -> None:
             continue
         owner = name[len(FOLDER_PREFIX):].split("-", 1)[0]
         path = os.path.join(root, name)
-        if owner.isdigit() and not _alive(int(owner)) and os.stat(path).st_uid == os.getuid():
-            log.info("removing %s, left behind by a batcher (pid %s) that is gone", path, owner)
-            shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):  # removed meanwhile by another successor
+            if owner.isdigit() and not _alive(int(owner)) and os.stat(path).st_uid == os.getuid():
+                log.info("removing %s, left behind by a batcher (pid %s) that is gone", path, owner)
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
