@@ -481,7 +481,7 @@ def test_reloads_while_a_worker_starts_never_kill_it(tmp_path, predictor):
 
 
 def test_a_drain_past_grace_answers_every_request_through_every_worker(tmp_path, predictor):
-    """40 requests at a held predictor, over HTTP and gRPC, through every worker; SIGTERM
+    """40 requests or more at a held predictor, over HTTP and gRPC, through every worker; SIGTERM
     with a 1 s grace: each gets an answer (503 / UNAVAILABLE for what grace could not
     finish), never an empty close."""
     recording, url = predictor
@@ -501,14 +501,17 @@ def test_a_drain_past_grace_answers_every_request_through_every_worker(tmp_path,
             except grpc.RpcError as error:
                 return f"{error.code().name}: {error.details()}"
 
+        # At least 20 connections (more when it took more to reach every worker), a thread each:
+        # every request is sent before the signal, none waits for a thread and comes after it.
+        requests = len(connections) + len(channels)
         recording.hold = True
-        with concurrent.futures.ThreadPoolExecutor(40) as pool:
+        with concurrent.futures.ThreadPoolExecutor(requests) as pool:
             try:
                 over_http = [pool.submit(post, connection, "demo", 1) for connection in connections]
                 grpc_calls = [pool.submit(over_grpc, channel) for channel in channels]
                 wait_for(lambda: len(recording.batches) == 1
-                         and scraped(gw.http_url, "gateway_queue_depth", "demo") == 40 - len(recording.batches[0]),
-                         "one batch held at the predictor and the other 39 requests queued at the batcher")
+                         and scraped(gw.http_url, "gateway_queue_depth", "demo") == requests - len(recording.batches[0]),
+                         "one batch held at the predictor and the other requests queued at the batcher")
                 stopped = time.monotonic()
                 os.kill(gw.pid, signal.SIGTERM)
                 http_answers = [future.result(timeout=30) for future in over_http]
@@ -529,13 +532,13 @@ def test_a_second_signal_hurries_the_batcher_and_every_worker(tmp_path, predicto
     config = tmp_path / "gateway.toml"
     config.write_text("[server]\ngrace_s = 30.0\n" + MODEL.format(name="demo", url=url))
     with gateway_with_workers(config) as gw:
-        connections = connections_on_every_worker(gw, 6)
+        connections = connections_on_every_worker(gw, 6)  # 6 or more: a thread each, every request in before the signal
         recording.hold = True
-        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        with concurrent.futures.ThreadPoolExecutor(len(connections)) as pool:
             try:
                 held = [pool.submit(post, connection, "demo", 1) for connection in connections]
                 wait_for(lambda: len(recording.batches) == 1
-                         and scraped(gw.http_url, "gateway_queue_depth", "demo") == 6 - len(recording.batches[0]),
+                         and scraped(gw.http_url, "gateway_queue_depth", "demo") == len(connections) - len(recording.batches[0]),
                          "one batch held at the predictor and the rest queued at the batcher")
                 os.kill(gw.pid, signal.SIGTERM)
                 wait_for(lambda: "stopping: the workers finish their requests" in gw.log_text()
@@ -549,7 +552,7 @@ def test_a_second_signal_hurries_the_batcher_and_every_worker(tmp_path, predicto
             finally:
                 recording.hold = False
                 recording.release.set()
-        assert answers == [503] * 6
+        assert answers == [503] * len(connections)
         assert took < 10, took  # against a 30 s grace
 
 
