@@ -5,6 +5,7 @@ objects, then through the scheduler with a recording executor."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -137,20 +138,23 @@ async def until(condition) -> None:
 
 
 async def test_under_overload_late_requests_are_refused_at_once_and_the_rest_answered():
-    executor = RecordingExecutor(delay_s=0.02)
-    scheduler = scheduler_with(executor, policy="deadline", slo_s=0.1, max_batch_size=4, max_hold_s=0)
+    # Calls of 100 ms: the first batch has 4 calls of slack, so only a stall of 400 ms (not the
+    # 80 ms of a gen-2 collection late in a full run, as with 20 ms calls) makes it late.
+    executor = RecordingExecutor(delay_s=0.1)
+    scheduler = scheduler_with(executor, policy="deadline", slo_s=1.0, max_batch_size=4, max_hold_s=0)
     await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1))) for i in range(8)))  # learn the profile
-    # The SLO in learned calls, not a fixed 100 ms: a warm-up call the machine stalled (once in
+    # The SLO in learned calls, not a fixed time: a warm-up call the machine stalled (once in
     # a full run) taught a profile that refused every one of the 200, the first included.
     full_batch_s = scheduler.stats("m").profile.predict(4)
+    gc.collect()  # a full collection now, not during the burst
     scheduler.add_model("m", executor, BatchingConfig(policy="deadline", slo_s=5 * full_batch_s, max_batch_size=4,
                                                       max_hold_s=0))  # re-tuned: what it learned stays
     outcomes = await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(1000 + i, 1))) for i in range(200)),
                                     return_exceptions=True)
     refused = {1000 + i for i, o in enumerate(outcomes) if isinstance(o, Unavailable)}
     answered = {1000 + i for i, o in enumerate(outcomes) if not isinstance(o, BaseException)}
-    assert refused and answered
     assert all(isinstance(o, (Unavailable, DeadlineExceeded)) or not isinstance(o, BaseException) for o in outcomes)
+    assert refused and answered, [type(o).__name__ for o in outcomes[:30]]
     assert scheduler.stats("m").refused_late == len(refused)
     # Refused requests never reached the predictor; every answered one did. (A request sent
     # and then late at the predictor is a 504, neither refused nor answered.)
