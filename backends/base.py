@@ -29,6 +29,9 @@ class Backend(ABC):
 
     # A class's constant for one client; ReplicaSet takes its replicas' as its own.
     batch_form: BatchForm = BatchForm.TENSORS
+    # Whether a batch's `dimensions` parameter shortens the vectors it answers (OpenAI's
+    # embeddings API); likewise.
+    takes_dimensions: bool = False
 
     async def start(self) -> None:  # noqa: B027 (optional: a client may have nothing to open)
         """Open connections. Must not fail if the predictor is not up yet."""

@@ -13,8 +13,10 @@ from backends.base import Backend
 from backends.kserve_v1 import KServeV1Backend
 from backends.oip_grpc import TORCHSERVE_OIP_SERVICE, OipGrpcBackend
 from backends.oip_http import OipHttpBackend
+from backends.openai_http import OpenAIEmbeddingsBackend
 from backends.replicas import ReplicaSet
 from backends.settings import PredictorProtocol, PredictorSettings
+from backends.simulated.encoder import SimulatedEncoder
 from backends.simulated.inprocess import InProcessBackend
 from backends.simulated.model import SimulatedModel
 from backends.torchserve_grpc import TorchServeGrpcBackend
@@ -32,7 +34,11 @@ def _create_one(settings: PredictorSettings) -> Backend:
     url, model, ca_file = settings.url, settings.model, settings.ca_file
     match settings.protocol:
         case PredictorProtocol.SIMULATED:
+            if settings.simulated_task == "embed":
+                return InProcessBackend(SimulatedEncoder(model, settings.simulated_cost))
             return InProcessBackend(SimulatedModel(model, settings.simulated_cost))
+        case PredictorProtocol.OPENAI_HTTP:
+            return OpenAIEmbeddingsBackend(url, model, route_prefix=settings.route_prefix, ca_file=ca_file)
         case PredictorProtocol.OIP_HTTP:
             return OipHttpBackend(url, model, binary=settings.binary_data, ca_file=ca_file)
         case PredictorProtocol.OIP_GRPC:

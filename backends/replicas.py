@@ -28,6 +28,7 @@ class ReplicaSet(Backend):
         self.replicas = replicas
         self.names = names  # for logs only: never in client-visible errors
         self.batch_form = replicas[0].batch_form
+        self.takes_dimensions = replicas[0].takes_dimensions
         self.inflight = [0] * len(replicas)
         self.healthy = [True] * len(replicas)
         self._probe_interval_s = probe_interval_s

@@ -25,6 +25,7 @@ class PredictorProtocol(enum.Enum):
     TORCHSERVE_KSERVE_HTTP = "torchserve-kserve-http"            # TorchServe's KServe v1 envelope; readiness on /ping
     TORCHSERVE_PREDICTIONS_GRPC = "torchserve-predictions-grpc"  # TorchServe's own InferenceAPIsService/Predictions
     TORCHSERVE_OIP_GRPC = "torchserve-oip-grpc"                  # TorchServe's OIP (kservev2): its quirks restored
+    OPENAI_HTTP = "openai-http"                                  # KServe's OpenAI endpoint, Infinity: /v1/embeddings
     SIMULATED = "simulated"                                      # the simulated model, in the gateway's process
 
     @property
@@ -60,6 +61,8 @@ class PredictorSettings:
     ca_file: str = ""                  # CA bundle to verify the predictor (default: system CAs)
     signature: ModelSignature | None = None  # as configured; TorchServe's OIP answers need it
     simulated_cost: Cost = field(default_factory=Cost)
+    simulated_task: str = "double"     # the simulated model: "double" (2 x INPUT0) or "embed" (texts to vectors)
+    route_prefix: str = "/openai"      # OPENAI_HTTP: where the server mounts /v1/embeddings ("" for Infinity)
 
     @property
     def url(self) -> str:

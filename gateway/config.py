@@ -18,6 +18,7 @@ import numpy as np
 from backends.settings import Cost, PredictorProtocol, PredictorSettings
 from gateway.batching import policies
 from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
+from gateway.tokens import TokenCounter, TokenizerUnavailable
 from wire.codecs.limits import Limits
 from wire.tensors import NUMPY_DTYPES, ModelSignature, TensorSpec, is_wire_datatype
 
@@ -34,10 +35,21 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class EmbeddingsConfig:
+    """The `[models.embeddings]` table: a model whose rows are texts, embedded into vectors
+    (`gateway.embeddings`). Set on every model of an OpenAI-compatible predictor."""
+    tokenizer: str = ""      # the model's tokenizer.json: exact token counts ("" = the estimate, gateway.tokens)
+    input: str = ""          # the BYTES input the texts travel in ("" = the only input, else "text")
+    output: str = ""         # the FP32 output holding the vectors ("" = the only FP32 output)
+    deduplicate: bool = True  # identical texts in one batch are sent once
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     name: str
     predictor: PredictorSettings     # how to reach the model's predictor (backends.settings)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
+    embeddings: EmbeddingsConfig | None = None  # a text-embedding model (None: tensors or instances)
 
     @property
     def signature(self) -> ModelSignature | None:
@@ -129,7 +141,7 @@ def _model(raw: Any, key: str) -> ModelConfig:
     if not isinstance(raw, dict):
         raise ConfigError(key, "must be a table")
     _only(raw, key, {"name", "backend", "protocol", "url", "backend_model", "api", "binary_data",
-                     "tls", "ca_file", "batching", "inputs", "outputs", "simulated"})
+                     "tls", "ca_file", "batching", "inputs", "outputs", "simulated", "embeddings", "route_prefix"})
     name = _str(raw, key, "name", required=True)
     backend = _choice(raw, key, "backend", BACKENDS, "simulated")
     transport = _choice(raw, key, "protocol", PROTOCOLS, "http")
@@ -147,14 +159,22 @@ def _model(raw: Any, key: str) -> ModelConfig:
     binary_data = _bool(raw, key, "binary_data", backend == "triton")
     tls = _bool(raw, key, "tls", bool(addresses) and addresses[0].startswith("https://"))
     ca_file = _file(raw, key, "ca_file")
+    simulated_raw = _table(raw, "simulated", f"{key}.simulated")
+    simulated_task = _choice(simulated_raw, f"{key}.simulated", "task", SIMULATED_TASKS, "double")
+    cost = _simulated({k: v for k, v in simulated_raw.items() if k != "task"}, f"{key}.simulated")
+    route_prefix = _route_prefix(raw, key, protocol)
+    embeddings = _embeddings(raw, key, protocol is PredictorProtocol.OPENAI_HTTP or simulated_task == "embed")
     batching_raw = _table(raw, "batching", f"{key}.batching")
-    batching = _batching({k: v for k, v in batching_raw.items() if k not in PADDING_KEYS}, f"{key}.batching")
-    batching = _padding(raw, key, inputs, outputs, batching_raw, batching)
-    cost = _simulated(_table(raw, "simulated", f"{key}.simulated"), f"{key}.simulated")
+    own_keys = PADDING_KEYS | TOKEN_KEYS
+    batching = _batching({k: v for k, v in batching_raw.items() if k not in own_keys}, f"{key}.batching")
+    if embeddings is not None:
+        batching = _token_budget(key, batching_raw, batching)
+    else:
+        batching = _padding(raw, key, inputs, outputs, batching_raw, batching)
     predictor = PredictorSettings(protocol=protocol, server=backend, model=target_model, addresses=addresses,
                                   binary_data=binary_data, tls=tls, ca_file=ca_file, signature=signature,
-                                  simulated_cost=cost)
-    return ModelConfig(name=name, predictor=predictor, batching=batching)
+                                  simulated_cost=cost, simulated_task=simulated_task, route_prefix=route_prefix)
+    return ModelConfig(name=name, predictor=predictor, batching=batching, embeddings=embeddings)
 
 
 def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> PredictorProtocol:
@@ -163,7 +183,12 @@ def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> Pr
     `api = "v1"` means KServe v1 REST for kserve over HTTP, and TorchServe's own
     Predictions API for torchserve over gRPC; "v2" means the Open Inference Protocol."""
     default_api = "v1" if (backend == "kserve" and transport == "http") or backend == "torchserve" else "v2"
-    api = _choice(raw, key, "api", ("v1", "v2"), default_api)
+    api = _choice(raw, key, "api", ("v1", "v2", "openai"), default_api)
+    if api == "openai":
+        if backend != "kserve" or transport != "http":
+            raise ConfigError(f"{key}.api", "api = \"openai\" is KServe's OpenAI endpoint (or any OpenAI-compatible "
+                                            "embeddings server) over HTTP: use it with backend = \"kserve\"")
+        return PredictorProtocol.OPENAI_HTTP
     if api == "v1" and transport != "http" and backend != "torchserve":  # torchserve grpc v1: its Predictions API
         raise ConfigError(f"{key}.api", "KServe v1 is HTTP only; use api = \"v2\" with protocol = \"grpc\"")
     if backend == "torchserve" and transport == "http" and api != "v1":
@@ -339,6 +364,68 @@ def _tensor_specs(raw: Any, key: str, extra: set[str]) -> tuple[TensorSpec, ...]
     return tuple(specs)
 
 
+# -- text-embedding models (gateway.embeddings, gateway.tokens) -----------------------
+
+SIMULATED_TASKS = ("double", "embed")
+TOKEN_KEYS = frozenset({"max_batch_tokens", "token_cost"})  # of [models.batching], read by _token_budget
+TOKEN_COSTS = ("longest", "sum")
+DEFAULT_MAX_BATCH_TOKENS = 16384  # TEI's default: 32 rows of 512 tokens
+DEFAULT_ROUTE_PREFIX = "/openai"  # KServe's (KSERVE_OPENAI_ROUTE_PREFIX)
+
+
+def _route_prefix(raw: dict, key: str, protocol: PredictorProtocol) -> str:
+    if "route_prefix" not in raw:
+        return DEFAULT_ROUTE_PREFIX
+    if protocol is not PredictorProtocol.OPENAI_HTTP:
+        raise ConfigError(f"{key}.route_prefix", "applies only to api = \"openai\"")
+    prefix = _str(raw, key, "route_prefix").rstrip("/")
+    if prefix and not prefix.startswith("/"):
+        raise ConfigError(f"{key}.route_prefix", f"must start with / (or be empty), got {prefix!r}")
+    return prefix
+
+
+def _embeddings(raw: dict, key: str, implied: bool) -> EmbeddingsConfig | None:
+    """The `[models.embeddings]` table; a model of an OpenAI-compatible predictor (or the
+    simulated encoder) is an embedding model even without it."""
+    if "embeddings" not in raw and not implied:
+        return None
+    table_key = f"{key}.embeddings"
+    table = _table(raw, "embeddings", table_key)
+    _only(table, table_key, {"tokenizer", "input", "output", "deduplicate"})
+    tokenizer = _file(table, table_key, "tokenizer")
+    config = EmbeddingsConfig(tokenizer=tokenizer, input=_str(table, table_key, "input"),
+                              output=_str(table, table_key, "output"),
+                              deduplicate=_bool(table, table_key, "deduplicate", True))
+    if tokenizer:
+        try:
+            TokenCounter(tokenizer)
+        except TokenizerUnavailable as exc:
+            raise ConfigError(f"{table_key}.tokenizer", str(exc)) from None
+    return config
+
+
+def _token_budget(key: str, batching_raw: dict, batching: BatchingConfig) -> BatchingConfig:
+    """`max_batch_tokens`, `token_cost` and `buckets` of an embedding model's [models.batching]:
+    each text is a row whose length is its tokens (gateway.batching.padding)."""
+    if "max_batch_cost" in batching_raw:
+        raise ConfigError(f"{key}.batching.max_batch_cost", "an embedding model's batch is limited in tokens: "
+                                                             "use max_batch_tokens")
+    buckets = _buckets(batching_raw, key)
+    tokens = _number(batching_raw, f"{key}.batching", "max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS, integer=True,
+                     minimum=1)
+    token_cost = _choice(batching_raw, f"{key}.batching", "token_cost", TOKEN_COSTS, "longest")
+    padding = PaddingConfig(inputs=(), buckets=buckets, summed=token_cost == "sum")
+    return replace(batching, max_batch_cost=tokens, padding=padding)
+
+
+def _buckets(batching_raw: dict, key: str) -> tuple[int, ...]:
+    buckets = batching_raw.get("buckets", [])
+    if (not isinstance(buckets, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1
+                                                 for b in buckets) or buckets != sorted(set(buckets))):
+        raise ConfigError(f"{key}.batching.buckets", f"must be a list of ascending lengths >= 1, got {buckets!r}")
+    return tuple(buckets)
+
+
 # -- variable-length inputs (gateway.batching.padding says what they mean) -------------
 
 PADDING_KEYS = frozenset({"buckets", "max_batch_cost"})  # of [models.batching], read by _padding
@@ -364,6 +451,8 @@ def _padding(raw: dict, key: str, inputs: tuple[TensorSpec, ...], outputs: tuple
                 raise ConfigError(f"{key}.outputs[{index}].follows_pad",
                                   f"dimension {dim} of shape {list(spec.shape)} must be -1: it is the padded length")
             follows.append((spec.name, dim))
+    for name in sorted(TOKEN_KEYS & batching_raw.keys()):
+        raise ConfigError(f"{key}.batching.{name}", "applies to an embedding model: add its [models.embeddings] table")
     used = [f"{key}.batching.{name}" for name in sorted(PADDING_KEYS & batching_raw.keys())]
     used += [f"{key}.inputs[].generate"] * bool(generated) + [f"{key}.outputs[].follows_pad"] * bool(follows)
     if not padded:
@@ -371,13 +460,10 @@ def _padding(raw: dict, key: str, inputs: tuple[TensorSpec, ...], outputs: tuple
             raise ConfigError(used[0], "needs an input with a variable dimension: pad = { dim = 1, value = 0 } "
                                        "in its [[models.inputs]]")
         return batching
-    buckets = batching_raw.get("buckets", [])
-    if (not isinstance(buckets, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1
-                                                 for b in buckets) or buckets != sorted(set(buckets))):
-        raise ConfigError(f"{key}.batching.buckets", f"must be a list of ascending lengths >= 1, got {buckets!r}")
+    buckets = _buckets(batching_raw, key)
     cost = _number(batching_raw, f"{key}.batching", "max_batch_cost", batching.max_batch_cost, integer=True, minimum=1) \
         if "max_batch_cost" in batching_raw else batching.max_batch_cost
-    padding = PaddingConfig(inputs=tuple(padded), buckets=tuple(buckets), outputs=tuple(follows),
+    padding = PaddingConfig(inputs=tuple(padded), buckets=buckets, outputs=tuple(follows),
                             generated=tuple(generated))
     return replace(batching, max_batch_cost=cost, padding=padding)
 

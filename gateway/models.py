@@ -63,6 +63,7 @@ from gateway.instances import (
     unnamed_instances_to_tensors,
 )
 from gateway.uploads import upload_to_instance, upload_to_tensors
+from wire.embeddings import EmbeddingsRequest
 from wire.errors import InvalidInput, ModelNotFound, echo
 from wire.request import OipRequest
 from wire.tensors import ModelSignature, Tensor, TensorSpec, rows_tensor, shape_fits
@@ -74,9 +75,9 @@ METADATA_REFRESH_S = 10.0  # after that: a predictor may restart with another mo
 SERVER_NAME = "batching-gateway"
 
 
-# What a front end decodes, whatever its protocol: an OIP request, a TorchServe request, or
-# KServe v1 instances.
-ClientRequest = OipRequest | TorchServeRequest | list[Any]
+# What a front end decodes, whatever its protocol: an OIP request, a TorchServe request,
+# an OpenAI embeddings request, or KServe v1 instances.
+ClientRequest = OipRequest | TorchServeRequest | EmbeddingsRequest | list[Any]
 
 
 @dataclass(slots=True)
@@ -127,7 +128,24 @@ class ServedModel(ABC):
                 return self.batch_inputs_from_upload(request.upload)
             assert request.instances is not None  # the codec gives one or the other
             return self.batch_inputs_from_instances(request.instances)
+        if isinstance(request, EmbeddingsRequest):
+            raise self.not_an_embedding_model()
         return self.batch_inputs_from_instances(request)
+
+    def not_an_embedding_model(self) -> ModelNotFound:
+        """What an OpenAI embeddings client is told of a model that embeds nothing
+        (`gateway.embeddings.EmbeddingModel` is the one that does)."""
+        return ModelNotFound(f"The model '{self.name}' does not exist or is not an embedding model: it takes "
+                             f"{self.config.predictor.server} tensors (add [models.embeddings] to serve texts)")
+
+    @property
+    def embeds_texts(self) -> bool:
+        """Whether OpenAI embeddings clients may name it (see gateway.embeddings)."""
+        return False
+
+    def embeddings_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
+        """A batch result (this request's rows) as vectors, float32 [rows, dims]."""
+        raise self.not_an_embedding_model()
 
     @abstractmethod
     def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
@@ -331,6 +349,9 @@ class PaddedInstanceModel(TensorModel):
 
 def served_model(config: ModelConfig, backend: Backend) -> ServedModel:
     """The served model of the form its backend takes."""
+    if config.embeddings is not None:
+        from gateway.embeddings import EmbeddingModel  # it builds on TensorModel, here
+        return EmbeddingModel(config, backend)
     if backend.batch_form is BatchForm.INSTANCES:
         return PaddedInstanceModel(config, backend) if config.batching.padding else InstanceModel(config, backend)
     return TensorModel(config, backend)

@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from backends.base import Backend
 from gateway import __version__, triton
 from gateway.batching.request import BatchResult
@@ -62,6 +64,15 @@ class Answer:
     def predictions(self) -> list[Any]:
         """As KServe v1 predictions, one per instance (TorchServe's too)."""
         return self.served.predictions_from_outputs(self.result.outputs, self.batch.lengths)
+
+    def embeddings(self) -> np.ndarray:
+        """As vectors, float32 [rows, dims] (an embedding model's: `gateway.embeddings`)."""
+        return self.served.embeddings_from_outputs(self.result.outputs)
+
+    @property
+    def tokens(self) -> int:
+        """The tokens its rows were measured at (an embedding model's; 0 for others)."""
+        return int(self.batch.lengths.sum()) if self.batch.lengths is not None and self.served.embeds_texts else 0
 
 
 class InferenceService:

@@ -56,15 +56,18 @@ class SimulatedModel:
         data = inputs[0].data
         if data.dtype.kind not in "iuf" or data.ndim < 1:
             raise InvalidInput(f"model '{self.name}': INPUT0 must be numeric with a batch dimension")
-        rows = len(data)
+        await self.pay(len(data), data.size)
+        return [Tensor("OUTPUT0", "FP32", np.multiply(data, 2, dtype=np.float32))]
+
+    async def pay(self, rows: int, elements: int) -> None:
+        """One call's cost for `rows` rows of `elements` elements in all, in one of the slots."""
         if self._slots is None:  # created lazily so it binds to the running loop
             self._slots = asyncio.Semaphore(self.cost.slots)
         async with self._slots:
             self.log.record(rows)
-            delay = (self.cost.call_ms + self.cost.per_instance_ms * rows + self.cost.per_element_us * data.size / 1000) / 1000.0
+            delay = (self.cost.call_ms + self.cost.per_instance_ms * rows + self.cost.per_element_us * elements / 1000) / 1000.0
             if delay > 0:
                 await asyncio.sleep(delay)
-        return [Tensor("OUTPUT0", "FP32", np.multiply(data, 2, dtype=np.float32))]
 
     async def predict_instances(self, instances: list) -> list:
         """KServe v1 form: each instance is one row of INPUT0."""

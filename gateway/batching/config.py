@@ -24,7 +24,8 @@ class BatchingConfig:
     slo_s: float | None = None   # deadline: the answer's latency objective, and every request's deadline
     priority_levels: int = 0     # 0: one level for all; n: levels 1 (highest) .. n, FIFO within a level
     default_priority_level: int = 0  # the level of a request that names none (priority 0)
-    max_batch_cost: int = 0      # padded elements (rows x padded length) per batch; 0 = no limit (see batching.padding)
+    max_batch_cost: int = 0      # padded elements (rows x padded length) per batch, tokens for texts; 0 = no limit
+    #                              (see batching.padding)
     padding: PaddingConfig | None = None  # variable-length inputs: None = every length is its own signature
 
 
@@ -49,7 +50,12 @@ class GeneratedInput:
 
 @dataclass(frozen=True, slots=True)
 class PaddingConfig:
-    inputs: tuple[PaddedInput, ...]                # every padded input shares one length per row
+    # Every padded input shares one length per row. None at all: the rows are texts, whose lengths
+    # (tokens) the model layer measures and the request carries (gateway.embeddings).
+    inputs: tuple[PaddedInput, ...]
     buckets: tuple[int, ...] = ()                  # ascending; () = pad to the longest member of the batch
     outputs: tuple[tuple[str, int], ...] = ()      # (output, its dim that follows the padded length)
     generated: tuple[GeneratedInput, ...] = ()
+    # A batch's cost: rows x its longest padded length (a predictor that pads), or, `summed`,
+    # the sum of its rows' own lengths (one that does not, e.g. packed sequences).
+    summed: bool = False

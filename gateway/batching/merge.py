@@ -11,7 +11,8 @@ Semantics
   is cut back into each part's consecutive rows (`slice_result`).
 * The next batch is the signature group of the oldest live part, oldest first, up to the
   cap (`take_oldest_group`), and, with `max_cost`, up to that many padded elements (rows x
-  the longest member's padded length: see `padding`).
+  the longest member's padded length: see `padding`), or, `summed`, that many elements of
+  the rows' own lengths added up.
 
 Everything here is plain data in, plain data out. This module must not know futures,
 deadlines, timers, policies or executors: the queue tells it what is live.
@@ -46,6 +47,10 @@ class Mergeable(Protocol):
     @property
     def padded(self) -> int:
         """The length the part travels at alone (read only with a `max_cost`)."""
+
+    @property
+    def elements(self) -> int:
+        """Its rows' own lengths added up (read only with a `summed` `max_cost`)."""
 
     @property
     def level(self) -> int:
@@ -112,11 +117,37 @@ class Reassembly:
         return concatenate([part for part in self._outputs if part is not None])
 
 
+class _Budget:
+    """What a batch being taken holds so far, against its row and cost caps."""
+
+    __slots__ = ("limit", "max_cost", "summed", "rows", "padded", "elements")
+
+    def __init__(self, limit: int, max_cost: int, summed: bool) -> None:
+        self.limit, self.max_cost, self.summed = limit, max_cost, summed
+        self.rows = self.padded = self.elements = 0
+
+    def fits(self, part: Mergeable) -> bool:
+        if self.rows + part.size > self.limit:
+            return False
+        if not self.max_cost or not self.rows:  # a first part always fits: it was split to fit alone
+            return True
+        if self.summed:
+            return self.elements + part.elements <= self.max_cost
+        return cost(self.rows + part.size, max(self.padded, part.padded)) <= self.max_cost
+
+    def take(self, part: Mergeable) -> None:
+        self.rows += part.size
+        if self.max_cost:
+            self.padded = max(self.padded, part.padded)
+            if self.summed:
+                self.elements += part.elements
+
+
 def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = None,
-                      max_cost: int = 0, by_level: bool = False) -> list[PartT]:
+                      max_cost: int = 0, by_level: bool = False, summed: bool = False) -> list[PartT]:
     """Remove and return the next batch from `pending`: the parts sharing the signature of
     the oldest live part (or of `leader`), oldest first, while they fit in `limit` rows
-    (and, if `max_cost`, in that many padded elements). `by_level`: the group is taken in
+    (and, if `max_cost`, in that many padded elements, or `summed` elements). `by_level`: the group is taken in
     priority order instead, the highest level first and oldest first within a level, so
     lower levels fill only the room the higher ones leave.
 
@@ -128,44 +159,38 @@ def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = 
     if not pending:
         return []
     signature = (leader or pending[0]).signature
+    budget = _Budget(limit, max_cost, summed)
     if by_level:
-        return _take_by_level(pending, signature, limit, max_cost)
+        return _take_by_level(pending, signature, budget)
     taken: list[PartT] = []
     skipped: list[PartT] = []
-    rows = padded = 0
-    while pending and rows < limit:
+    while pending and budget.rows < limit:
         part = pending.popleft()
         if not part.live:
             continue
-        if (part.signature != signature or rows + part.size > limit
-                or (max_cost and taken and cost(rows + part.size, max(padded, part.padded)) > max_cost)):
+        if part.signature != signature or not budget.fits(part):
             skipped.append(part)
             continue
         taken.append(part)
-        rows += part.size
-        if max_cost:
-            padded = max(padded, part.padded)
+        budget.take(part)
     pending.extendleft(reversed(skipped))
     return taken
 
 
-def _take_by_level(pending: deque[PartT], signature: Hashable, limit: int, max_cost: int) -> list[PartT]:
+def _take_by_level(pending: deque[PartT], signature: Hashable, budget: _Budget) -> list[PartT]:
     """`take_oldest_group` in priority order (see there); one pass to choose, one to rebuild."""
     group = sorted((index for index, part in enumerate(pending) if part.live and part.signature == signature),
                    key=lambda index: (pending[index].level, index))
     taken: list[PartT] = []
     chosen: set[int] = set()
-    rows = padded = 0
     for index in group:
         part = pending[index]
-        if rows + part.size > limit or (max_cost and taken and cost(rows + part.size, max(padded, part.padded)) > max_cost):
+        if not budget.fits(part):
             continue
         taken.append(part)
         chosen.add(index)
-        rows += part.size
-        if max_cost:
-            padded = max(padded, part.padded)
-        if rows >= limit:
+        budget.take(part)
+        if budget.rows >= budget.limit:
             break
     kept = [part for index, part in enumerate(pending) if index not in chosen and part.live]
     pending.clear()

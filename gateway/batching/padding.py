@@ -26,6 +26,12 @@ Semantics
   `max_batch_cost // padded length` rows; a single row that costs more than
   `max_batch_cost` can never be sent and is refused (PayloadTooLarge, 413).
 * Padding waste is padded elements / real elements (1.0 = none), counted per batch.
+* *Texts* (an embedding model: `PaddingConfig.inputs` is empty) pad nothing here: each row
+  is one text whose length, its tokens, the model layer measured and the request carries.
+  A request's length is its longest text; buckets, the cost cap and the waste count work
+  on those lengths as on padded ones, and the predictor's tokenizer pads (or packs) the
+  batch itself. With `summed`, a batch costs the sum of its rows' lengths instead of rows
+  x the longest: the cost of a predictor that packs sequences instead of padding them.
 
 Plain data in, plain data out, as `merge`: this module must not know futures, queues,
 policies, executors, or anything beyond the tensors and the `PaddingConfig`.
@@ -62,6 +68,11 @@ class RowShape:
 def measure(inputs: list[Tensor], padding: PaddingConfig, lengths: np.ndarray | None = None) -> RowShape:
     """A request's length, padded length and rows' real lengths (`lengths`: each row's, when
     they are not all the request's length). Raises InvalidInput for what cannot be padded."""
+    if not padding.inputs:  # texts: the lengths are their tokens, measured by the model layer
+        if lengths is None or len(lengths) != len(inputs[0].data) or not len(lengths):
+            raise InvalidInput("the request's texts were not measured in tokens")
+        length = int(lengths.max())
+        return RowShape(length, padded_length(length, padding.buckets), lengths)
     by_name = {t.name: t for t in inputs}
     sizes = {}
     for spec in padding.inputs:
@@ -100,7 +111,8 @@ def signature(inputs: list[Tensor], padding: PaddingConfig, shape: RowShape) -> 
     with each padded dimension replaced by the bucket (any length: -1, without buckets)."""
     dims = {spec.name: spec.dim - 1 for spec in padding.inputs}  # in the shape without the batch
     key = shape.padded if padding.buckets else -1
-    return tuple((t.name, t.datatype, _with(t.data.shape[1:], dims.get(t.name), key)) for t in inputs)
+    tensors = tuple((t.name, t.datatype, _with(t.data.shape[1:], dims.get(t.name), key)) for t in inputs)
+    return tensors if padding.inputs else (*tensors, key)  # texts: the bucket joins the key
 
 
 def _with(shape: tuple[int, ...], index: int | None, value: int) -> tuple[int, ...]:
@@ -119,7 +131,7 @@ def rows_per_part(padded: int, max_batch_size: int, max_batch_cost: int) -> int:
 
 
 def cost(rows: int, padded: int) -> int:
-    """A batch's cost: its padded elements."""
+    """A batch's cost: its padded elements (`summed`: the sum of the rows' lengths instead)."""
     return rows * padded
 
 
@@ -191,7 +203,9 @@ def trim(outputs: list[Tensor], length: int, padding: PaddingConfig) -> list[Ten
     return trimmed
 
 
-def elements(shapes: Sequence[RowShape]) -> tuple[int, int]:
-    """A batch's (padded, real) elements along the padded length: waste is their ratio."""
+def elements(shapes: Sequence[RowShape], summed: bool = False) -> tuple[int, int]:
+    """A batch's (padded, real) elements along the padded length: waste is their ratio
+    (1.0 for a predictor that packs, `summed`)."""
     rows = sum(len(shape.lengths) for shape in shapes)
-    return cost(rows, batch_length(shapes)), int(sum(int(shape.lengths.sum()) for shape in shapes))
+    real = int(sum(int(shape.lengths.sum()) for shape in shapes))
+    return (real if summed else cost(rows, batch_length(shapes))), real

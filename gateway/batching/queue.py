@@ -250,8 +250,10 @@ class ModelQueue:
         assert leader is not None  # pump ships only when a live part waits
         policy_limit = self.policy.batch_limit(self, now)
         limit = max(policy_limit, leader.size)
+        padding = self.config.padding
         parts = take_oldest_group(self.pending, limit, leader, self.config.max_batch_cost,
-                                  by_level=bool(self.config.priority_levels))
+                                  by_level=bool(self.config.priority_levels),
+                                  summed=padding is not None and padding.summed)
         for part in parts:
             part.request.sent = True
             self._unqueue(part.request, part.size)
@@ -354,7 +356,7 @@ class ModelQueue:
         rows = sum(part.size for part in parts)
         padding = self.config.padding
         shapes = [part.shape for part in parts if part.shape is not None]
-        padded, real = pad.elements(shapes) if shapes else (0, 0)
+        padded, real = pad.elements(shapes, padding is not None and padding.summed) if shapes else (0, 0)
         requests = list({id(part.request): part.request for part in parts}.values())
         observation = self.observer.batch_left(self.name, batch_id, [r.client for r in requests], rows, reason,
                                                padded, real)

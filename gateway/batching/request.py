@@ -146,6 +146,11 @@ class Part:
         return self.shape.padded if self.shape is not None else 1
 
     @property
+    def elements(self) -> int:
+        """Its rows' own lengths added up (its rows, when the model pads nothing)."""
+        return int(self.shape.lengths.sum()) if self.shape is not None else self.size
+
+    @property
     def signature(self) -> Hashable:
         return self.request.signature
 

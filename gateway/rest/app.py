@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from gateway.rest import dashboard, oip, operations, v1
+from gateway.rest import dashboard, oip, openai, operations, v1
 from gateway.rest import torchserve as ts
 from gateway.rest.base import NotFoundHandler
 from gateway.service import InferenceService
@@ -33,6 +33,9 @@ def make_app(service: InferenceService, limits: Limits, auth_token: str = "") ->
         (rf"/v2/models/{MODEL}{VERSION}", oip.ModelMetadataHandler),
         (rf"/predictions/{MODEL}(?:/([^/]+))?", ts.PredictionsHandler),  # TorchServe style
         (r"/ping", ts.PingHandler),
+        (r"(?:/openai)?/v1/embeddings", openai.EmbeddingsHandler),  # OpenAI's (KServe's prefix too)
+        (r"(?:/openai)?/v1/models", openai.ModelsHandler),
+        (rf"/openai/v1/models/{MODEL}", openai.ModelsHandler),  # /v1/models/<m> is KServe v1's
     ]
     return tornado.web.Application(
         [(pattern, handler, context) for pattern, handler in routes],

@@ -124,8 +124,8 @@ class BaseHandler(tornado.web.RequestHandler):
             return
         error = kwargs["exc_info"][1] if "exc_info" in kwargs else None
         if isinstance(error, GatewayError):
-            status, headers, body = errors.render(error, self.error_fields(error))
-            self.set_status(status)
+            self.set_status(error.http_status)  # before the document: a front end's shape may carry it
+            _, headers, body = errors.render(error, self.error_document(error.message, error))
             for header, value in headers.items():
                 self.set_header(header, value)
             self.finish(body)
@@ -138,11 +138,12 @@ class BaseHandler(tornado.web.RequestHandler):
         else:
             message = "internal error"  # never a traceback or an address
         self.set_header("Content-Type", errors.CONTENT_TYPE)
-        self.finish(orjson.dumps(errors.document(message)))
+        self.finish(orjson.dumps(self.error_document(message)))
 
-    def error_fields(self, error: GatewayError) -> dict[str, Any]:
-        """Fields a front end adds to every error document (TorchServe's own shape)."""
-        return {}
+    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
+        """The body of an error answer (the status is already set): the gateway's
+        `{"error": message}`, or the shape a front end's clients read (TorchServe's, OpenAI's)."""
+        return errors.document(message)
 
     def log_exception(self, typ: type[BaseException] | None, value: BaseException | None,
                       tb: TracebackType | None) -> None:
@@ -207,13 +208,16 @@ class BodyHandler(BaseHandler):
 
     served: ServedModel
 
+    model_in_path = True  # False: the body names the model (OpenAI's API); the verb method finds it
+
     def prepare(self) -> None:
         self._chunks: list[bytes] = []
         self._received = 0
         self._coding: str | None = None
         super().prepare()
-        model, *version = self.path_args
-        self.served = self.service.model(model, (version[0] if version else None) or "")
+        if self.model_in_path:
+            model, *version = self.path_args
+            self.served = self.service.model(model, (version[0] if version else None) or "")
         assert self.call is not None  # every body endpoint serves inference requests
         self.call.tighten(self.timeout_s())
         self.call.priority = self.priority()  # an OIP request's `priority` parameter, if any, wins

@@ -3,8 +3,8 @@ status and headers the error's class carries (`wire.errors`, the one table of st
 
 Both the handlers (`BaseHandler.write_error`) and the connection layer, which refuses
 before any handler exists (over capacity, a request head too large), render through
-`render`; a front end whose clients expect another shape (TorchServe's) adds fields to the
-same document. It knows no handler and no connection.
+`render`; a front end whose clients expect another shape (TorchServe's, OpenAI's) hands
+its own document to it. It knows no handler and no connection.
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def document(message: str) -> dict[str, Any]:
     return {"error": message}
 
 
-def render(error: GatewayError, extra: dict[str, Any] | None = None) -> tuple[int, dict[str, str], bytes]:
-    """(status, headers, body) of `error`; `extra` fields join the document."""
-    body = orjson.dumps({**document(error.message), **(extra or {})})
-    return error.http_status, {"Content-Type": CONTENT_TYPE, **error.http_headers}, body
+def render(error: GatewayError, body: dict[str, Any] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of `error`; `body`: the document in a front end's own shape
+    (default: `document`)."""
+    encoded = orjson.dumps(body if body is not None else document(error.message))
+    return error.http_status, {"Content-Type": CONTENT_TYPE, **error.http_headers}, encoded

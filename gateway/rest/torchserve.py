@@ -36,8 +36,9 @@ class PredictionsHandler(BodyHandler):
 
     put = post  # `curl -T file` uploads with PUT; TorchServe takes both
 
-    def error_fields(self, error: GatewayError) -> dict[str, Any]:
-        return {"code": error.http_status, "type": type(error).__name__, "message": error.message}
+    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
+        kind = type(error).__name__ if error is not None else "HTTPError"
+        return {**super().error_document(message), "code": self.get_status(), "type": kind, "message": message}
 
 
 class PingHandler(BaseHandler):

@@ -1,0 +1,60 @@
+"""An OpenAI-compatible embeddings predictor over HTTP: KServe's OpenAI endpoint
+(`/openai/v1/embeddings`), Infinity, or any server of OpenAI's Embeddings API.
+
+The batch travels as ONE `POST <prefix>/v1/embeddings` whose `input` is the list of the
+batch's texts (its BYTES tensor of shape [rows, 1]); the answer's vectors come back by
+their `index` as the FP32 tensor `embedding` [rows, dims]. A batch's `dimensions`
+parameter, when its requests asked for one, is sent along. Readiness is the model's
+presence in `<prefix>/v1/models`. Bodies are `wire.codecs.openai`'s; it knows nothing of
+the gateway.
+"""
+from __future__ import annotations
+
+from backends import errors
+from backends.base import Backend
+from backends.http import HttpPredictor
+from wire.codecs import openai
+from wire.errors import InvalidInput
+from wire.tensors import ModelSignature, Tensor, TensorSpec
+from wire.tracing import current_batch
+
+TEXT_INPUT = "text"
+EMBEDDING_OUTPUT = "embedding"
+# What the OpenAI API is, as tensors: texts in, vectors out.
+SIGNATURE = ModelSignature(inputs=(TensorSpec(TEXT_INPUT, "BYTES", (-1, 1)),),
+                           outputs=(TensorSpec(EMBEDDING_OUTPUT, "FP32", (-1, -1)),))
+
+
+class OpenAIEmbeddingsBackend(Backend):
+    takes_dimensions = True
+    def __init__(self, base_url: str, model: str, route_prefix: str = "/openai", ca_file: str = "") -> None:
+        self.http = HttpPredictor(base_url, model, ca_file=ca_file)
+        self.model = model
+        self._embeddings_path = f"{route_prefix}/v1/embeddings"
+        self._models_path = f"{route_prefix}/v1/models"
+
+    async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
+        texts = inputs[0].data
+        try:
+            strings = [row[0].decode("utf-8") for row in texts]
+        except (UnicodeDecodeError, AttributeError, IndexError):
+            raise InvalidInput("an OpenAI-compatible predictor takes UTF-8 texts, one per row of a BYTES tensor") from None
+        batch = current_batch.get()
+        dimensions = batch.parameters.get("dimensions") if batch is not None else None
+        body = openai.encode_request(self.model, strings, dimensions)
+        _, payload = await self.http.post(self._embeddings_path, body, {"Content-Type": "application/json"})
+        with errors.reading_answer(self.model):
+            vectors = openai.decode_answer(payload, len(strings))
+        return [Tensor(EMBEDDING_OUTPUT, "FP32", vectors)]
+
+    async def ready(self) -> bool:
+        document = await self.http.probe_json(self._models_path)
+        if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+            return False
+        return any(isinstance(item, dict) and item.get("id") == self.model for item in document["data"])
+
+    async def metadata(self) -> tuple[ModelSignature, list[str]]:
+        return SIGNATURE, []
+
+    async def close(self) -> None:
+        await self.http.close()

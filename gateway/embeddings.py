@@ -1,0 +1,141 @@
+"""Text-embedding models: the one place texts become rows, and rows become vectors.
+
+An embedding model (`[models.embeddings]`, or any model of an OpenAI-compatible
+predictor) is a tensor model whose batch form is one BYTES tensor of texts, shape
+[rows, 1], and whose answer is one FP32 output of vectors, [rows, dims]:
+
+- an OpenAI client's texts (`wire.embeddings.EmbeddingsRequest`) become that tensor, named
+  as the predictor's text input (configured, else the only one it describes, else
+  "text"); OIP clients that send BYTES texts to the same model land in the same batches;
+- every request's rows are measured in tokens (`gateway.tokens`), whatever its protocol,
+  so that the scheduler can cap a batch by `max_batch_tokens` and group similar lengths
+  by bucket (`gateway.batching.padding`: texts pad nothing in the gateway);
+- identical texts within one batch are sent once and their vector copied back
+  (`deduplicate`, on by default), since an encoder's answer depends on the text alone;
+- the vectors are read from the output configured, else the only FP32 output.
+
+It knows no wire format (the OpenAI codec decodes before it and encodes after it), no
+predictor protocol beyond the backend interface, and nothing of the scheduler.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from backends.base import Backend
+from gateway.batching.executor import Executor
+from gateway.config import EmbeddingsConfig, ModelConfig
+from gateway.models import BatchInputs, ClientRequest, TensorModel
+from gateway.tokens import TokenCounter
+from wire.embeddings import EmbeddingsRequest
+from wire.errors import BadPredictorAnswer, InvalidInput
+from wire.tensors import Tensor
+
+DEFAULT_TEXT_INPUT = "text"
+
+
+class EmbeddingModel(TensorModel):
+    """A predictor that embeds texts (see the module)."""
+
+    def __init__(self, config: ModelConfig, backend: Backend) -> None:
+        super().__init__(config, backend)
+        self.settings: EmbeddingsConfig = config.embeddings or EmbeddingsConfig()
+        self.tokens = TokenCounter(self.settings.tokenizer)
+
+    @property
+    def embeds_texts(self) -> bool:
+        return True
+
+    @property
+    def text_input(self) -> str:
+        """The name of the BYTES input the texts travel in."""
+        if self.settings.input:
+            return self.settings.input
+        inputs = self.client_inputs
+        return inputs[0].name if len(inputs) == 1 else DEFAULT_TEXT_INPUT
+
+    # -- into the batch form ------------------------------------------------------------
+
+    def batch_inputs(self, request: ClientRequest) -> BatchInputs:
+        if isinstance(request, EmbeddingsRequest):
+            return self._from_embeddings_request(request)
+        batch = super().batch_inputs(request)
+        batch.lengths = self._measure(batch.tensors)
+        return batch
+
+    def _from_embeddings_request(self, request: EmbeddingsRequest) -> BatchInputs:
+        if request.token_ids is not None:
+            raise InvalidInput(f"model '{self.name}' takes texts: its predictor tokenizes them itself; "
+                               f"send 'input' as a string or a list of strings")
+        texts = np.empty((len(request.texts), 1), dtype=object)
+        texts[:, 0] = [text.encode("utf-8", "surrogatepass") for text in request.texts]
+        parameters = {}
+        if request.dimensions is not None:
+            if not self.backend.takes_dimensions:
+                raise InvalidInput(f"model '{self.name}': its predictor returns vectors of one size; 'dimensions' "
+                                   f"is passed only to an OpenAI-compatible predictor (api = \"openai\")")
+            parameters["dimensions"] = request.dimensions
+        return BatchInputs([Tensor(self.text_input, "BYTES", texts)], self.tokens.count(request.texts),
+                           parameters=parameters)
+
+    def _measure(self, tensors: list[Tensor]) -> np.ndarray:
+        """Each row's tokens, read from the request's text input (an OIP client's BYTES)."""
+        by_name = {tensor.name: tensor for tensor in tensors}
+        text = by_name.get(self.text_input)
+        if text is None or text.datatype != "BYTES":
+            raise InvalidInput(f"model '{self.name}' embeds texts: send them as the BYTES input "
+                               f"'{self.text_input}', one per row")
+        rows = text.data.reshape(len(text.data), -1)
+        if rows.shape[1] != 1:
+            raise InvalidInput(f"input '{self.text_input}' of model '{self.name}' holds one text per row "
+                               f"(shape [rows, 1]); got {list(text.data.shape)}")
+        return self.tokens.count([_text(value) for value in rows[:, 0]])
+
+    # -- out of the answer --------------------------------------------------------------
+
+    def embeddings_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
+        """The vectors, float32 [rows, dims], from the predictor's outputs."""
+        wanted = self.settings.output
+        candidates = [t for t in outputs if t.name == wanted] if wanted else \
+            [t for t in outputs if t.datatype == "FP32"] or outputs
+        if len(candidates) != 1:
+            names = [t.name for t in outputs]
+            raise BadPredictorAnswer(
+                f"model '{self.name}': cannot tell which output holds the embeddings among {names}; "
+                f"name it with [models.embeddings] output" if not wanted else
+                f"model '{self.name}' answered no output '{wanted}' ([models.embeddings] output); it has {names}")
+        vectors = candidates[0].data
+        if vectors.ndim != 2 or vectors.dtype.kind != "f":
+            raise BadPredictorAnswer(f"model '{self.name}': output '{candidates[0].name}' is not one vector per "
+                                     f"row (shape {list(vectors.shape)}, {candidates[0].datatype})")
+        return vectors.astype(np.float32, copy=False)
+
+    # -- the predictor call --------------------------------------------------------------
+
+    @property
+    def executor(self) -> Executor:
+        return self._infer_once_per_text if self.settings.deduplicate else self.backend.infer
+
+    async def _infer_once_per_text(self, inputs: list[Tensor]) -> list[Tensor]:
+        """The batch with each distinct text sent once, every row answered."""
+        if len(inputs) != 1:
+            return await self.backend.infer(inputs)
+        texts = inputs[0].data
+        sent_as: dict[Any, int] = {}       # a text -> its row in what is sent
+        kept: list[int] = []               # the rows sent: each text's first
+        inverse = np.empty(len(texts), dtype=np.intp)  # each row -> the sent row that answers it
+        for row, text in enumerate(texts[:, 0]):
+            position = sent_as.get(text)
+            if position is None:
+                position = sent_as[text] = len(kept)
+                kept.append(row)
+            inverse[row] = position
+        if len(kept) == len(texts):
+            return await self.backend.infer(inputs)
+        outputs = await self.backend.infer([Tensor(inputs[0].name, "BYTES", texts[kept])])
+        return [Tensor(t.name, t.datatype, t.data[inverse]) for t in outputs]
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

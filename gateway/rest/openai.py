@@ -1,0 +1,68 @@
+"""OpenAI's Embeddings API for OpenAI clients (the `openai` package, LangChain, LlamaIndex,
+curl): `POST /v1/embeddings`, `GET /v1/models`, and the same under `/openai` (KServe's
+prefix, so a client pointed at a KServe InferenceService keeps its base URL).
+
+The body names the model, so the model is found after the body is read. Each text is one
+row of the model's batches, through `InferenceService.infer` like every other client:
+a list of texts larger than `max_batch_size` is split across batches and reassembled in
+its order. Errors carry OpenAI's shape (`wire.codecs.openai.error_document`) with the
+status of the gateway error. Only embedding models (`gateway.embeddings`) are listed and
+answered; any other model is a 404 in OpenAI's words.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gateway.rest.base import BaseHandler, BodyHandler
+from gateway.service import InferenceService
+from wire.codecs import openai
+from wire.errors import GatewayError
+
+OWNED_BY = "batching-gateway"
+_STARTED = int(time.time())  # `created` of every model: when this process began serving
+
+
+class EmbeddingsHandler(BodyHandler):
+    front_end = "openai_http"
+    model_in_path = False
+
+    def json_only(self) -> bool:
+        return True
+
+    async def post(self) -> None:
+        request = openai.decode_request(self.body, self.limits)
+        assert self.call is not None
+        self.call.model = request.model
+        served = self.service.model(request.model)
+        if not served.embeds_texts:
+            raise served.not_an_embedding_model()
+        answer = await self.service.infer(served, request, self.call)
+        body = openai.encode_answer(request.model, answer.embeddings(), request.encoding_format, answer.tokens)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("X-Batch-Id", answer.batch_id)
+        self.finish(body)
+
+    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
+        return openai.error_document(message, self.get_status())
+
+
+class ModelsHandler(BaseHandler):
+    """The embedding models a client may name (`GET /v1/models`, or one: `.../models/<id>`)."""
+
+    async def get(self, model: str | None = None) -> None:
+        if model is not None:
+            served = self.service.model(model)
+            if not served.embeds_texts:
+                raise served.not_an_embedding_model()
+            self.write_json(openai.model_document(model, _STARTED, OWNED_BY))
+            return
+        self.set_header("Content-Type", "application/json")
+        self.finish(openai.encode_models(embedding_models(self.service), _STARTED, OWNED_BY))
+
+    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
+        return openai.error_document(message, self.get_status())
+
+
+def embedding_models(service: InferenceService) -> list[str]:
+    return [name for name, served in service.models.items() if served.embeds_texts]

@@ -1,0 +1,169 @@
+"""OpenAI's Embeddings API bodies (`POST /v1/embeddings`, `GET /v1/models`), both directions.
+
+A client's request is `{"model", "input", "encoding_format", "dimensions", "user"}`:
+`input` is a string, a list of strings, a list of token ids, or a list of such lists; each
+string (or token list) is one row. The answer is `{"object": "list", "data": [{"object":
+"embedding", "index", "embedding"}], "model", "usage": {"prompt_tokens", "total_tokens"}}`,
+one item per row in the request's order; with `encoding_format` "base64" each embedding is
+the base64 of its little-endian float32 values (what OpenAI's own clients decode). Errors
+are `{"error": {"message", "type", "param", "code"}}`.
+
+The same wire format towards an OpenAI-compatible predictor (KServe's OpenAI endpoint,
+Infinity, TEI's OpenAI route): `encode_request` sends a batch's texts as one call, and
+`decode_answer` reads the vectors back by their `index`, in floats or base64, whichever
+the predictor answers.
+
+A codec raises `InvalidInput` for anything malformed, whichever side sent it. It knows
+nothing of batching, tokenizers or models.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import numpy as np
+import orjson
+
+from wire.codecs.json_data import check_json_size, loads
+from wire.codecs.limits import DEFAULT_LIMITS, Limits
+from wire.embeddings import ENCODING_FORMATS, EmbeddingsRequest
+from wire.errors import InvalidInput
+
+REQUEST_KEYS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
+LITTLE_ENDIAN_F32 = np.dtype("<f4")
+
+# OpenAI's error `type` by HTTP status: what its clients (and their retry logic) read.
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "invalid_request_error", 409: "conflict_error", 413: "invalid_request_error",
+                415: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
+                504: "timeout_error"}
+_ERROR_CODES = {404: "model_not_found", 413: "request_too_large", 429: "rate_limit_exceeded", 504: "timeout"}
+
+
+# -- the client's side -----------------------------------------------------------------------
+
+def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> EmbeddingsRequest:
+    """A client's embeddings request, checked as OpenAI's API checks it."""
+    check_json_size(body, limits)
+    document = loads(body)
+    if not isinstance(document, dict):
+        raise InvalidInput('request body must be a JSON object: {"model": ..., "input": ...}')
+    unknown = sorted(set(document) - REQUEST_KEYS)
+    if unknown:
+        raise InvalidInput(f"unrecognized request argument supplied: {', '.join(unknown)}")
+    model = document.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidInput("'model' is required: the name of the embedding model, a non-empty string")
+    encoding_format = document.get("encoding_format") or "float"
+    if encoding_format not in ENCODING_FORMATS:
+        raise InvalidInput(f"'encoding_format' must be one of {', '.join(ENCODING_FORMATS)}, got {encoding_format!r}")
+    dimensions = document.get("dimensions")
+    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
+        raise InvalidInput(f"'dimensions' must be a positive integer, got {dimensions!r}")
+    user = document.get("user") or ""
+    if not isinstance(user, str):
+        raise InvalidInput("'user' must be a string")
+    texts, token_ids = _inputs(document.get("input"), limits)
+    return EmbeddingsRequest(model, texts, token_ids, encoding_format, dimensions, user)
+
+
+def _inputs(value: Any, limits: Limits) -> tuple[list[str], list[list[int]] | None]:
+    """`input` as rows: texts, or token-id lists (a flat list of ids is one row)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise InvalidInput("'input' must be a non-empty string, a non-empty list of strings, "
+                           "or a list of token ids")
+    if len(value) > limits.max_instances:
+        raise InvalidInput(f"'input' has {len(value)} items; at most {limits.max_instances} are taken in one request")
+    if all(isinstance(item, str) for item in value):
+        for index, text in enumerate(value):
+            if not text:
+                raise InvalidInput(f"'input[{index}]' is an empty string: there is nothing to embed")
+        return value, None
+    if all(_is_token_id(item) for item in value):
+        return [], [value]
+    if all(isinstance(item, list) for item in value):
+        for index, row in enumerate(value):
+            if not row or not all(_is_token_id(token) for token in row):
+                raise InvalidInput(f"'input[{index}]' must be a non-empty list of non-negative integer token ids")
+        return [], value
+    raise InvalidInput("'input' mixes strings and token ids: send a list of strings, or a list of token-id lists")
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def encode_answer(model: str, vectors: np.ndarray, encoding_format: str, prompt_tokens: int) -> bytes:
+    """The client's answer: one item per row of `vectors` ([rows, dims]), in order."""
+    if encoding_format == "base64":
+        rows = np.ascontiguousarray(vectors, dtype=LITTLE_ENDIAN_F32)
+        embeddings: list[Any] = [base64.b64encode(row.tobytes()).decode("ascii") for row in rows]
+    else:
+        embeddings = vectors.astype(np.float32, copy=False).tolist()
+    data = [{"object": "embedding", "index": index, "embedding": embedding}
+            for index, embedding in enumerate(embeddings)]
+    return orjson.dumps({"object": "list", "data": data, "model": model,
+                         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}})
+
+
+def encode_models(names: list[str], created: int, owned_by: str) -> bytes:
+    """`GET /v1/models`: the models a client may name."""
+    return orjson.dumps({"object": "list", "data": [model_document(name, created, owned_by) for name in names]})
+
+
+def model_document(name: str, created: int, owned_by: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": owned_by}
+
+
+def error_document(message: str, status: int) -> dict[str, Any]:
+    """An error in OpenAI's shape: its clients raise the class its `type` and status name."""
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": _ERROR_CODES.get(status)}}
+
+
+# -- the predictor's side --------------------------------------------------------------------
+
+def encode_request(model: str, texts: list[str], dimensions: int | None = None) -> bytes:
+    """One call for a whole batch: its texts as `input`, answered in base64 (a quarter of
+    the JSON numbers' size, and decoded without parsing floats)."""
+    document: dict[str, Any] = {"model": model, "input": texts, "encoding_format": "base64"}
+    if dimensions is not None:
+        document["dimensions"] = dimensions
+    return orjson.dumps(document)
+
+
+def decode_answer(body: bytes, rows: int) -> np.ndarray:
+    """A predictor's answer as float32 [rows, dims], row i the item whose `index` is i;
+    each embedding in floats or base64, whichever the predictor chose."""
+    document = loads(body, "the predictor's answer")
+    data = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(data, list) or len(data) != rows:
+        count = len(data) if isinstance(data, list) else "no"
+        raise InvalidInput(f"the answer has {count} embeddings in 'data' for {rows} inputs")
+    vectors: list[np.ndarray | None] = [None] * rows
+    for position, item in enumerate(data):
+        index = item.get("index", position) if isinstance(item, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < rows or vectors[index] is not None:
+            raise InvalidInput(f"data[{position}] has no usable 'index' (each of 0..{rows - 1} once)")
+        vectors[index] = _vector(item.get("embedding"), position)
+    widths = {len(vector) for vector in vectors if vector is not None}
+    if len(widths) != 1:
+        raise InvalidInput(f"the embeddings differ in length: {sorted(widths)}")
+    return np.stack(vectors)  # type: ignore[arg-type]  # every slot was filled above
+
+
+def _vector(value: Any, position: int) -> np.ndarray:
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidInput(f"data[{position}].embedding is not valid base64") from None
+        if not raw or len(raw) % 4:
+            raise InvalidInput(f"data[{position}].embedding is {len(raw)} bytes: not float32 values")
+        return np.frombuffer(raw, dtype=LITTLE_ENDIAN_F32).astype(np.float32)
+    if isinstance(value, list) and value and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+        return np.asarray(value, dtype=np.float32)
+    raise InvalidInput(f"data[{position}].embedding must be a list of numbers or a base64 string")
