@@ -163,7 +163,7 @@ def _model(raw: Any, key: str) -> ModelConfig:
     simulated_task = _choice(simulated_raw, f"{key}.simulated", "task", SIMULATED_TASKS, "double")
     cost = _simulated({k: v for k, v in simulated_raw.items() if k != "task"}, f"{key}.simulated")
     route_prefix = _route_prefix(raw, key, protocol)
-    embeddings = _embeddings(raw, key, protocol is PredictorProtocol.OPENAI_HTTP or simulated_task == "embed")
+    embeddings = _embeddings(raw, key, protocol, simulated_task)
     batching_raw = _table(raw, "batching", f"{key}.batching")
     own_keys = PADDING_KEYS | TOKEN_KEYS
     batching = _batching({k: v for k, v in batching_raw.items() if k not in own_keys}, f"{key}.batching")
@@ -384,12 +384,22 @@ def _route_prefix(raw: dict, key: str, protocol: PredictorProtocol) -> str:
     return prefix
 
 
-def _embeddings(raw: dict, key: str, implied: bool) -> EmbeddingsConfig | None:
+# The predictors that take texts as a BYTES tensor: OIP (Triton, KServe v2), OpenAI's API.
+_TAKE_TEXTS = frozenset({PredictorProtocol.OIP_HTTP, PredictorProtocol.OIP_GRPC, PredictorProtocol.OPENAI_HTTP,
+                         PredictorProtocol.SIMULATED})
+
+
+def _embeddings(raw: dict, key: str, protocol: PredictorProtocol, simulated_task: str) -> EmbeddingsConfig | None:
     """The `[models.embeddings]` table; a model of an OpenAI-compatible predictor (or the
     simulated encoder) is an embedding model even without it."""
+    implied = protocol is PredictorProtocol.OPENAI_HTTP or simulated_task == "embed"
     if "embeddings" not in raw and not implied:
         return None
     table_key = f"{key}.embeddings"
+    if protocol not in _TAKE_TEXTS or (protocol is PredictorProtocol.SIMULATED and not implied):
+        raise ConfigError(table_key, "an embedding model's texts travel as a BYTES tensor: it needs a tensor predictor "
+                                     "(Triton, KServe v2, an OpenAI-compatible server with api = \"openai\", or "
+                                     "the simulated model with task = \"embed\")")
     table = _table(raw, "embeddings", table_key)
     _only(table, table_key, {"tokenizer", "input", "output", "deduplicate"})
     tokenizer = _file(table, table_key, "tokenizer")

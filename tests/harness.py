@@ -160,13 +160,14 @@ def held_slot(gw: RunningGateway, model: str) -> Iterator[tuple[threading.Event,
     served = gw.gateway.service.models[model]
     assert served.config.batching.max_inflight == 1
     release, batches = threading.Event(), []
+    executor = served.executor  # the model's own (an embedding model's sends each text once)
 
     async def gated(inputs):
         batches.append(len(inputs[0].data))
         if len(batches) == 1:
             while not release.is_set():
                 await asyncio.sleep(0.005)
-        return await served.backend.infer(inputs)
+        return await executor(inputs)
 
     async def install(executor):
         gw.gateway.scheduler.add_model(model, executor, served.config.batching)
@@ -176,7 +177,7 @@ def held_slot(gw: RunningGateway, model: str) -> Iterator[tuple[threading.Event,
         yield release, batches
     finally:
         release.set()
-        gw.call(install(served.backend.infer))
+        gw.call(install(executor))
 
 
 def metric(exposition: str, name: str, model: str) -> float:

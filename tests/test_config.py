@@ -215,3 +215,62 @@ def test_workers_default_to_one_and_take_a_count_or_auto_for_the_cores():
         with pytest.raises(config.ConfigError, match="server.workers"):
             server(workers=bad)
     assert config.workers("3", "--workers") == 3  # the command line's form
+
+
+# -- text-embedding models ---------------------------------------------------------------------------
+
+OPENAI = {"name": "e", "backend": "kserve", "api": "openai", "url": "http://127.0.0.1:1"}
+
+
+def test_a_model_of_an_openai_predictor_embeds_texts_with_a_token_budget_by_default():
+    from backends.settings import PredictorProtocol
+    from gateway.batching.config import PaddingConfig
+
+    model = config.parse({"models": [OPENAI]}).models[0]
+    assert model.predictor.protocol is PredictorProtocol.OPENAI_HTTP and model.predictor.route_prefix == "/openai"
+    assert model.embeddings == config.EmbeddingsConfig()
+    assert model.batching.max_batch_cost == config.DEFAULT_MAX_BATCH_TOKENS
+    assert model.batching.padding == PaddingConfig(inputs=())
+    assert config.parse({"models": [{"name": "m"}]}).models[0].embeddings is None
+
+
+def test_embedding_keys_are_read(tmp_path):
+    from tests.test_tokens import wordpiece_file
+
+    tokenizer = wordpiece_file(tmp_path)
+    model = config.parse({"models": [{
+        **OPENAI, "route_prefix": "",
+        "embeddings": {"tokenizer": tokenizer, "deduplicate": False},
+        "batching": {"max_batch_tokens": 8192, "token_cost": "sum", "buckets": [64, 512]}}]}).models[0]
+    assert model.predictor.route_prefix == ""
+    assert model.embeddings == config.EmbeddingsConfig(tokenizer=tokenizer, deduplicate=False)
+    assert model.batching.max_batch_cost == 8192
+    assert model.batching.padding.summed and model.batching.padding.buckets == (64, 512)
+    triton = config.parse({"models": [{"name": "t", "backend": "triton", "url": "127.0.0.1:1", "protocol": "grpc",
+                                       "embeddings": {"input": "TEXT", "output": "EMBEDDING"}}]}).models[0]
+    assert (triton.embeddings.input, triton.embeddings.output) == ("TEXT", "EMBEDDING")
+    simulated = config.parse({"models": [{"name": "s", "simulated": {"task": "embed"}}]}).models[0]
+    assert simulated.embeddings is not None and simulated.predictor.simulated_task == "embed"
+
+
+@pytest.mark.parametrize("model, key, problem", [
+    ({**OPENAI, "backend": "triton"}, "models[0].api", "use it with backend = \"kserve\""),
+    ({**OPENAI, "protocol": "grpc", "url": "127.0.0.1:1"}, "models[0].api", "over HTTP"),
+    ({"name": "m", "route_prefix": "/x"}, "models[0].route_prefix", "applies only to api = \"openai\""),
+    ({**OPENAI, "route_prefix": "openai"}, "models[0].route_prefix", "must start with /"),
+    ({**OPENAI, "embeddings": {"tokenizer": "/nonexistent/tokenizer.json"}}, "models[0].embeddings.tokenizer",
+     "no such file"),
+    ({"name": "m", "backend": "kserve", "url": "http://127.0.0.1:1", "embeddings": {}}, "models[0].embeddings",
+     "a tensor predictor"),
+    ({**OPENAI, "embeddings": {"pooling": "mean"}}, "models[0].embeddings.pooling", "unknown key"),
+    ({**OPENAI, "batching": {"max_batch_cost": 10}}, "models[0].batching.max_batch_cost", "use max_batch_tokens"),
+    ({**OPENAI, "batching": {"max_batch_tokens": 0}}, "models[0].batching.max_batch_tokens", "must be >= 1"),
+    ({**OPENAI, "batching": {"token_cost": "max"}}, "models[0].batching.token_cost", "must be one of"),
+    ({"name": "m", "batching": {"max_batch_tokens": 10}}, "models[0].batching.max_batch_tokens",
+     "add its [models.embeddings] table"),
+    ({"name": "m", "simulated": {"task": "classify"}}, "models[0].simulated.task", "must be one of"),
+])
+def test_embedding_config_errors_name_the_key(model, key, problem):
+    with pytest.raises(config.ConfigError) as error:
+        config.parse({"models": [model]})
+    assert error.value.key == key and problem in error.value.problem

@@ -150,7 +150,7 @@ class ModelQueue:
         if self.queued_rows + size > config.max_queue and not self._evict_below(level, size):
             self.stats.refused_overloaded(level)
             raise Overloaded(
-                f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}); "
+                f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}, batching.max_queue); "
                 "try again later"
             )
         pieces = split_request(inputs, pad.rows_per_part(shape.padded if shape else 1, config.max_batch_size,

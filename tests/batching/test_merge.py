@@ -104,6 +104,8 @@ class Queued:
     signature: str = "a"
     live: bool = True
     level: int = 0
+    padded: int = 1    # the length it travels at alone (longest text, in tokens)
+    elements: int = 0  # its rows' own lengths added up
 
 
 def names(parts) -> list[str]:
@@ -143,6 +145,29 @@ def test_parts_no_longer_live_are_dropped_and_never_taken():
     assert names(take_oldest_group(pending, 4)) == ["1", "2"]  # the signature is the oldest *live* one's
     assert names(pending) == []
     assert take_oldest_group(deque([Queued("gone", 1, live=False)]), 4) == []
+
+
+def test_a_cost_cap_bounds_rows_times_the_longest_and_a_shorter_part_may_still_join():
+    pending = deque([Queued("1", 2, padded=100), Queued("long", 2, padded=300), Queued("short", 1, padded=50)])
+    # 1 + long: 4 rows x 300 = 1200 > 1000; 1 + short: 3 x 100 = 300.
+    assert names(take_oldest_group(pending, 8, max_cost=1000)) == ["1", "short"]
+    assert names(pending) == ["long"]
+    assert names(take_oldest_group(pending, 8, max_cost=10)) == ["long"]  # a first part always goes: it was split to fit
+
+
+def test_summed_the_cap_bounds_the_rows_own_lengths_added_up():
+    # What a predictor that packs sequences pays: 60 + 300 + 100 = 460 fits 500, though
+    # padded to the longest the three would cost 3 rows x 300 = 900.
+    pending = deque([Queued("1", 1, padded=60, elements=60), Queued("2", 1, padded=300, elements=300),
+                     Queued("3", 1, padded=100, elements=100), Queued("4", 1, padded=50, elements=50)])
+    assert names(take_oldest_group(pending, 8, max_cost=500, summed=True)) == ["1", "2", "3"]
+    assert names(take_oldest_group(deque(pending), 8, max_cost=500)) == ["4"]
+
+
+def test_by_level_the_cost_cap_holds_too():
+    pending = deque([Queued("low", 1, padded=400, level=2), Queued("high", 1, padded=100, level=1),
+                     Queued("high-long", 1, padded=500, level=1)])
+    assert names(take_oldest_group(pending, 8, pending[1], max_cost=800, by_level=True)) == ["high", "low"]
 
 
 queued_parts = st.lists(st.tuples(st.integers(min_value=1, max_value=5), st.sampled_from("ab"), st.booleans()),

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gateway.batching import padding as pad
 from gateway.batching.config import GeneratedInput, PaddedInput, PaddingConfig
+from gateway.batching.padding import RowShape
 from wire.errors import BadPredictorAnswer, InvalidInput, PayloadTooLarge
 from wire.tensors import Tensor
 
@@ -20,7 +21,38 @@ def ids(rows: int, length: int, start: int = 1) -> list[Tensor]:
     return [Tensor("IDS", "INT64", np.arange(start, start + rows * length, dtype=np.int64).reshape(rows, length))]
 
 
+TEXTS = PaddingConfig(inputs=(), buckets=(16, 64, 512))
+
+
+def texts(*words: str) -> list[Tensor]:
+    data = np.empty((len(words), 1), dtype=object)
+    data[:, 0] = [w.encode() for w in words]
+    return [Tensor("text", "BYTES", data)]
+
+
 # -- a request's lengths -------------------------------------------------------------------------
+
+def test_texts_are_measured_by_the_tokens_the_model_layer_counted():
+    shape = pad.measure(texts("a", "b", "c"), TEXTS, np.array([5, 40, 9]))
+    assert (shape.length, shape.padded, shape.lengths.tolist()) == (40, 64, [5, 40, 9])
+    with pytest.raises(InvalidInput, match="not measured in tokens"):
+        pad.measure(texts("a"), TEXTS)
+
+
+def test_texts_share_a_batch_within_one_bucket_and_nothing_is_padded():
+    short, longer = (pad.measure(texts("a"), TEXTS, np.array([n])) for n in (10, 30))
+    assert pad.signature(texts("a"), TEXTS, short) != pad.signature(texts("b"), TEXTS, longer)  # 16 vs 64
+    assert pad.signature(texts("a"), TEXTS, longer) == pad.signature(texts("bb"), TEXTS, longer)
+    batch = pad.pad_batch([texts("a"), texts("b", "c")], [short, longer], TEXTS)
+    assert [row[0] for row in batch[0].data] == [b"a", b"b", b"c"] and len(batch) == 1
+
+
+def test_a_batch_of_texts_counts_its_waste_padded_or_summed():
+    shapes = [RowShape(40, 64, np.array([40, 8])), RowShape(9, 16, np.array([9]))]
+    assert pad.elements(shapes) == (3 * 64, 57)          # the predictor pads to the longest
+    assert pad.elements(shapes, summed=True) == (57, 57)  # it packs: no waste
+
+
 
 def test_a_request_is_measured_along_its_declared_dimension():
     shape = pad.measure(ids(2, 5), TOKENS)

@@ -1,0 +1,163 @@
+"""Embedding models (gateway/embeddings.py): each text one row measured in tokens, batches
+capped by `max_batch_tokens` and grouped by bucket, `usage` exact with the model's
+tokenizer, identical texts sent once (unless told otherwise), and the vectors read from
+the one FP32 output or the one configured."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import orjson
+import pytest
+
+from backends.base import Backend
+from backends.settings import PredictorProtocol, PredictorSettings
+from gateway.config import EmbeddingsConfig, ModelConfig
+from gateway.embeddings import EmbeddingModel
+from tests.harness import config_for, held_slot, http, queued, running_gateway, wait_for
+from tests.test_tokens import wordpiece_file
+from wire.embeddings import EmbeddingsRequest
+from wire.errors import BadPredictorAnswer, InvalidInput
+from wire.request import OipRequest
+from wire.tensors import Tensor
+
+
+def encoder(**batching) -> dict:
+    return {"name": "encoder", "backend": "simulated", "simulated": {"task": "embed", "call_ms": 1},
+            "batching": {"max_batch_size": 32, **batching}}
+
+
+def embed(gw, texts: list[str]) -> dict:
+    status, _, body = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": texts})
+    assert status == 200, body
+    return orjson.loads(body)
+
+
+def queue_behind_a_held_batch(gw, requests: list[list[str]]) -> list[int]:
+    """Send each request, in order, once the model's slot is held (each queued before the
+    next is sent), release the slot, and return the rows of every batch that left (the
+    blocker's first)."""
+    with held_slot(gw, "encoder") as (release, batches):
+        threads = [threading.Thread(target=embed, args=(gw, ["blocker"]))]
+        threads[0].start()
+        wait_for(lambda: len(batches) == 1, "the blocker's batch to reach the gate")
+        rows = 0
+        for texts in requests:
+            threads.append(threading.Thread(target=embed, args=(gw, texts)))
+            threads[-1].start()
+            rows += len(texts)
+            wait_for(lambda rows=rows: queued(gw, "encoder") == rows, f"{rows} texts to queue")
+        release.set()
+        for thread in threads:
+            thread.join(timeout=20)
+    return batches
+
+
+def test_a_batch_holds_at_most_max_batch_tokens_counted_as_rows_times_the_longest():
+    # Estimated tokens: 40 bytes -> 12 tokens each. 60 tokens hold 5 such rows, not 32.
+    with running_gateway(config_for(encoder(max_batch_tokens=60))) as gw:
+        batches = queue_behind_a_held_batch(gw, [[f"{i:02d}" + "x" * 38] for i in range(12)])
+    assert batches == [1, 5, 5, 2]
+
+
+def test_summed_a_batch_holds_the_rows_whose_own_tokens_add_up_to_the_budget():
+    # One long text (102 tokens) and ten short ones (4 each): padded to the longest, the long
+    # one leaves alone; summed, it goes with all ten (102 + 40 = 142 <= 150).
+    texts = [["y" * 400]] + [[f"s{i}"] for i in range(10)]
+    with running_gateway(config_for(encoder(max_batch_tokens=150))) as gw:
+        assert queue_behind_a_held_batch(gw, texts) == [1, 1, 10]
+    with running_gateway(config_for(encoder(max_batch_tokens=150, token_cost="sum"))) as gw:
+        assert queue_behind_a_held_batch(gw, texts) == [1, 11]
+
+
+def test_buckets_keep_short_texts_out_of_long_texts_batches():
+    texts = [["short"], ["z" * 300], ["tiny"], ["w" * 280]]
+    with running_gateway(config_for(encoder(buckets=[16, 128]))) as gw:
+        assert queue_behind_a_held_batch(gw, texts) == [1, 2, 2]
+        stats = gw.stats("encoder")
+    # Padding waste in tokens: each batch is padded to its bucket (16, then 128 and 128).
+    assert (stats.padded_elements, stats.real_elements) == (16 + 2 * 16 + 2 * 128, 4 + 4 + 3 + 77 + 72)
+
+
+def test_usage_is_exact_with_the_models_tokenizer(tmp_path):
+    model = {**encoder(), "embeddings": {"tokenizer": wordpiece_file(tmp_path)}}
+    with running_gateway(config_for(model)) as gw:
+        answer = embed(gw, ["The cat sat", "dogs runs"])
+    assert answer["usage"] == {"prompt_tokens": 5 + 6, "total_tokens": 11}
+
+
+def test_repeated_texts_are_sent_once_unless_deduplication_is_off():
+    for deduplicate, sent in ((True, 2), (False, 4)):
+        model = {**encoder(), "embeddings": {"deduplicate": deduplicate}}
+        with running_gateway(config_for(model)) as gw:
+            predictor = gw.gateway.service.models["encoder"].backend.model
+            answer = embed(gw, ["same", "other", "same", "same"])
+            assert predictor.log.instances == sent
+        vectors = [item["embedding"] for item in answer["data"]]
+        assert vectors[0] == vectors[2] == vectors[3] != vectors[1]
+
+
+# -- the served model alone ---------------------------------------------------------------------
+
+class Answering(Backend):
+    """A predictor that answers the given outputs for any batch."""
+
+    def __init__(self, outputs: list[Tensor]) -> None:
+        self.outputs = outputs
+
+    async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
+        return self.outputs
+
+    async def ready(self) -> bool:
+        return True
+
+
+def served(outputs: list[Tensor], **settings) -> EmbeddingModel:
+    predictor = PredictorSettings(PredictorProtocol.OIP_GRPC, server="triton", model="m")
+    return EmbeddingModel(ModelConfig("m", predictor, embeddings=EmbeddingsConfig(**settings)), Answering(outputs))
+
+
+VECTORS = Tensor("EMBEDDING", "FP32", np.ones((2, 3), np.float32))
+IDS = Tensor("TOKENS", "INT64", np.ones((2, 3), np.int64))
+
+
+def test_the_vectors_are_the_only_fp32_output_or_the_one_named():
+    assert served([IDS, VECTORS]).embeddings_from_outputs([IDS, VECTORS]).shape == (2, 3)
+    other = Tensor("POOLED", "FP32", np.zeros((2, 3), np.float32))
+    assert not served([], output="POOLED").embeddings_from_outputs([VECTORS, other]).any()
+    with pytest.raises(BadPredictorAnswer, match="cannot tell which output"):
+        served([]).embeddings_from_outputs([VECTORS, other])
+    with pytest.raises(BadPredictorAnswer, match="no output 'POOLED'"):
+        served([], output="POOLED").embeddings_from_outputs([VECTORS])
+    with pytest.raises(BadPredictorAnswer, match="not one vector per row"):
+        served([]).embeddings_from_outputs([Tensor("E", "FP32", np.ones((2, 3, 4), np.float32))])
+
+
+def test_texts_travel_in_the_named_input_and_an_oip_request_must_send_them_there():
+    model = served([], input="TEXT")
+    batch = model.batch_inputs(EmbeddingsRequest("m", ["ab", "abcdefghi"]))
+    assert batch.tensors[0].name == "TEXT" and batch.tensors[0].data.shape == (2, 1)
+    assert batch.lengths.tolist() == [3, 5]
+    texts = np.array([[b"ab"]], dtype=object)
+    assert model.batch_inputs(OipRequest([Tensor("TEXT", "BYTES", texts)])).lengths.tolist() == [3]
+    with pytest.raises(InvalidInput, match="send them as the BYTES input 'TEXT'"):
+        model.batch_inputs(OipRequest([Tensor("OTHER", "BYTES", texts)]))
+    with pytest.raises(InvalidInput, match="one text per row"):
+        model.batch_inputs(OipRequest([Tensor("TEXT", "BYTES", np.array([[b"a", b"b"]], dtype=object))]))
+
+
+def test_the_predictor_sees_each_distinct_text_once_and_every_row_is_answered():
+    sent: list[list[bytes]] = []
+
+    class Echo(Answering):
+        async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
+            sent.append(list(inputs[0].data[:, 0]))
+            return [Tensor("E", "FP32", np.array([[len(t)] for t in inputs[0].data[:, 0]], np.float32))]
+
+    predictor = PredictorSettings(PredictorProtocol.SIMULATED, server="simulated", model="m")
+    model = EmbeddingModel(ModelConfig("m", predictor, embeddings=EmbeddingsConfig()), Echo([]))
+    texts = np.array([[b"a"], [b"bbb"], [b"a"], [b"cc"], [b"bbb"]], dtype=object)
+    outputs = asyncio.run(model.executor([Tensor("text", "BYTES", texts)]))
+    assert sent == [[b"a", b"bbb", b"cc"]]
+    assert outputs[0].data[:, 0].tolist() == [1, 3, 1, 2, 3]
