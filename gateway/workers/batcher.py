@@ -163,8 +163,8 @@ class Batcher:
         served = self.views.local.models.get(model)
         if served is None:
             raise ModelNotFound.unknown(model)
-        if what == "form":
-            return served.backend.batch_form.value
+        if what == "form":  # how its batches travel
+            return {"form": served.backend.batch_form.value, "takes_dimensions": served.backend.takes_dimensions}
         if what == "metadata":
             return None if served.signature is None else {**served.signature.describe(), "versions": served.versions}
         if what == "ready":

@@ -193,14 +193,16 @@ class RemoteBackend(Backend):
     batcher, whose client knows it. A worker builds no predictor client and polls no
     predictor."""
 
-    def __init__(self, model: str, batcher: BatcherClient, batch_form: BatchForm) -> None:
+    def __init__(self, model: str, batcher: BatcherClient, batch_form: BatchForm, takes_dimensions: bool = False) -> None:
         self.model = model
         self.batcher = batcher
         self.batch_form = batch_form
+        self.takes_dimensions = takes_dimensions
 
     @classmethod
     async def of(cls, model: str, batcher: BatcherClient) -> RemoteBackend:
-        return cls(model, batcher, BatchForm(await cls._ask(batcher, model, "form")))
+        travels = await cls._ask(batcher, model, "form")
+        return cls(model, batcher, BatchForm(travels["form"]), travels["takes_dimensions"])
 
     @staticmethod
     async def _ask(batcher: BatcherClient, model: str, what: str) -> Any:

@@ -646,3 +646,60 @@ priority_levels = 2
     finally:
         del os.environ["WORKERS_TEST_TOKEN"]
 
+
+
+ENCODER = '''[[models]]
+name = "encoder"
+backend = "simulated"
+[models.simulated]
+task = "embed"
+call_ms = 2
+[models.batching]
+max_batch_size = 8
+max_batch_tokens = 64
+'''
+
+
+def _samples(gw: ServerProcess) -> list[tuple[str, dict, float]]:
+    """Every sample of the gateway's /metrics: (name, labels, value)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, text = _send(gw, "GET", "/metrics", None)
+    assert status == 200
+    return [(sample.name, sample.labels, sample.value)
+            for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def test_embedding_clients_at_every_worker_get_their_own_vectors_in_token_capped_batches(tmp_path):
+    from backends.simulated.encoder import vector
+
+    config = tmp_path / "gateway.toml"
+    config.write_text(ENCODER)
+    with gateway_with_workers(config) as gw:
+        connections = connections_on_every_worker(gw, 6)
+
+        def embed(index: int) -> tuple[int, dict]:
+            connection = connections[index]
+            texts = [f"client {index} text {i}" + "x" * (4 * i) for i in range(5)]
+            connection.request("POST", "/v1/embeddings", orjson.dumps({"model": "encoder", "input": texts}),
+                               {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            answer = orjson.loads(response.read())
+            ok = response.status == 200 and all(
+                item["embedding"] == pytest.approx(vector(texts[item["index"]].encode()).tolist(), rel=1e-6)
+                for item in answer["data"])
+            return response.status, {"ok": ok, "tokens": answer.get("usage", {}).get("prompt_tokens")}
+
+        with concurrent.futures.ThreadPoolExecutor(len(connections)) as pool:
+            results = list(pool.map(embed, range(len(connections))))
+        assert all(status == 200 and result["ok"] for status, result in results), results
+        # The rows' token counts crossed the channel: no batch cost more than 64 tokens (rows x
+        # longest), and every request was split to fit.
+        costs = {labels.get("le"): value for name, labels, value in _samples(gw)
+                 if name.startswith("gateway_batch_cost") and labels.get("model") == "encoder"}
+        assert costs["64"] == costs["+Inf"] > 0, costs
+        status, body = http_json("POST", f"{gw.http_url}/v1/embeddings",
+                                 {"model": "encoder", "input": "x", "dimensions": 4})
+        assert status == 400 and "'dimensions' is passed only" in body["error"]["message"]
+        for connection in connections:
+            connection.close()
