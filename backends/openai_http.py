@@ -14,7 +14,7 @@ from backends import errors
 from backends.base import Backend
 from backends.http import HttpPredictor
 from wire.codecs import openai
-from wire.errors import InvalidInput
+from wire.errors import PredictorRejected
 from wire.tensors import ModelSignature, Tensor, TensorSpec
 from wire.tracing import current_batch
 
@@ -38,7 +38,9 @@ class OpenAIEmbeddingsBackend(Backend):
         try:
             strings = [row[0].decode("utf-8") for row in texts]
         except (UnicodeDecodeError, AttributeError, IndexError):
-            raise InvalidInput("an OpenAI-compatible predictor takes UTF-8 texts, one per row of a BYTES tensor") from None
+            # The served model checks its clients' texts; this is the predictor's own refusal.
+            raise PredictorRejected("an OpenAI-compatible predictor takes UTF-8 texts, one per row of a BYTES "
+                                    "tensor") from None
         batch = current_batch.get()
         dimensions = batch.parameters.get("dimensions") if batch is not None else None
         body = openai.encode_request(self.model, strings, dimensions)

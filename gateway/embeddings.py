@@ -90,7 +90,12 @@ class EmbeddingModel(TensorModel):
         if rows.shape[1] != 1:
             raise InvalidInput(f"input '{self.text_input}' of model '{self.name}' holds one text per row "
                                f"(shape [rows, 1]); got {list(text.data.shape)}")
-        return self.tokens.count([_text(value) for value in rows[:, 0]])
+        try:
+            texts = [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in rows[:, 0]]
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"input '{self.text_input}' of model '{self.name}': a text is not UTF-8 ({exc.reason} "
+                               f"at byte {exc.start})") from None
+        return self.tokens.count(texts)
 
     # -- out of the answer --------------------------------------------------------------
 
@@ -135,7 +140,3 @@ class EmbeddingModel(TensorModel):
             return await self.backend.infer(inputs)
         outputs = await self.backend.infer([Tensor(inputs[0].name, "BYTES", texts[kept])])
         return [Tensor(t.name, t.datatype, t.data[inverse]) for t in outputs]
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

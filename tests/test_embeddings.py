@@ -143,6 +143,8 @@ def test_texts_travel_in_the_named_input_and_an_oip_request_must_send_them_there
     assert model.batch_inputs(OipRequest([Tensor("TEXT", "BYTES", texts)])).lengths.tolist() == [3]
     with pytest.raises(InvalidInput, match="send them as the BYTES input 'TEXT'"):
         model.batch_inputs(OipRequest([Tensor("OTHER", "BYTES", texts)]))
+    with pytest.raises(InvalidInput, match="a text is not UTF-8"):
+        model.batch_inputs(OipRequest([Tensor("TEXT", "BYTES", np.array([[b"\xff"]], dtype=object))]))
     with pytest.raises(InvalidInput, match="one text per row"):
         model.batch_inputs(OipRequest([Tensor("TEXT", "BYTES", np.array([[b"a", b"b"]], dtype=object))]))
 
