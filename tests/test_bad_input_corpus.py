@@ -28,7 +28,9 @@ FP32_1x2 = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2
 def gw():
     demo = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 5}}
     text = {"name": "text", "backend": "simulated", "inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [-1]}]}
-    with running_gateway(config_for(demo, text, **LIMITS)) as running:
+    encoder = {"name": "encoder", "backend": "simulated", "simulated": {"task": "embed"},
+               "batching": {"max_batch_tokens": 1000}}
+    with running_gateway(config_for(demo, text, encoder, **LIMITS)) as running:
         yield running
 
 
@@ -306,7 +308,17 @@ def with_shared_memory(on: str) -> pb.ModelInferRequest:
     return request
 
 
+def text_request(*texts: bytes, shape: list[int] | None = None) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="encoder")
+    request.inputs.add(name="text", datatype="BYTES", shape=shape or [len(texts), 1])
+    request.inputs[0].contents.bytes_contents.extend(texts)
+    return request
+
+
 GRPC_CASES = [
+    ("text-not-utf8", text_request(b"ok", b"\xff\xfe"), INVALID, "a text is not UTF-8"),
+    ("two-texts-per-row", text_request(b"a", b"b", shape=[1, 2]), INVALID, "has shape [-1, 1]"),
+    ("text-as-fp32", grpc_request(("text", "FP32", [1, 1], [1]), model="encoder"), INVALID, "is BYTES, got FP32"),
     ("shm-input", with_shared_memory("input"), grpc.StatusCode.INVALID_ARGUMENT, "shared-memory extension"),
     ("shm-output", with_shared_memory("output"), grpc.StatusCode.INVALID_ARGUMENT, "shared-memory extension"),
     ("no-inputs", grpc_request(), INVALID, "no inputs"),
@@ -350,8 +362,51 @@ def test_a_message_that_is_not_protobuf_is_invalid_argument(gw, good_traffic):
     assert "not a valid ModelInferRequest" in (caught.value.details() or "")
 
 
+EMBEDDINGS = "/v1/embeddings"
+OPENAI_CASES = [
+    ("openai-not-json", EMBEDDINGS, b'{"model": "encoder", "input": ', 400, "not valid JSON"),
+    ("openai-not-an-object", EMBEDDINGS, j(["encoder", "x"]), 400, "must be a JSON object"),
+    ("openai-no-model", EMBEDDINGS, j({"input": "x"}), 400, "'model' is required"),
+    ("openai-model-not-a-string", EMBEDDINGS, j({"model": 7, "input": "x"}), 400, "'model' is required"),
+    ("openai-unknown-model", EMBEDDINGS, j({"model": "absent", "input": "x"}), 404, "not served"),
+    ("openai-not-an-embedding-model", EMBEDDINGS, j({"model": "demo", "input": "x"}), 404, "not an embedding model"),
+    ("openai-no-input", EMBEDDINGS, j({"model": "encoder"}), 400, "'input' must be"),
+    ("openai-input-null", EMBEDDINGS, j({"model": "encoder", "input": None}), 400, "'input' must be"),
+    ("openai-input-empty-list", EMBEDDINGS, j({"model": "encoder", "input": []}), 400, "'input' must be"),
+    ("openai-input-empty-string", EMBEDDINGS, j({"model": "encoder", "input": ["a", ""]}), 400, "empty string"),
+    ("openai-input-object", EMBEDDINGS, j({"model": "encoder", "input": {"a": 1}}), 400, "'input' must be"),
+    ("openai-input-mixed", EMBEDDINGS, j({"model": "encoder", "input": ["a", 3]}), 400, "mixes strings"),
+    ("openai-input-nested-strings", EMBEDDINGS, j({"model": "encoder", "input": [["a"]]}), 400, "token ids"),
+    ("openai-token-ids-to-a-text-model", EMBEDDINGS, j({"model": "encoder", "input": [[1, 2]]}), 400, "takes texts"),
+    ("openai-negative-token-id", EMBEDDINGS, j({"model": "encoder", "input": [[1, -2]]}), 400, "non-negative"),
+    ("openai-too-many-texts", EMBEDDINGS, j({"model": "encoder", "input": ["a"] * 101}), 400, "at most 100"),
+    ("openai-text-over-the-token-budget", EMBEDDINGS, j({"model": "encoder", "input": "x" * 4000}), 413,
+     "more than a whole batch may"),
+    ("openai-bad-encoding", EMBEDDINGS, j({"model": "encoder", "input": "x", "encoding_format": "hex"}), 400,
+     "'encoding_format' must be one of"),
+    ("openai-bad-dimensions", EMBEDDINGS, j({"model": "encoder", "input": "x", "dimensions": -1}), 400,
+     "'dimensions' must be"),
+    ("openai-dimensions-unsupported", EMBEDDINGS, j({"model": "encoder", "input": "x", "dimensions": 8}), 400,
+     "'dimensions' is passed only"),
+    ("openai-unknown-argument", EMBEDDINGS, j({"model": "encoder", "input": "x", "stream": True}), 400,
+     "unrecognized request argument"),
+    ("openai-body-over-json-limit", EMBEDDINGS, j({"model": "encoder", "input": "x" * BIG_JSON}), 413,
+     "send the texts in several requests"),
+]
+
+
+@pytest.mark.parametrize("case_id, path, body, status, message", OPENAI_CASES, ids=[c[0] for c in OPENAI_CASES])
+def test_bad_openai_input(gw, good_traffic, case_id, path, body, status, message):
+    got_status, _, payload = http("POST", gw.http_url + path, body, headers={"Content-Type": "application/json"})
+    assert got_status == status, payload
+    error = orjson.loads(payload)["error"]
+    assert message in error["message"] and error["type"]  # OpenAI's shape
+    assert "Traceback" not in error["message"]
+
+
 def test_corpus_size():
-    assert len(HTTP_CASES) + len(BINARY_CASES) + len(GRPC_CASES) + len(UPLOAD_CASES) + len(TS_GRPC_CASES) >= 75
+    assert len(HTTP_CASES) + len(BINARY_CASES) + len(GRPC_CASES) + len(UPLOAD_CASES) + len(TS_GRPC_CASES) \
+        + len(OPENAI_CASES) >= 95
 
 
 def test_good_requests_all_succeeded_while_the_corpus_ran(good_traffic):

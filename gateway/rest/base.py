@@ -31,7 +31,7 @@ from gateway.models import ServedModel
 from gateway.rest import errors
 from gateway.service import InferenceService
 from wire.codecs import content_encoding
-from wire.codecs.json_data import json_too_large
+from wire.codecs.json_data import SEND_BINARY, json_too_large
 from wire.codecs.limits import Limits
 from wire.errors import GatewayError, InvalidInput, NotFound, PayloadTooLarge
 from wire.request import PRIORITY_HEADER, priority_from_header
@@ -228,8 +228,10 @@ class BodyHandler(BaseHandler):
             raise PayloadTooLarge(
                 f"request body of {declared} bytes exceeds the limit of {self.limits.max_body_bytes} bytes")
         if declared > self.limits.max_json_bytes and self.header("Content-Encoding") is None and self.json_only():
-            raise json_too_large(declared, self.limits)  # not read at all: it could not be parsed
+            raise json_too_large(declared, self.limits, remedy=self.json_remedy)  # not read at all: it could not be parsed
         self._coding = content_encoding.request_coding(self.header("Content-Encoding"))
+
+    json_remedy = SEND_BINARY  # what a client whose JSON is over max_json_bytes is told to do instead
 
     def json_only(self) -> bool:
         """Whether this request's whole body is one JSON document (bounded by max_json_bytes

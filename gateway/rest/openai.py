@@ -26,6 +26,7 @@ _STARTED = int(time.time())  # `created` of every model: when this process began
 class EmbeddingsHandler(BodyHandler):
     front_end = "openai_http"
     model_in_path = False
+    json_remedy = openai.SEND_FEWER_TEXTS
 
     def json_only(self) -> bool:
         return True

@@ -18,19 +18,24 @@ from wire.tensors import NUMPY_DTYPES, RAW_ONLY, is_wire_datatype
 _KIND_ALLOWED = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}
 
 
-def check_json_size(document: bytes | memoryview, limits: Limits, what: str = "request body") -> None:
+# What a client whose JSON is too large can do instead (a protocol with another way says its own).
+SEND_BINARY = ("send tensors in binary form (OIP's binary tensor extension, Inference-Header-Content-Length, or "
+               "gRPC), up to max_body_bytes")
+
+
+def check_json_size(document: bytes | memoryview, limits: Limits, what: str = "request body",
+                    remedy: str = SEND_BINARY) -> None:
     """Refuse, before parsing, a JSON document over `limits.max_json_bytes` (413): its Python
     objects would cost about 18 times its size, built on the event loop."""
     if len(document) > limits.max_json_bytes:
-        raise json_too_large(len(document), limits, what)
+        raise json_too_large(len(document), limits, what, remedy)
 
 
-def json_too_large(size: int, limits: Limits, what: str = "request body") -> PayloadTooLarge:
+def json_too_large(size: int, limits: Limits, what: str = "request body", remedy: str = SEND_BINARY) -> PayloadTooLarge:
     """The 413 of a JSON document of `size` bytes over `limits.max_json_bytes`."""
     return PayloadTooLarge(
         f"{what} holds {size} bytes of JSON, over the limit of {limits.max_json_bytes} ([limits] "
-        f"max_json_bytes): send tensors in binary form (OIP's binary tensor extension, "
-        f"Inference-Header-Content-Length, or gRPC), up to max_body_bytes")
+        f"max_json_bytes): {remedy}")
 
 
 def loads(body: bytes | memoryview, what: str = "request body") -> Any:

@@ -30,6 +30,7 @@ from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.embeddings import ENCODING_FORMATS, EmbeddingsRequest
 from wire.errors import InvalidInput
 
+SEND_FEWER_TEXTS = "send the texts in several requests"  # OpenAI's API has no binary form
 REQUEST_KEYS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
 LITTLE_ENDIAN_F32 = np.dtype("<f4")
 
@@ -45,7 +46,7 @@ _ERROR_CODES = {404: "model_not_found", 413: "request_too_large", 429: "rate_lim
 
 def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> EmbeddingsRequest:
     """A client's embeddings request, checked as OpenAI's API checks it."""
-    check_json_size(body, limits)
+    check_json_size(body, limits, remedy=SEND_FEWER_TEXTS)
     document = loads(body)
     if not isinstance(document, dict):
         raise InvalidInput('request body must be a JSON object: {"model": ..., "input": ...}')
