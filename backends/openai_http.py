@@ -1,11 +1,12 @@
 """An OpenAI-compatible embeddings predictor over HTTP: KServe's OpenAI endpoint
-(`/openai/v1/embeddings`), Infinity, or any server of OpenAI's Embeddings API.
+(`/openai/v1/embeddings`), Infinity (`/embeddings`), TEI or vLLM (`/v1/embeddings`), or any
+server of OpenAI's Embeddings API, at its base path.
 
-The batch travels as ONE `POST <prefix>/v1/embeddings` whose `input` is the list of the
+The batch travels as ONE `POST <base path>/embeddings` whose `input` is the list of the
 batch's texts (its BYTES tensor of shape [rows, 1]); the answer's vectors come back by
 their `index` as the FP32 tensor `embedding` [rows, dims]. A batch's `dimensions`
 parameter, when its requests asked for one, is sent along. Readiness is the model's
-presence in `<prefix>/v1/models`. Bodies are `wire.codecs.openai`'s; it knows nothing of
+presence in `<base path>/models`. Bodies are `wire.codecs.openai`'s; it knows nothing of
 the gateway.
 """
 from __future__ import annotations
@@ -27,11 +28,11 @@ SIGNATURE = ModelSignature(inputs=(TensorSpec(TEXT_INPUT, "BYTES", (-1, 1)),),
 
 class OpenAIEmbeddingsBackend(Backend):
     takes_dimensions = True
-    def __init__(self, base_url: str, model: str, route_prefix: str = "/openai", ca_file: str = "") -> None:
+    def __init__(self, base_url: str, model: str, base_path: str = "/openai/v1", ca_file: str = "") -> None:
         self.http = HttpPredictor(base_url, model, ca_file=ca_file)
         self.model = model
-        self._embeddings_path = f"{route_prefix}/v1/embeddings"
-        self._models_path = f"{route_prefix}/v1/models"
+        self._embeddings_path = f"{base_path}/embeddings"
+        self._models_path = f"{base_path}/models"
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         texts = inputs[0].data

@@ -38,7 +38,7 @@ def _create_one(settings: PredictorSettings) -> Backend:
                 return InProcessBackend(SimulatedEncoder(model, settings.simulated_cost))
             return InProcessBackend(SimulatedModel(model, settings.simulated_cost))
         case PredictorProtocol.OPENAI_HTTP:
-            return OpenAIEmbeddingsBackend(url, model, route_prefix=settings.route_prefix, ca_file=ca_file)
+            return OpenAIEmbeddingsBackend(url, model, base_path=settings.base_path, ca_file=ca_file)
         case PredictorProtocol.OIP_HTTP:
             return OipHttpBackend(url, model, binary=settings.binary_data, ca_file=ca_file)
         case PredictorProtocol.OIP_GRPC:

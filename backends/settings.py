@@ -62,7 +62,7 @@ class PredictorSettings:
     signature: ModelSignature | None = None  # as configured; TorchServe's OIP answers need it
     simulated_cost: Cost = field(default_factory=Cost)
     simulated_task: str = "double"     # the simulated model: "double" (2 x INPUT0) or "embed" (texts to vectors)
-    route_prefix: str = "/openai"      # OPENAI_HTTP: where the server mounts /v1/embeddings ("" for Infinity)
+    base_path: str = "/openai/v1"      # OPENAI_HTTP: the path before /embeddings (an OpenAI client's base_url's)
 
     @property
     def url(self) -> str:

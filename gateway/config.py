@@ -141,7 +141,7 @@ def _model(raw: Any, key: str) -> ModelConfig:
     if not isinstance(raw, dict):
         raise ConfigError(key, "must be a table")
     _only(raw, key, {"name", "backend", "protocol", "url", "backend_model", "api", "binary_data",
-                     "tls", "ca_file", "batching", "inputs", "outputs", "simulated", "embeddings", "route_prefix"})
+                     "tls", "ca_file", "batching", "inputs", "outputs", "simulated", "embeddings", "base_path"})
     name = _str(raw, key, "name", required=True)
     backend = _choice(raw, key, "backend", BACKENDS, "simulated")
     transport = _choice(raw, key, "protocol", PROTOCOLS, "http")
@@ -162,7 +162,7 @@ def _model(raw: Any, key: str) -> ModelConfig:
     simulated_raw = _table(raw, "simulated", f"{key}.simulated")
     simulated_task = _choice(simulated_raw, f"{key}.simulated", "task", SIMULATED_TASKS, "double")
     cost = _simulated({k: v for k, v in simulated_raw.items() if k != "task"}, f"{key}.simulated")
-    route_prefix = _route_prefix(raw, key, protocol)
+    base_path = _base_path(raw, key, protocol)
     embeddings = _embeddings(raw, key, protocol, simulated_task)
     batching_raw = _table(raw, "batching", f"{key}.batching")
     own_keys = PADDING_KEYS | TOKEN_KEYS
@@ -173,7 +173,7 @@ def _model(raw: Any, key: str) -> ModelConfig:
         batching = _padding(raw, key, inputs, outputs, batching_raw, batching)
     predictor = PredictorSettings(protocol=protocol, server=backend, model=target_model, addresses=addresses,
                                   binary_data=binary_data, tls=tls, ca_file=ca_file, signature=signature,
-                                  simulated_cost=cost, simulated_task=simulated_task, route_prefix=route_prefix)
+                                  simulated_cost=cost, simulated_task=simulated_task, base_path=base_path)
     return ModelConfig(name=name, predictor=predictor, batching=batching, embeddings=embeddings)
 
 
@@ -370,18 +370,20 @@ SIMULATED_TASKS = ("double", "embed")
 TOKEN_KEYS = frozenset({"max_batch_tokens", "token_cost"})  # of [models.batching], read by _token_budget
 TOKEN_COSTS = ("longest", "sum")
 DEFAULT_MAX_BATCH_TOKENS = 16384  # TEI's default: 32 rows of 512 tokens
-DEFAULT_ROUTE_PREFIX = "/openai"  # KServe's (KSERVE_OPENAI_ROUTE_PREFIX)
+# KServe's: its route prefix (KSERVE_OPENAI_ROUTE_PREFIX, default /openai) and /v1.
+DEFAULT_BASE_PATH = "/openai/v1"
 
 
-def _route_prefix(raw: dict, key: str, protocol: PredictorProtocol) -> str:
-    if "route_prefix" not in raw:
-        return DEFAULT_ROUTE_PREFIX
+def _base_path(raw: dict, key: str, protocol: PredictorProtocol) -> str:
+    """Where an OpenAI-compatible server's routes start: `<base_path>/embeddings`."""
+    if "base_path" not in raw:
+        return DEFAULT_BASE_PATH
     if protocol is not PredictorProtocol.OPENAI_HTTP:
-        raise ConfigError(f"{key}.route_prefix", "applies only to api = \"openai\"")
-    prefix = _str(raw, key, "route_prefix").rstrip("/")
-    if prefix and not prefix.startswith("/"):
-        raise ConfigError(f"{key}.route_prefix", f"must start with / (or be empty), got {prefix!r}")
-    return prefix
+        raise ConfigError(f"{key}.base_path", "applies only to api = \"openai\"")
+    path = _str(raw, key, "base_path").rstrip("/")
+    if path and not path.startswith("/"):
+        raise ConfigError(f"{key}.base_path", f"must start with / (or be empty, the server's root), got {path!r}")
+    return path
 
 
 # The predictors that take texts as a BYTES tensor: OIP (Triton, KServe v2), OpenAI's API.

@@ -227,7 +227,7 @@ def test_a_model_of_an_openai_predictor_embeds_texts_with_a_token_budget_by_defa
     from gateway.batching.config import PaddingConfig
 
     model = config.parse({"models": [OPENAI]}).models[0]
-    assert model.predictor.protocol is PredictorProtocol.OPENAI_HTTP and model.predictor.route_prefix == "/openai"
+    assert model.predictor.protocol is PredictorProtocol.OPENAI_HTTP and model.predictor.base_path == "/openai/v1"
     assert model.embeddings == config.EmbeddingsConfig()
     assert model.batching.max_batch_cost == config.DEFAULT_MAX_BATCH_TOKENS
     assert model.batching.padding == PaddingConfig(inputs=())
@@ -239,10 +239,10 @@ def test_embedding_keys_are_read(tmp_path):
 
     tokenizer = wordpiece_file(tmp_path)
     model = config.parse({"models": [{
-        **OPENAI, "route_prefix": "",
+        **OPENAI, "base_path": "/v1/",
         "embeddings": {"tokenizer": tokenizer, "deduplicate": False},
         "batching": {"max_batch_tokens": 8192, "token_cost": "sum", "buckets": [64, 512]}}]}).models[0]
-    assert model.predictor.route_prefix == ""
+    assert model.predictor.base_path == "/v1"
     assert model.embeddings == config.EmbeddingsConfig(tokenizer=tokenizer, deduplicate=False)
     assert model.batching.max_batch_cost == 8192
     assert model.batching.padding.summed and model.batching.padding.buckets == (64, 512)
@@ -256,8 +256,8 @@ def test_embedding_keys_are_read(tmp_path):
 @pytest.mark.parametrize("model, key, problem", [
     ({**OPENAI, "backend": "triton"}, "models[0].api", "use it with backend = \"kserve\""),
     ({**OPENAI, "protocol": "grpc", "url": "127.0.0.1:1"}, "models[0].api", "over HTTP"),
-    ({"name": "m", "route_prefix": "/x"}, "models[0].route_prefix", "applies only to api = \"openai\""),
-    ({**OPENAI, "route_prefix": "openai"}, "models[0].route_prefix", "must start with /"),
+    ({"name": "m", "base_path": "/x"}, "models[0].base_path", "applies only to api = \"openai\""),
+    ({**OPENAI, "base_path": "v1"}, "models[0].base_path", "must start with /"),
     ({**OPENAI, "embeddings": {"tokenizer": "/nonexistent/tokenizer.json"}}, "models[0].embeddings.tokenizer",
      "no such file"),
     ({"name": "m", "backend": "kserve", "url": "http://127.0.0.1:1", "embeddings": {}}, "models[0].embeddings",

@@ -1,6 +1,6 @@
 """backends/openai_http.py: an OpenAI-compatible embeddings predictor's client. Against a
 small server on loopback that answers as the spec says, to pin the client's side of the
-protocol (one call per batch, the route prefix, `dimensions`, readiness by the model list,
+protocol (one call per batch, the base path, `dimensions`, readiness by the model list,
 each failure as the gateway's error); the real servers (Infinity, KServe) are in
 tests/backends/test_real_embeddings.py."""
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_a_batch_is_one_call_with_its_texts_and_the_vectors_come_back_in_row_ord
     handler, url = server
 
     async def go():
-        backend = OpenAIEmbeddingsBackend(url, "bge", route_prefix="/openai")
+        backend = OpenAIEmbeddingsBackend(url, "bge", base_path="/openai/v1")
         try:
             return await backend.infer(texts("a", "bbb", "cc"))
         finally:
@@ -75,11 +75,11 @@ def test_a_batch_is_one_call_with_its_texts_and_the_vectors_come_back_in_row_ord
     assert body == {"model": "bge", "input": ["a", "bbb", "cc"], "encoding_format": "base64"}
 
 
-def test_the_batchs_dimensions_are_sent_along_and_an_empty_prefix_is_the_root(server):
+def test_the_batchs_dimensions_are_sent_along_and_an_empty_base_path_is_the_root(server):
     handler, url = server
 
     async def go():
-        backend = OpenAIEmbeddingsBackend(url, "bge", route_prefix="")
+        backend = OpenAIEmbeddingsBackend(url, "bge", base_path="")
         token = current_batch.set(BatchContext("b-1", (), parameters={"dimensions": 2}))
         try:
             await backend.infer(texts("a"))
@@ -89,20 +89,21 @@ def test_the_batchs_dimensions_are_sent_along_and_an_empty_prefix_is_the_root(se
 
     run(go())
     path, body = handler.received[0]
-    assert path == "/v1/embeddings" and body["dimensions"] == 2
+    assert path == "/embeddings" and body["dimensions"] == 2
 
 
 def test_ready_when_the_model_is_listed(server):
     _, url = server
 
     async def go(model):
-        backend = OpenAIEmbeddingsBackend(url, model, route_prefix="/openai")
+        backend = OpenAIEmbeddingsBackend(url, model)
         try:
             return await backend.ready()
         finally:
             await backend.close()
 
     assert run(go("bge")) and not run(go("other"))
+    assert {path for path, _ in server[0].received} == {"/openai/v1/models"}
 
 
 @pytest.mark.parametrize("status, answer, error", [
