@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import shutil
+import socket
 import subprocess
 import threading
 
@@ -162,3 +163,22 @@ def test_a_full_queue_is_a_429_that_names_the_limit(gw):
         release.set()
         for thread in (first, filler):
             thread.join(timeout=20)
+
+
+def test_a_client_that_leaves_while_its_texts_wait_is_dropped_before_its_batch_is_sent(gw):
+    encoder = gw.gateway.service.models["encoder"].backend.model
+    with held_slot(gw, "encoder") as (release, batches):
+        blocker = threading.Thread(target=lambda: client(gw).embeddings.create(model="encoder", input="blocker"))
+        blocker.start()
+        wait_for(lambda: len(batches) == 1, "the blocker's batch to reach the gate")
+        sent_before = encoder.log.instances
+        body = orjson.dumps({"model": "encoder", "input": ["left", "behind", "here"]})
+        request = (f"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        with socket.create_connection(("127.0.0.1", gw.gateway.http_port)) as raw:
+            raw.sendall(request)
+            wait_for(lambda: queued(gw, "encoder") == 3, "the leaving client's texts to be queued")
+        wait_for(lambda: queued(gw, "encoder") == 0, "the gone client's texts to leave the queue")
+        release.set()
+        blocker.join(timeout=30)
+    assert batches == [1] and encoder.log.instances == sent_before + 1  # the blocker alone reached the predictor
