@@ -70,6 +70,11 @@ class EnvSpec:
     # Also look in the machine's local wheel folders (``local_wheel_dirs()``): for a package
     # that exists only as a file on this disk (torch's CPU build), pinned by hash in the lock.
     local_wheels: bool = False
+    # Pins installed WITHOUT their declared dependencies: ``--relock`` compiles them alone
+    # with ``--no-deps`` and appends them to the lock, and the build's ``uv pip check``
+    # forgives exactly their unmet requirements (for a package of which only a few pure-Python
+    # modules are used, whose full closure would be gigabytes: vllm for KServe's OpenAI types).
+    no_deps: tuple[str, ...] = ()
 
     @property
     def lock_file(self) -> pathlib.Path:
@@ -122,6 +127,47 @@ SPECS: dict[str, EnvSpec] = {
                 "ts.model_server", "model_archiver.model_packaging",
                 # The image handler's decoders (Image.open loads the format plugins on first use).
                 "PIL", "PIL.Image", "PIL.PngImagePlugin", "PIL.JpegImagePlugin",
+            ),
+            local_wheels=True,
+        ),
+        EnvSpec(
+            name="infinity",
+            # infinity-emb's `server` extra is its CLI and FastAPI app; `torch` its torch engine
+            # (sentence-transformers, which brings transformers and tokenizers). torch is the CPU
+            # wheel on this disk, pinned with its local label as for torchserve; infinity-emb
+            # itself caps numpy<2. No optimum/onnx/ct2 extras: the engine is torch.
+            requirements=("torch==2.13.0+cpu", "infinity-emb[server,torch]==0.0.78"),
+            why="Infinity 0.0.78, an OpenAI-compatible embedding server with its own batching, on CPU torch 2.13.0",
+            warmup_imports=(
+                "numpy", "torch", "transformers", "tokenizers", "sentence_transformers", "safetensors",
+                "infinity_emb", "infinity_emb.cli", "infinity_emb.infinity_server",
+                "infinity_emb.transformer.embedder.sentence_transformer", "uvicorn", "fastapi",
+            ),
+            local_wheels=True,
+        ),
+        EnvSpec(
+            name="kserve-openai",
+            # KServe's OpenAI endpoints (`kserve.protocol.rest.openai`: OpenAIEncoderModel,
+            # /openai/v1/embeddings) take their request and response types from vllm's package:
+            # kserve 0.21.0's `llm` extra pins vllm==0.24.0, whose full closure is CUDA torch 2.11,
+            # flashinfer, xgrammar, ... (gigabytes). Only vllm's pure-Python protocol modules are
+            # imported, so its wheel (279 MB) goes in WITHOUT dependencies (`no_deps`), beside
+            # exactly the packages those imports need, found by importing until nothing was
+            # missing: openai, cbor2, pyzmq, openai-harmony, pybase64, cachetools, msgspec,
+            # cloudpickle, py-cpuinfo (vllm's compiled ops never load: they are built for torch
+            # 2.11 + CUDA; nothing here calls them). torch is the CPU wheel on this disk;
+            # transformers/tokenizers/safetensors run the test embedding model.
+            requirements=("kserve==0.21.0", "torch==2.13.0+cpu", "transformers", "tokenizers", "safetensors",
+                          "openai", "cbor2", "pyzmq", "openai-harmony", "pybase64", "cachetools", "msgspec",
+                          "cloudpickle", "py-cpuinfo"),
+            no_deps=("vllm==0.24.0",),
+            why="KServe 0.21.0's OpenAI embeddings endpoint (OpenAIEncoderModel) on CPU torch 2.13.0, with vllm's protocol types",
+            warmup_imports=(
+                "numpy", "torch", "transformers", "tokenizers", "safetensors",
+                "transformers.models.bert.modeling_bert", "kserve", "kserve.model_server", "kserve.errors",
+                "kserve.protocol.rest.server", "kserve.protocol.rest.openai",
+                "kserve.protocol.rest.openai.dataplane", "kserve.protocol.rest.openai.endpoints",
+                "uvicorn", "uvloop", "httptools", "grpc.aio",
             ),
             local_wheels=True,
         ),
@@ -363,7 +409,7 @@ def _build(spec: EnvSpec, final: pathlib.Path) -> None:
             log,
             env,
         )
-        run_logged([uv, "pip", "check", "--python", tmp / "bin" / "python"], log, env)
+        _check(spec, uv, tmp / "bin" / "python", log, env)
         # Bytecode: this machine sets PYTHONDONTWRITEBYTECODE=1, and a server started without
         # .pyc files compiles from source on EVERY start (KServe: ~5 s instead of ~1.5 s).
         # `uv pip install --compile-bytecode` compiles all 5,600 files of the KServe venv
@@ -393,6 +439,35 @@ def _build(spec: EnvSpec, final: pathlib.Path) -> None:
         raise
 
 
+def _requirement_name(requirement: str) -> str:
+    """The normalised distribution name of a pin such as ``vllm==0.24.0``."""
+    name = requirement
+    for separator in "=<>!~;[ @":
+        name = name.split(separator, 1)[0]
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+def _check(spec: EnvSpec, uv: pathlib.Path, python: pathlib.Path, log: pathlib.Path, env: dict[str, str]) -> None:
+    """``uv pip check`` of a new venv; with ``spec.no_deps``, the unmet requirements of those
+    packages (and only theirs) are expected and forgiven."""
+    if not spec.no_deps:
+        run_logged([uv, "pip", "check", "--python", python], log, env)
+        return
+    result = subprocess.run([str(uv), "pip", "check", "--python", str(python)], capture_output=True, text=True,
+                            env=env, stdin=subprocess.DEVNULL, timeout=INSTALL_TIMEOUT_S, check=False)
+    output = result.stdout + result.stderr
+    with open(log, "a") as out:
+        out.write(f"$ uv pip check (forgiving {', '.join(spec.no_deps)})\n{output}")
+    forgiven = {_requirement_name(requirement) for requirement in spec.no_deps}
+    problems = [
+        line for line in output.splitlines()
+        if line.startswith("The package ")
+        and _requirement_name(line.split("`")[1] if "`" in line else "") not in forgiven
+    ]
+    if problems:
+        raise PredictorEnvError("uv pip check found unmet requirements:\n" + "\n".join(problems))
+
+
 def relock(name: str) -> pathlib.Path:
     """Re-resolve ``SPECS[name].requirements`` into its lock file (exact pins + hashes).
 
@@ -413,10 +488,23 @@ def relock(name: str) -> pathlib.Path:
             log,
             _uv_env(),
         )
+        if spec.no_deps:
+            alone_in = pathlib.Path(tmpdir) / f"{name}-no-deps.in"
+            alone_in.write_text("\n".join(spec.no_deps) + "\n")
+            alone_out = pathlib.Path(tmpdir) / f"{name}-no-deps.txt"
+            run_logged(
+                [uv, "pip", "compile", alone_in, "--python", base_python(), "--no-deps",
+                 "--generate-hashes", "--no-header", "--annotation-style", "line", "--output-file", alone_out],
+                log,
+                _uv_env(),
+            )
+            with open(spec.lock_file, "a") as lock:
+                lock.write("# Installed WITHOUT their dependencies (EnvSpec.no_deps):\n" + alone_out.read_text())
     header = (
         f"# Lock for the '{name}' predictor venv: {spec.why}.\n"
         f"# Top-level pins: {', '.join(spec.requirements)}\n"
-        f"# Resolved for {python_version()} on {platform.system()} {platform.machine()}.\n"
+        + (f"# Pinned without their dependencies: {', '.join(spec.no_deps)}\n" if spec.no_deps else "")
+        + f"# Resolved for {python_version()} on {platform.system()} {platform.machine()}.\n"
         f"# Regenerate with: python -m tools.predictor_envs --relock {name}\n"
     )
     spec.lock_file.write_text(header + spec.lock_file.read_text())

@@ -1,0 +1,198 @@
+"""A real KServe model server (kserve 0.21.0) serving the test embedding model through
+KServe's own OpenAI endpoints: ``OpenAIEncoderModel.create_embedding`` at
+``POST /openai/v1/embeddings`` (``GET /openai/v1/models`` lists it).
+
+Run by the KSERVE-OPENAI predictor venv's interpreter (``python -m tools.predictor_envs
+kserve-openai``); the harness (``tests.predictors.harness.KServeOpenAIServer``) starts it::
+
+    <kserve-openai venv>/bin/python tests/predictors/kserve_openai_server.py \
+        --http-port 8080 --grpc-port 8081 --call-log /tmp/kserve-openai-calls.jsonl
+
+``kserve.protocol.rest.openai`` imports its request/response types from vllm's package
+(``vllm.entrypoints...protocol``): the venv holds vllm 0.24.0's wheel WITHOUT its
+dependencies plus the few packages its protocol modules import (see the EnvSpec in
+``tools/predictor_envs.py``); vllm's engine and compiled ops are never used.
+
+Model ``embedding`` (an ``OpenAIEncoderModel``) is what KServe's Hugging Face runtime does
+for an encoder: per HTTP request, the whole ``input`` list is tokenized and run in ONE
+forward of ``embedding_model.py``'s BERT (mean pooling over the attention mask, L2
+normalisation), inside the request's coroutine, so requests never share a forward: no
+batching across requests (KServe's own batcher speaks only v1 ``:predict``).
+
+* ``input``: a string, a list of strings, or token ids (a list of ints, or a list of such
+  lists), ids used as given ([CLS]/[SEP] not added) and cut at 512; an empty list or an
+  empty id list is a 400.
+* ``encoding_format``: ``float`` (lists of floats) or ``base64`` (the float32 bytes,
+  little-endian unless ``endianness: "big"``, as OpenAI's clients decode them); vllm's
+  ``embed_dtype`` other than ``float32`` is a 400.
+* ``dimensions``: the first N values, normalised again (what OpenAI's ``dimensions``
+  means); N outside 1..128 is a 400.
+* ``usage``: ``prompt_tokens`` = ``total_tokens`` = the tokens the model ran (the attention
+  mask's sum: [CLS] and [SEP] included, after truncation).
+* ``model`` must name the served model: KServe checks it, and an unknown or missing one
+  is a 404 in KServe's own form ``{"error": "Model with name X does not exist."}``; the
+  answer names the model. This model's errors are OpenAI's form ``{"error": {"message",
+  "type", "param", "code": "400"}}``; a body vllm's types refuse is KServe's 400/422.
+* The answer also carries vllm's extra usage fields (``completion_tokens: 0``,
+  ``prompt_tokens_details: null``) and ``id``/``created``.
+
+Every embeddings call appends ONE JSON line to ``--call-log``: ``{"texts": <inputs in the
+call>, "tokens": <prompt tokens>, "padded": <rows x longest>, "t": <time.time()>}``, so a test
+sees how many forwards the predictor ran and how big each was.
+
+KServe binds all interfaces; the REST and gRPC servers are rebound to 127.0.0.1 (as in
+``kserve_server.py``). The route prefix is KServe's ``KSERVE_OPENAI_ROUTE_PREFIX``
+(default ``/openai``), read when KServe's module is imported (``--route-prefix`` sets it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import pathlib
+import signal
+import sys
+import time
+from typing import Any
+
+import embedding_model  # sibling modules: scripts run with their own venv
+from kserve_server import _bind_to_loopback
+from stdin_watchdog import on_stdin_eof
+
+
+def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http-port", type=int, required=True)
+    parser.add_argument("--grpc-port", type=int, required=True)
+    parser.add_argument("--call-log", type=pathlib.Path, default=None)
+    parser.add_argument("--model-name", default=embedding_model.MODEL_NAME)
+    parser.add_argument("--route-prefix", default=None, help="KSERVE_OPENAI_ROUTE_PREFIX (KServe's default: /openai)")
+    parser.add_argument(
+        "--exit-on-stdin-eof", action="store_true", help="shut down when stdin closes (the harness's watchdog)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    sys.argv = sys.argv[:1]  # kserve.model_server parses sys.argv at import time
+    if args.route_prefix is not None:
+        os.environ["KSERVE_OPENAI_ROUTE_PREFIX"] = args.route_prefix
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    import numpy as np
+    import torch
+    from kserve import ModelServer
+    from kserve.protocol.rest.openai import OpenAIEncoderModel
+    from kserve.protocol.rest.openai.types import (
+        Embedding,
+        EmbeddingResponseData,
+        Error,
+        ErrorResponse,
+        UsageInfo,
+    )
+
+    _bind_to_loopback()
+    folder = embedding_model.build()
+    call_log: pathlib.Path | None = args.call_log
+    if call_log is not None:
+        call_log.parent.mkdir(parents=True, exist_ok=True)
+        call_log.touch()
+
+    def error(message: str, param: str | None = None, status: int = 400) -> ErrorResponse:
+        return ErrorResponse(error=Error(message=message, type="invalid_request_error", param=param,
+                                         code=str(status)))
+
+    class EmbeddingModel(OpenAIEncoderModel):
+        """The test encoder: one forward per request, for all of its inputs."""
+
+        def load(self) -> bool:
+            self.tokenizer, self.model = embedding_model.load(folder)
+            self.ready = True
+            return self.ready
+
+        def _rows(self, request: Any) -> tuple[Any, Any] | ErrorResponse:
+            """(input_ids, attention_mask) of the request's inputs, or an error."""
+            value = getattr(request, "input", None)
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not value:
+                return error("input must be a string, a non-empty list of strings, or token ids", "input")
+            if all(isinstance(item, str) for item in value):
+                return embedding_model.encode(self.tokenizer, value)
+            if all(isinstance(item, int) for item in value):
+                value = [value]
+            if all(isinstance(item, list) and item and all(isinstance(i, int) for i in item) for item in value):
+                vocab_size = self.model.config.vocab_size
+                if any(not 0 <= i < vocab_size for item in value for i in item):
+                    return error(f"token ids must lie in 0..{vocab_size - 1}", "input")
+                rows = [item[:embedding_model.MAX_TOKENS] for item in value]
+                longest = max(len(row) for row in rows)
+                ids = np.zeros((len(rows), longest), dtype=np.int64)
+                mask = np.zeros((len(rows), longest), dtype=np.int64)
+                for index, row in enumerate(rows):
+                    ids[index, :len(row)] = row
+                    mask[index, :len(row)] = 1
+                return ids, mask
+            return error("input must be a string, a non-empty list of strings, or token ids", "input")
+
+        async def create_embedding(self, request: Any, raw_request: Any = None,
+                                   context: dict[str, Any] | None = None) -> Embedding | ErrorResponse:
+            rows = self._rows(request)
+            if isinstance(rows, ErrorResponse):
+                return rows
+            encoding_format = getattr(request, "encoding_format", "float") or "float"
+            if encoding_format not in ("float", "base64"):
+                return error(f"encoding_format {encoding_format!r} is not supported: float or base64",
+                             "encoding_format")
+            if (getattr(request, "embed_dtype", "float32") or "float32") != "float32":
+                return error("embed_dtype must be float32", "embed_dtype")
+            dimensions = getattr(request, "dimensions", None)
+            if dimensions is not None and not 1 <= dimensions <= embedding_model.DIMENSIONS:
+                return error(f"dimensions must lie in 1..{embedding_model.DIMENSIONS}", "dimensions")
+            ids, mask = rows
+            # One forward for the whole request, in this coroutine (as KServe's HF runtime).
+            with torch.inference_mode():
+                input_ids, attention_mask = torch.from_numpy(ids), torch.from_numpy(mask)
+                hidden = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                    token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
+                weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+                vectors = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                if dimensions is not None:
+                    vectors = torch.nn.functional.normalize(vectors[:, :dimensions], p=2, dim=1)
+            embeddings = vectors.numpy().astype(np.float32)
+            tokens = int(mask.sum())
+            if encoding_format == "base64":
+                order = ">" if getattr(request, "endianness", "native") == "big" else "<"
+                values: list[Any] = [base64.b64encode(row.astype(f"{order}f4").tobytes()).decode("ascii")
+                                     for row in embeddings]
+            else:
+                values = [row.tolist() for row in embeddings]
+            if call_log is not None:
+                with open(call_log, "a") as log:  # open/append/close: tests read it meanwhile
+                    log.write(json.dumps({"texts": len(values), "tokens": tokens,
+                                          "padded": int(ids.shape[0] * ids.shape[1]), "t": time.time()}) + "\n")
+            return Embedding(
+                model=request.model or self.name,
+                data=[EmbeddingResponseData(index=index, embedding=value) for index, value in enumerate(values)],
+                usage=UsageInfo(prompt_tokens=tokens, total_tokens=tokens),
+            )
+
+        async def create_rerank(self, request: Any, raw_request: Any = None,
+                                context: dict[str, Any] | None = None) -> ErrorResponse:
+            return error(f"model {self.name} does not rerank")
+
+    model = EmbeddingModel(args.model_name)
+    model.load()
+    if args.exit_on_stdin_eof:
+        on_stdin_eof(lambda: os.kill(os.getpid(), signal.SIGTERM))
+    ModelServer(http_port=args.http_port, grpc_port=args.grpc_port, workers=1, grace_period=5).start([model])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
