@@ -90,13 +90,17 @@ SPECS: dict[str, EnvSpec] = {
             # pytriton + numpy, `from pytriton.triton import Triton` fails (gevent, tritonclient,
             # grpcio, zmq, ... are imported), and serving needs more (sh, zope.*). The lock pins
             # every package, so the result is reproducible all the same.
-            requirements=("nvidia-pytriton==0.7.0", "numpy<2"),
+            # tokenizers + safetensors: the `embed` model (triton_server.py) tokenizes and runs
+            # the test encoder in numpy (embedding_model.NumpyEncoder): a few MB, where torch
+            # would add hundreds of MB and a second numpy ABI question in the stub.
+            requirements=("nvidia-pytriton==0.7.0", "numpy<2", "tokenizers", "safetensors"),
             why="Triton Inference Server 2.51 bundled in PyTriton; its Python stub needs numpy<2",
             warmup_imports=(
                 "numpy", "pytriton.triton", "pytriton.decorators", "pytriton.model_config",
                 # What the Python stub's model.py (a copy of pytriton/proxy/model.py) loads.
                 "pytriton.proxy.communication", "pytriton.proxy.data", "pytriton.proxy.inference",
                 "pytriton.proxy.types", "pytriton.proxy.validators", "zmq", "sh",
+                "tokenizers", "safetensors.numpy",
             ),
         ),
         EnvSpec(

@@ -55,6 +55,7 @@ HEADS = 2
 INTERMEDIATE = 256
 MAX_POSITIONS = 512
 MAX_TOKENS = 512  # truncation, [CLS] and [SEP] included
+LAYER_NORM_EPS = 1e-12
 DIMENSIONS = HIDDEN
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CACHE_ENV_VAR = "BATCHING_GATEWAY_CACHE"
@@ -151,6 +152,8 @@ def build(folder: pathlib.Path | str | None = None) -> pathlib.Path:
             _write_model(tmp)
             (tmp / "BUILT").write_text(json.dumps({"source": source_key(), "seed": SEED}) + "\n")
             tmp.chmod(0o755)
+            for path in tmp.rglob("*"):
+                path.chmod(0o755 if path.is_dir() else 0o644)
             tmp.rename(folder)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -176,28 +179,66 @@ def make_tokenizer() -> Any:
     return tokenizer
 
 
+def bert_config(vocab_size: int) -> dict[str, Any]:
+    """config.json of the encoder, as transformers' BertConfig writes it."""
+    return {
+        "architectures": ["BertModel"], "model_type": "bert", "vocab_size": vocab_size, "hidden_size": HIDDEN,
+        "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "intermediate_size": INTERMEDIATE,
+        "max_position_embeddings": MAX_POSITIONS, "type_vocab_size": 2, "hidden_act": "gelu_new",
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "layer_norm_eps": LAYER_NORM_EPS,
+        "pad_token_id": 0, "position_embedding_type": "absolute", "initializer_range": 0.02,
+        "classifier_dropout": None, "use_cache": True, "torch_dtype": "float32",
+    }
+
+
+def bert_weights(vocab_size: int) -> dict[str, Any]:
+    """The encoder's weights, named as ``BertModel`` names them, drawn with numpy from SEED.
+
+    Matrices and embeddings ~ N(0, 0.02) (BERT's own init), biases ~ N(0, 0.02), LayerNorm
+    gains 1 + N(0, 0.1) and biases N(0, 0.1): nothing of the forward is an identity that a
+    wrong implementation could get right by chance. numpy, not torch, so that any venv
+    with numpy and safetensors (Triton's included) can build the folder."""
+    import numpy as np
+
+    rng = np.random.default_rng(SEED)
+    weights: dict[str, Any] = {}
+
+    def normal(name: str, *shape: int, scale: float = 0.02, mean: float = 0.0) -> None:
+        weights[name] = (mean + scale * rng.standard_normal(shape)).astype(np.float32)
+
+    def linear(prefix: str, out_features: int, in_features: int) -> None:
+        normal(f"{prefix}.weight", out_features, in_features)
+        normal(f"{prefix}.bias", out_features)
+
+    def layer_norm(prefix: str) -> None:
+        normal(f"{prefix}.weight", HIDDEN, scale=0.1, mean=1.0)
+        normal(f"{prefix}.bias", HIDDEN, scale=0.1)
+
+    normal("embeddings.word_embeddings.weight", vocab_size, HIDDEN)
+    weights["embeddings.word_embeddings.weight"][0] = 0.0  # [PAD], as BERT's padding_idx
+    normal("embeddings.position_embeddings.weight", MAX_POSITIONS, HIDDEN)
+    normal("embeddings.token_type_embeddings.weight", 2, HIDDEN)
+    layer_norm("embeddings.LayerNorm")
+    for index in range(LAYERS):
+        prefix = f"encoder.layer.{index}"
+        for part in ("query", "key", "value"):
+            linear(f"{prefix}.attention.self.{part}", HIDDEN, HIDDEN)
+        linear(f"{prefix}.attention.output.dense", HIDDEN, HIDDEN)
+        layer_norm(f"{prefix}.attention.output.LayerNorm")
+        linear(f"{prefix}.intermediate.dense", INTERMEDIATE, HIDDEN)
+        linear(f"{prefix}.output.dense", HIDDEN, INTERMEDIATE)
+        layer_norm(f"{prefix}.output.LayerNorm")
+    linear("pooler.dense", HIDDEN, HIDDEN)  # BertModel has it; embeddings never use it
+    return weights
+
+
 def _write_model(folder: pathlib.Path) -> None:
-    import torch
-    from transformers import BertConfig, BertModel
+    from safetensors.numpy import save_file
 
     pieces = vocabulary()
-    config = BertConfig(
-        vocab_size=len(pieces), hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-        intermediate_size=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS, type_vocab_size=2,
-        hidden_act="gelu_new", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        pad_token_id=0, layer_norm_eps=1e-12,
-    )
-    torch.manual_seed(SEED)
-    model = BertModel(config)
-    with torch.no_grad():
-        # Random LayerNorm gains and biases too (init leaves them 1 and 0), so that nothing
-        # of the forward is an identity a wrong implementation could get right by chance.
-        generator = torch.Generator().manual_seed(SEED + 1)
-        for name, parameter in model.named_parameters():
-            if "LayerNorm" in name:
-                parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.1)
-    model.eval()
-    model.save_pretrained(folder, safe_serialization=True)
+    (folder / "config.json").write_text(json.dumps(bert_config(len(pieces)), indent=2) + "\n")
+    # format "pt": transformers refuses a safetensors file whose metadata names no framework.
+    save_file(bert_weights(len(pieces)), str(folder / "model.safetensors"), metadata={"format": "pt"})
 
     make_tokenizer().save(str(folder / "tokenizer.json"))
     (folder / "vocab.txt").write_text("".join(f"{piece}\n" for piece in pieces))
@@ -292,12 +333,88 @@ def embed(texts: Sequence[str], folder: pathlib.Path | str | None = None) -> Any
     return normalised.numpy().astype(np.float32)
 
 
+class NumpyEncoder:
+    """The same encoder's forward in numpy alone (plus ``tokenizers`` and ``safetensors``),
+    read from the same folder: for venvs without torch (Triton's Python stub, numpy<2).
+    Equal to ``embed()`` to about 1e-6 (float32 sums in another order)."""
+
+    def __init__(self, folder: pathlib.Path | str | None = None) -> None:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        folder = build(folder)
+        config = json.loads((folder / "config.json").read_text())
+        self.heads = int(config["num_attention_heads"])
+        self.layers = int(config["num_hidden_layers"])
+        self.eps = float(config["layer_norm_eps"])
+        self.weights = load_file(str(folder / "model.safetensors"))
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+
+    def _layer_norm(self, x: Any, prefix: str) -> Any:
+        import numpy as np
+
+        mean = x.mean(axis=-1, keepdims=True)
+        variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+        normed = (x - mean) / np.sqrt(variance + np.float32(self.eps))
+        return normed * self.weights[f"{prefix}.weight"] + self.weights[f"{prefix}.bias"]
+
+    def _linear(self, x: Any, prefix: str) -> Any:
+        return x @ self.weights[f"{prefix}.weight"].T + self.weights[f"{prefix}.bias"]
+
+    def forward(self, ids: Any, mask: Any) -> Any:
+        """Mean-pooled, L2-normalised embeddings (float32 ``[rows, 128]``) of padded token ids."""
+        import numpy as np
+
+        w = self.weights
+        rows, length = ids.shape
+        x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:length]
+             + w["embeddings.token_type_embeddings.weight"][0])
+        x = self._layer_norm(x, "embeddings.LayerNorm")
+        head = HIDDEN // self.heads
+        # As transformers' eager attention: the dtype's minimum added where a key is padding.
+        bias = ((1.0 - mask[:, None, None, :].astype(np.float32)) * np.finfo(np.float32).min).astype(np.float32)
+        scale = np.float32(1.0 / np.sqrt(head))
+
+        def split(t: Any) -> Any:
+            return t.reshape(rows, length, self.heads, head).transpose(0, 2, 1, 3)
+
+        for index in range(self.layers):
+            prefix = f"encoder.layer.{index}"
+            q = split(self._linear(x, f"{prefix}.attention.self.query"))
+            k = split(self._linear(x, f"{prefix}.attention.self.key"))
+            v = split(self._linear(x, f"{prefix}.attention.self.value"))
+            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + bias
+            scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            probs = scores / scores.sum(axis=-1, keepdims=True)
+            context = (probs @ v).transpose(0, 2, 1, 3).reshape(rows, length, HIDDEN)
+            x = self._layer_norm(self._linear(context, f"{prefix}.attention.output.dense") + x,
+                                 f"{prefix}.attention.output.LayerNorm")
+            inner = self._linear(x, f"{prefix}.intermediate.dense")
+            inner = 0.5 * inner * (1.0 + np.tanh(np.float32(np.sqrt(2.0 / np.pi)) * (inner + 0.044715 * inner ** 3)))
+            x = self._layer_norm(self._linear(inner, f"{prefix}.output.dense") + x, f"{prefix}.output.LayerNorm")
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (x * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), np.float32(1e-9))
+        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
+        return (pooled / norms).astype(np.float32)
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+        return self.forward(*encode(self.tokenizer, texts))
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["build", "embed", "tokens"])
     parser.add_argument("--folder", type=pathlib.Path, default=None, help="model folder (default: the cache's)")
+    parser.add_argument("--engine", choices=["torch", "numpy"], default="torch",
+                        help="embed with transformers' BertModel (the reference) or NumpyEncoder (no torch)")
     args = parser.parse_args(argv)
     if args.command == "build":
         print(build(args.folder))
@@ -309,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "tokens":
         json.dump(token_counts(texts, args.folder), sys.stdout)
     else:
-        json.dump(embed(texts, args.folder).tolist(), sys.stdout)
+        vectors = embed(texts, args.folder) if args.engine == "torch" else NumpyEncoder(args.folder).embed(texts)
+        json.dump(vectors.tolist(), sys.stdout)
     sys.stdout.write("\n")
     return 0
 

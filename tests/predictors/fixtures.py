@@ -2,7 +2,11 @@
 ``kserve_server``, ``torchserve_server`` (envelope ``kserve``), ``torchserve_oip_server``
 (envelope ``kservev2``, OIP gRPC), ``torchserve_models_server`` (envelope ``kserve``, the
 computing models ``image`` and ``encoder``, batchSize 1) and ``torchserve_batching_server``
-(no envelope: TorchServe's own API and batching of ``image``, ``image_d50`` and ``encoder``).
+(no envelope: TorchServe's own API and batching of ``image``, ``image_d50`` and ``encoder``);
+the OpenAI-compatible embedding servers ``infinity_server`` (Infinity, its own batching) and
+``kserve_openai_server`` (KServe's ``OpenAIEncoderModel``, one forward per request), and
+``embedding_reference`` (texts -> the reference vectors of ``embedding_model.embed``). Triton's
+``triton_server`` serves the same encoder as ``embed``.
 
 Registered from ``tests/conftest.py`` (``pytest_plugins = ["tests.predictors.fixtures"]``).
 Each fixture builds (or reuses) the predictor's cached venv (``tools.predictor_envs``),
@@ -18,11 +22,18 @@ part of a test that should change them, e.g. ``triton_server.execution_count()``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from tests.predictors.harness import KServeServer, TorchServeServer, TritonServer
+from tests.predictors.harness import (
+    InfinityServer,
+    KServeOpenAIServer,
+    KServeServer,
+    TorchServeServer,
+    TritonServer,
+    reference_embeddings,
+)
 from tools.predictor_envs import ensure_env
 
 
@@ -96,3 +107,37 @@ def torchserve_batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def infinity_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InfinityServer]:
+    """A real Infinity 0.0.78 serving ``embedding`` with its own batching (batch size 32),
+    routes without a prefix: ``POST /embeddings``, ``GET /models``."""
+    server = InfinityServer.start(ensure_env("infinity"), tmp_path_factory.mktemp("infinity"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def kserve_openai_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KServeOpenAIServer]:
+    """A real KServe 0.21.0 model server whose ``OpenAIEncoderModel`` ``embedding`` answers
+    ``POST /openai/v1/embeddings``, one forward per request (``calls()`` counts them)."""
+    server = KServeOpenAIServer.start(ensure_env("kserve-openai"), tmp_path_factory.mktemp("kserve-openai"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def embedding_reference() -> Callable[[Sequence[str]], list[list[float]]]:
+    """texts -> ``embedding_model.embed(texts)`` (transformers' BertModel, run with the
+    infinity venv's python): what every embedding server must answer, to float tolerance."""
+    python = ensure_env("infinity")
+
+    def reference(texts: Sequence[str]) -> list[list[float]]:
+        return reference_embeddings(python, texts)
+
+    return reference

@@ -14,6 +14,13 @@ its own predictor venv (``tools.predictor_envs``), as a separate process group.
   (Triton: ``execution_count()``, ``inference_count()``, ``batch_size_counts()`` from
   ``/v2/models/<m>/stats``;
   KServe: ``calls()`` from the model's call log).
+* ``InfinityServer`` / ``KServeOpenAIServer``: the OpenAI-compatible embedding servers
+  (Infinity with its own batching; KServe 0.21's ``OpenAIEncoderModel``, one forward per
+  request) serving ``embedding`` (``embedding_model.py``), with ``embeddings_url`` and
+  ``embed(...)``; KServe's ``calls()`` from its call log. Triton serves the same model as
+  ``embed`` (BYTES ``text`` -> FP32 ``embedding``) beside ``double``.
+  ``reference_embeddings(python, texts)`` and ``reference_token_counts`` run
+  ``embedding_model.py`` with a predictor venv's python: the answers every server must give.
 * ``TorchServeServer``: TorchServe 0.12 with one request envelope (``kserve``, or
   ``kservev2`` with OIP gRPC, or ``none``: TorchServe's own API and batching) serving one or
   more models (``double``, ``image``, ``encoder``: see ``torchserve_server.py``),
@@ -45,7 +52,13 @@ HERE = pathlib.Path(__file__).resolve().parent
 TRITON_SCRIPT = HERE / "triton_server.py"
 KSERVE_SCRIPT = HERE / "kserve_server.py"
 TORCHSERVE_SCRIPT = HERE / "torchserve_server.py"
+EMBEDDING_MODEL_SCRIPT = HERE / "embedding_model.py"
+INFINITY_SCRIPT = HERE / "infinity_server.py"
+KSERVE_OPENAI_SCRIPT = HERE / "kserve_openai_server.py"
 MODEL = "double"
+EMBEDDING_MODEL = "embedding"  # the served name at Infinity and KServe
+TRITON_EMBED_MODEL = "embed"  # Triton's: BYTES ``text`` [-1, 1] -> FP32 ``embedding`` [-1, 128]
+EMBEDDING_DIMENSIONS = 128
 
 # An opener without proxy handling: a proxy from http_proxy/HTTP_PROXY must never
 # see (or break) requests to our loopback servers.
@@ -156,7 +169,9 @@ def _read_log_contains(path: pathlib.Path, needle: str) -> bool:
 
 @dataclasses.dataclass
 class TritonServer:
-    """A running Triton Inference Server (PyTriton) serving ``double``."""
+    """A running Triton Inference Server (PyTriton) serving ``double``, ``identity``,
+    ``identity_bf16`` and ``embed`` (the test text encoder: BYTES ``text`` ``[-1, 1]`` ->
+    FP32 ``embedding`` ``[-1, 128]``)."""
 
     http_port: int
     grpc_port: int
@@ -211,6 +226,7 @@ class TritonServer:
                 _read_log_contains(log_path, "READY")
                 and http_ok(f"{http_url}/v2/health/ready")
                 and http_ok(f"{http_url}/v2/models/{MODEL}/ready")
+                and http_ok(f"{http_url}/v2/models/{TRITON_EMBED_MODEL}/ready")
             )
 
         process = PredictorProcess(
@@ -254,6 +270,18 @@ class TritonServer:
     def inference_count(self, model: str | None = None) -> int:
         """How many inferences (rows, summed over all batches) Triton ran."""
         return sum(int(s.get("inference_count", 0)) for s in self.model_stats(model)["model_stats"])
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Triton's ``embed`` over OIP REST JSON: ``texts`` as the BYTES ``text`` tensor
+        ``[rows, 1]``; one vector of 128 floats per text. Raises on a non-200 answer."""
+        body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(texts), 1], "data": list(texts)}]}
+        status, answer = http_post_json(f"{self.http_url}/v2/models/{TRITON_EMBED_MODEL}/infer", body)
+        if status != 200:
+            raise RuntimeError(f"Triton embed -> {status}: {answer}")
+        (output,) = answer["outputs"]
+        rows, width = output["shape"]
+        flat = output["data"]
+        return [flat[row * width:(row + 1) * width] for row in range(rows)]
 
 
 @dataclasses.dataclass
@@ -315,6 +343,187 @@ class KServeServer:
             return []
         # Only complete lines: the server may be appending one right now.
         return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def _run_embedding_model(python: pathlib.Path, command: str, texts: Sequence[str], *args: str) -> Any:
+    result = subprocess.run(
+        [str(python), str(EMBEDDING_MODEL_SCRIPT), command, *args], input=json.dumps(list(texts)),
+        capture_output=True, text=True, env=_child_env(), timeout=300, check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"embedding_model.py {command} failed ({result.returncode}): {result.stderr[-3000:]}")
+    return json.loads(result.stdout)
+
+
+def reference_embeddings(python: pathlib.Path, texts: Sequence[str], *, engine: str = "torch") -> list[list[float]]:
+    """``embedding_model.embed(texts)`` run by a predictor venv's ``python``: the reference
+    every embedding server must equal (float32 values as JSON floats, one list per text).
+    ``engine="torch"`` (transformers' BertModel) needs the infinity or kserve-openai venv;
+    ``"numpy"`` (``NumpyEncoder``) also runs with the triton venv's python."""
+    return _run_embedding_model(python, "embed", texts, "--engine", engine)
+
+
+def reference_token_counts(python: pathlib.Path, texts: Sequence[str]) -> list[int]:
+    """Each text's tokens by the model's tokenizer ([CLS] and [SEP] included, cut at 512);
+    any predictor venv with ``tokenizers`` (infinity, kserve-openai, triton)."""
+    return _run_embedding_model(python, "tokens", texts)
+
+
+def embedding_model_folder(python: pathlib.Path) -> pathlib.Path:
+    """Build (or find) the model folder with a predictor venv's ``python``; its path (a
+    ``tokenizer.json`` for the gateway's tokenizer setting is in it)."""
+    result = subprocess.run([str(python), str(EMBEDDING_MODEL_SCRIPT), "build"], capture_output=True, text=True,
+                            env=_child_env(), timeout=300, check=True)
+    return pathlib.Path(result.stdout.strip().splitlines()[-1])
+
+
+def post_embeddings(url: str, texts: str | Sequence[str], *, model: str = EMBEDDING_MODEL,
+                    timeout: float = 30.0, **options: Any) -> tuple[int, Any]:
+    """POST an OpenAI embeddings body (``input`` = ``texts``, plus ``options`` such as
+    ``encoding_format`` or ``dimensions``) to ``url``; (status, decoded JSON answer)."""
+    body = {"model": model, "input": texts if isinstance(texts, str) else list(texts), **options}
+    return http_post_json(url, body, timeout=timeout)
+
+
+def decode_embeddings(answer: dict[str, Any]) -> list[list[float]]:
+    """The vectors of an OpenAI embeddings answer in ``index`` order, float or base64
+    (little-endian float32, as OpenAI's clients read it)."""
+    import array
+    import base64
+
+    vectors: list[list[float]] = []
+    for item in sorted(answer["data"], key=lambda entry: entry["index"]):
+        value = item["embedding"]
+        if isinstance(value, str):
+            floats = array.array("f", base64.b64decode(value))
+            if sys.byteorder != "little":
+                floats.byteswap()
+            vectors.append(list(floats))
+        else:
+            vectors.append([float(x) for x in value])
+    return vectors
+
+
+@dataclasses.dataclass
+class InfinityServer:
+    """A running Infinity 0.0.78 (``infinity_server.py``) serving ``embedding`` with its own
+    batching (``batch_size`` rows at most). Routes under ``url_prefix`` (Infinity's default:
+    none, so ``/embeddings`` and ``/models``; ``/v1`` for an OpenAI client's ``base_url``)."""
+
+    http_port: int
+    url_prefix: str
+    process: PredictorProcess
+    model: str = EMBEDDING_MODEL
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def base_url(self) -> str:
+        """What an OpenAI client takes as ``base_url``: ``<base_url>/embeddings`` is the route."""
+        return f"{self.http_url}{self.url_prefix}"
+
+    @property
+    def embeddings_url(self) -> str:
+        return f"{self.base_url}/embeddings"
+
+    @classmethod
+    def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, url_prefix: str = "", batch_size: int = 32,
+              count_tokens: bool = False, ready_timeout: float = 180.0) -> InfinityServer:
+        """Start ``infinity_server.py`` with the infinity venv's ``python`` on a free loopback port."""
+        workdir = pathlib.Path(workdir)
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            # The engine is loaded in the app's lifespan, before uvicorn accepts: answers mean ready.
+            return http_ok(f"{base}/health") and http_ok(f"{base}{url_prefix}/models")
+
+        process = PredictorProcess(
+            "infinity",
+            [python, INFINITY_SCRIPT, "--port", port, "--url-prefix", url_prefix, "--batch-size", batch_size,
+             *(["--count-tokens"] if count_tokens else []), "--exit-on-stdin-eof"],
+            workdir,
+            ready,
+            env={"DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"},
+            ready_timeout=ready_timeout,
+        )
+        process.start()
+        return cls(http_port=port, url_prefix=url_prefix, process=process)
+
+    def stop(self) -> int | None:
+        return self.process.stop()
+
+    def models(self) -> dict[str, Any]:
+        """``GET <prefix>/models`` (Infinity's queue and batch stats per model)."""
+        return http_json(f"{self.base_url}/models")
+
+    def embed(self, texts: str | Sequence[str], **options: Any) -> tuple[int, Any]:
+        return post_embeddings(self.embeddings_url, texts, model=self.model, **options)
+
+
+@dataclasses.dataclass
+class KServeOpenAIServer:
+    """A running KServe 0.21.0 model server (``kserve_openai_server.py``) whose
+    ``OpenAIEncoderModel`` ``embedding`` answers ``POST <route_prefix>/v1/embeddings``
+    (KServe's default prefix ``/openai``), one forward per request."""
+
+    http_port: int
+    grpc_port: int
+    route_prefix: str
+    call_log: pathlib.Path
+    process: PredictorProcess
+    model: str = EMBEDDING_MODEL
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def base_url(self) -> str:
+        """What an OpenAI client takes as ``base_url``: ``<base_url>/embeddings`` is the route."""
+        return f"{self.http_url}{self.route_prefix}/v1"
+
+    @property
+    def embeddings_url(self) -> str:
+        return f"{self.base_url}/embeddings"
+
+    @classmethod
+    def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, route_prefix: str = "/openai",
+              ready_timeout: float = 120.0) -> KServeOpenAIServer:
+        """Start ``kserve_openai_server.py`` with the kserve-openai venv's ``python`` on free
+        loopback ports."""
+        workdir = pathlib.Path(workdir)
+        http_port, grpc_port = free_port(), free_port()
+        call_log = workdir / "calls.jsonl"
+        base = f"http://127.0.0.1:{http_port}"
+
+        def ready() -> bool:
+            return http_ok(f"{base}/v2/health/ready") and http_ok(f"{base}{route_prefix}/v1/models")
+
+        process = PredictorProcess(
+            "kserve-openai",
+            [python, KSERVE_OPENAI_SCRIPT, "--http-port", http_port, "--grpc-port", grpc_port,
+             "--route-prefix", route_prefix, "--call-log", call_log, "--exit-on-stdin-eof"],
+            workdir,
+            ready,
+            ready_timeout=ready_timeout,
+        )
+        process.start()
+        return cls(http_port=http_port, grpc_port=grpc_port, route_prefix=route_prefix, call_log=call_log,
+                   process=process)
+
+    def stop(self) -> int | None:
+        return self.process.stop()
+
+    def embed(self, texts: str | Sequence[str], **options: Any) -> tuple[int, Any]:
+        return post_embeddings(self.embeddings_url, texts, model=self.model, **options)
+
+    def calls(self) -> list[dict[str, Any]]:
+        """The embeddings calls so far, oldest first: ``{"texts", "tokens", "padded", "t"}``,
+        one per forward (= one per HTTP request)."""
+        return _read_call_log(self.call_log)
 
 
 def _read_call_log(path: pathlib.Path) -> list[dict[str, Any]]:
@@ -450,15 +659,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tools.predictor_envs import ensure_env  # run from the repo root (python -m)
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("server", choices=["triton", "kserve", "torchserve"])
+    parser.add_argument("server", choices=["triton", "kserve", "torchserve", "infinity", "kserve-openai"])
     args = parser.parse_args(argv)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"{args.server}-"))
     python = ensure_env(args.server)
-    server: TritonServer | KServeServer | TorchServeServer
-    server = {"triton": TritonServer, "kserve": KServeServer,
-              "torchserve": TorchServeServer}[args.server].start(python, workdir)
-    print(f"{args.server} ready in {server.process.startup_seconds:.1f} s: {server.http_url} grpc "
-          f"{server.grpc_address} (log {server.process.log_path}); Ctrl-C stops it", flush=True)
+    server: TritonServer | KServeServer | TorchServeServer | InfinityServer | KServeOpenAIServer
+    server = {"triton": TritonServer, "kserve": KServeServer, "torchserve": TorchServeServer,
+              "infinity": InfinityServer, "kserve-openai": KServeOpenAIServer}[args.server].start(python, workdir)
+    where = (f"{server.http_url} grpc {server.grpc_address}" if hasattr(server, "grpc_address")
+             else f"embeddings {server.embeddings_url}")
+    print(f"{args.server} ready in {server.process.startup_seconds:.1f} s: {where} (log {server.process.log_path}); "
+          "Ctrl-C stops it", flush=True)
     try:
         signal.pause()
     except KeyboardInterrupt:

@@ -24,7 +24,17 @@ PyTriton cannot express BF16 (numpy has no bfloat16 and its proxy reads every in
 loaded into the same Triton through its model-repository API: it passes the tensor on
 through DLPack, never as numpy. Both have ``max_batch_size`` 64 and no dynamic batcher.
 
-Prints ``READY`` on stdout once Triton and the model answer; stops cleanly on
+Model ``embed``: the test text encoder of ``embedding_model.py`` (a BERT with random
+weights, mean pooling, L2 normalisation), input ``text`` BYTES ``[-1, 1]`` (one UTF-8
+text per row), output ``embedding`` FP32 ``[-1, 128]``; ``max_batch_size`` 64 and no
+dynamic batcher, like ``double``: one request, one execution of all its rows. It runs in
+numpy (``embedding_model.NumpyEncoder``: ``tokenizers`` for the WordPiece tokenizer,
+``safetensors`` for the weights, from the same model folder the torch servers load), not
+torch: a few MB in this venv instead of hundreds, and no second numpy ABI beside PyTriton's
+numpy<2; its answers equal ``embedding_model.embed`` (transformers' BertModel) to ~1e-7.
+The folder is built here if no other venv has built it yet (numpy alone can).
+
+Prints ``READY`` on stdout once Triton and the models answer; stops cleanly on
 SIGTERM / SIGINT (exit code 0), or exits 1 if Triton dies on its own.
 """
 
@@ -42,6 +52,7 @@ import threading
 from stdin_watchdog import on_stdin_eof  # a sibling module: scripts run with their own venv
 
 MODEL_NAME = "double"
+EMBED_MODEL = "embed"
 IDENTITY_MODEL = "identity"
 IDENTITY_BF16_MODEL = "identity_bf16"
 # The identity model's datatypes (BF16 is in IDENTITY_BF16_MODEL: PyTriton cannot express it).
@@ -148,6 +159,15 @@ def main(argv: list[str] | None = None) -> int:
         return [{"OUTPUT_" + name.removeprefix("INPUT_"): value for name, value in request.items()}
                 for request in requests]
 
+    import embedding_model  # a sibling module, like stdin_watchdog
+
+    encoder = embedding_model.NumpyEncoder()
+
+    @batch
+    def infer_embed(text: np.ndarray) -> dict[str, np.ndarray]:
+        texts = [bytes(row[0]).decode("utf-8", errors="replace") for row in text]
+        return {"embedding": encoder.embed(texts)}
+
     identity_dtypes = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
                        "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
                        "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
@@ -200,6 +220,14 @@ def main(argv: list[str] | None = None) -> int:
                      for dt in IDENTITY_DATATYPES],
             config=ModelConfig(max_batch_size=64, batcher=None),
             strict=False,  # a request's outputs are those of the inputs it carries
+        )
+        triton.bind(
+            model_name=EMBED_MODEL,
+            infer_func=infer_embed,
+            inputs=[Tensor(name="text", dtype=np.bytes_, shape=(1,))],
+            outputs=[Tensor(name="embedding", dtype=np.float32, shape=(embedding_model.DIMENSIONS,))],
+            config=ModelConfig(max_batch_size=64, batcher=None),
+            strict=True,
         )
         triton.run()  # returns once the server and the models are ready
         _load_identity_bf16(args.http_port)
