@@ -1,7 +1,8 @@
 """The small text-embedding model every real embedding predictor serves, built in code.
 
-Runs inside the predictor venvs (``infinity``, ``kserve-openai``: torch, transformers and
-tokenizers are there), never in the gateway's venv. Nothing is downloaded: a seeded
+Runs inside the predictor venvs, never in the gateway's venv: ``infinity`` and
+``kserve-openai`` have torch, transformers and tokenizers (everything here); ``triton`` has
+numpy, tokenizers and safetensors (``build``, ``token_counts``, ``NumpyEncoder``). Nothing is downloaded: a seeded
 BERT-style encoder with random weights and a WordPiece vocabulary written below.
 
 The model folder (``build()``) is a Hugging Face model folder that Infinity,
@@ -9,7 +10,8 @@ sentence-transformers and transformers load from the local path:
 
 * ``config.json`` + ``model.safetensors``: a ``BertModel`` (hidden 128, 2 layers, 2 heads,
   intermediate 256, 512 positions, ``gelu_new``, the tanh GELU, so that a numpy forward
-  needs no erf), weights from ``torch.manual_seed(SEED)``;
+  needs no erf), weights drawn by numpy from ``SEED`` (``bert_weights``) and written with
+  ``safetensors``: building needs numpy, tokenizers and safetensors only, no torch;
 * ``tokenizer.json`` (``tokenizers``: BertNormalizer lowercasing, BertPreTokenizer,
   WordPiece with ``##`` continuations, ``[CLS] $A [SEP]`` template, truncation at 512),
   ``tokenizer_config.json``, ``special_tokens_map.json``, ``vocab.txt``;
@@ -21,7 +23,8 @@ The folder is keyed by a hash of this file's source, under the project's cache r
 (under a file lock, in a temp folder renamed into place), so every venv and every server
 loads the SAME weights, whichever venv built them: the folder, not the seed, is the truth.
 
-``embed(texts)`` is the reference: tokenize (with [CLS]/[SEP], truncated at 512), one
+``NumpyEncoder`` is the same forward in numpy (Triton's venv has no torch); ``embed(texts)``
+is the reference: tokenize (with [CLS]/[SEP], truncated at 512), one
 forward of the folder's ``BertModel``, mean over the attention mask, L2 normalisation;
 float32 ``[n, 128]``. ``token_counts(texts)`` counts each text's tokens as OpenAI's
 ``usage`` does here (with the special tokens, after truncation).
@@ -281,11 +284,9 @@ def load(folder: pathlib.Path | str | None = None) -> tuple[Any, Any]:
     folder = build(folder)
     key = str(folder)
     if key not in _loaded:
-        import torch
         from tokenizers import Tokenizer
         from transformers import BertModel
 
-        torch.manual_seed(SEED)  # nothing random runs in eval mode; set for good measure
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")

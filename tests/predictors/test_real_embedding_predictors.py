@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import openai
 import pytest
 import tritonclient.grpc as triton_grpc
 
@@ -56,6 +57,22 @@ def vectors_of(answer: dict) -> np.ndarray:
     return np.asarray(decode_embeddings(answer), dtype=np.float32)
 
 
+def openai_client(base_url: str) -> openai.OpenAI:
+    """The official client, unmodified; no proxy from the environment for loopback."""
+    return openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60,
+                         http_client=openai.DefaultHttpxClient(trust_env=False))
+
+
+def check_client_answer(base_url: str, reference: Reference, encoding_format: str | None) -> None:
+    texts = [TEXTS[0], TEXTS[3], TEXTS[5]]
+    options = {} if encoding_format is None else {"encoding_format": encoding_format}
+    with openai_client(base_url) as client:
+        answer = client.embeddings.create(model="embedding", input=texts, **options)  # type: ignore[arg-type]
+    assert [item.index for item in answer.data] == [0, 1, 2] and answer.model == "embedding"
+    vectors = np.asarray([item.embedding for item in answer.data], dtype=np.float32)
+    np.testing.assert_allclose(vectors, expected(reference, texts), atol=TOLERANCE, rtol=0)
+
+
 def check_answer(answer: dict, texts: Sequence[str], reference: Reference) -> None:
     assert answer["object"] == "list" and answer["model"] == "embedding"
     assert [item["index"] for item in answer["data"]] == list(range(len(texts)))
@@ -101,7 +118,21 @@ def test_infinity_dimensions_cut_without_normalising_again(infinity_server: Infi
     assert status == 400 and "matryoshka_dim" in answer["error"]["message"]
 
 
+# The client asks for base64 unless told otherwise, and decodes it itself.
+@pytest.mark.parametrize("encoding_format", [None, "float"])
+def test_infinity_with_the_openai_client(infinity_server: InfinityServer, reference: Reference,
+                                         encoding_format: str | None) -> None:
+    check_client_answer(infinity_server.base_url, reference, encoding_format)
+
+
 # --- KServe's OpenAIEncoderModel -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding_format", [None, "float"])
+def test_kserve_openai_with_the_openai_client(kserve_openai_server: KServeOpenAIServer, reference: Reference,
+                                              encoding_format: str | None) -> None:
+    check_client_answer(kserve_openai_server.base_url, reference, encoding_format)
+
 
 
 @pytest.mark.parametrize("text", TEXTS[:6], ids=lambda text: f"{len(text)}-chars")
