@@ -434,18 +434,14 @@ class InfinityServer:
         """Start ``infinity_server.py`` with the infinity venv's ``python`` on a free loopback port."""
         workdir = pathlib.Path(workdir)
         port = free_port()
-        base = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            # The engine is loaded in the app's lifespan, before uvicorn accepts: answers mean ready.
-            return http_ok(f"{base}/health") and http_ok(f"{base}{url_prefix}/models")
-
+        # Ready on its READY line: printed once /health and <prefix>/models answer (the
+        # engine is loaded in the app's lifespan, before uvicorn accepts).
         process = PredictorProcess(
             "infinity",
             [python, INFINITY_SCRIPT, "--port", port, "--url-prefix", url_prefix, "--batch-size", batch_size,
              *(["--count-tokens"] if count_tokens else []), "--exit-on-stdin-eof"],
             workdir,
-            ready,
+            None,
             env={"DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"},
             ready_timeout=ready_timeout,
         )
@@ -497,17 +493,13 @@ class KServeOpenAIServer:
         workdir = pathlib.Path(workdir)
         http_port, grpc_port = free_port(), free_port()
         call_log = workdir / "calls.jsonl"
-        base = f"http://127.0.0.1:{http_port}"
-
-        def ready() -> bool:
-            return http_ok(f"{base}/v2/health/ready") and http_ok(f"{base}{route_prefix}/v1/models")
-
+        # Ready on its READY line: printed once /v2/health/ready and <prefix>/v1/models answer.
         process = PredictorProcess(
             "kserve-openai",
             [python, KSERVE_OPENAI_SCRIPT, "--http-port", http_port, "--grpc-port", grpc_port,
              "--route-prefix", route_prefix, "--call-log", call_log, "--exit-on-stdin-eof"],
             workdir,
-            ready,
+            None,
             ready_timeout=ready_timeout,
         )
         process.start()

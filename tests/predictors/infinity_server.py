@@ -9,13 +9,18 @@ It builds (or reuses) the model folder of ``embedding_model.py`` and runs Infini
 CLI in this process, as ``infinity_emb v2`` would: ``--model-id <folder>
 --served-model-name embedding --engine torch --device cpu --dtype float32 --host 127.0.0.1
 --port N``, with Infinity's own batching as it comes (``--batch-size`` 32 unless given;
-its queue sorts by length and cuts batches), ``--no-bettertransformer`` and
-``--no-compile`` (both are defaults that would swap the model's attention or compile it,
-and the answers must equal ``embedding_model.embed``), no vector disk cache, no model
-warm-up. ``DO_NOT_TRACK=1`` and ``HF_HUB_OFFLINE=1``: nothing leaves the machine.
-Prints ``READY http=127.0.0.1:N`` once ``GET /health`` and ``GET <prefix>/models`` answer
-(the model is loaded by then: Infinity starts its engine in the app's lifespan, before
-uvicorn accepts connections); exits on SIGTERM/SIGINT (uvicorn's own handling), or when
+its queue sorts by length and cuts batches). ``--no-bettertransformer`` and
+``--no-compile`` only say what already holds (BetterTransformer, on by default, needs
+optimum, which this venv lacks; torch.compile is off by default), so the forward is
+sentence-transformers' own, equal to ``embedding_model.embed``; no vector disk cache (its
+default) and no model warm-up (only startup time). ``DO_NOT_TRACK=1`` and
+``HF_HUB_OFFLINE=1``: nothing leaves the machine.
+
+Prints ``READY http=127.0.0.1:N embeddings=<url>`` on stdout, its only line there (all
+else goes to stderr), once ``GET /health`` and ``GET <prefix>/models`` answer (the model is
+loaded by then: Infinity starts its engine in the app's lifespan, before uvicorn accepts
+connections): the READY line ``tools.processes`` reads, so benchmarks run it by path.
+Exits on SIGTERM/SIGINT (uvicorn's own handling), or when
 stdin closes with ``--exit-on-stdin-eof``.
 
 Facts about Infinity 0.0.78 (read from its source and checked against this server):
@@ -51,6 +56,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import TextIO
 
 import embedding_model  # a sibling module: scripts run with their own venv
 from stdin_watchdog import on_stdin_eof
@@ -80,13 +86,22 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _announce_when_ready(port: int, prefix: str, timeout: float = 300.0) -> None:
+def _stdout_for_ready_only() -> TextIO:
+    """A private copy of stdout for the READY line alone; everything else this process prints
+    (Infinity's console log, uvicorn's) goes to stderr from now on, so a launcher reading
+    the first stdout line (``tools.processes``) reads READY, and nothing fills its pipe."""
+    ready_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    return ready_out
+
+
+def _announce_when_ready(ready_out: TextIO, port: int, prefix: str, timeout: float = 300.0) -> None:
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _answers(f"{base}/health") and _answers(f"{base}{prefix}/models"):
-            sys.stdout.write(f"\nREADY http=127.0.0.1:{port} prefix={prefix or '/'}\n")
-            sys.stdout.flush()
+            ready_out.write(f"READY http=127.0.0.1:{port} embeddings={base}{prefix}/embeddings\n")
+            ready_out.flush()
             return
         time.sleep(0.1)
 
@@ -108,11 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         "--host", "127.0.0.1", "--port", str(args.port), "--url-prefix", args.url_prefix,
         "--log-level", args.log_level,
     ]
+    ready_out = _stdout_for_ready_only()
     print("infinity: " + json.dumps(cli_args), flush=True)
     if args.exit_on_stdin_eof:
         # uvicorn turns SIGTERM into a clean shutdown.
         on_stdin_eof(lambda: os.kill(os.getpid(), signal.SIGTERM))
-    threading.Thread(target=_announce_when_ready, args=(args.port, args.url_prefix), daemon=True).start()
+    threading.Thread(target=_announce_when_ready, args=(ready_out, args.port, args.url_prefix), daemon=True).start()
 
     from infinity_emb.cli import cli
 

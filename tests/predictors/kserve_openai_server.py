@@ -40,6 +40,10 @@ Every embeddings call appends ONE JSON line to ``--call-log``: ``{"texts": <inpu
 call>, "tokens": <prompt tokens>, "padded": <rows x longest>, "t": <time.time()>}``, so a test
 sees how many forwards the predictor ran and how big each was.
 
+Prints ``READY http=127.0.0.1:P grpc=127.0.0.1:P embeddings=<url>`` on stdout, its only
+line there (all else goes to stderr), once ``/v2/health/ready`` and ``<prefix>/v1/models``
+answer: the READY line ``tools.processes`` reads, so benchmarks run it by path.
+
 KServe binds all interfaces; the REST and gRPC servers are rebound to 127.0.0.1 (as in
 ``kserve_server.py``). The route prefix is KServe's ``KSERVE_OPENAI_ROUTE_PREFIX``
 (default ``/openai``), read when KServe's module is imported (``--route-prefix`` sets it).
@@ -54,8 +58,11 @@ import os
 import pathlib
 import signal
 import sys
+import threading
 import time
-from typing import Any
+import urllib.error
+import urllib.request
+from typing import Any, TextIO
 
 import embedding_model  # sibling modules: scripts run with their own venv
 from kserve_server import _bind_to_loopback
@@ -75,8 +82,40 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _stdout_for_ready_only() -> TextIO:
+    """A private copy of stdout for the READY line alone; everything else this process prints
+    (KServe's and uvicorn's logs) goes to stderr from now on, so a launcher reading the
+    first stdout line (``tools.processes``) reads READY, and nothing fills its pipe."""
+    ready_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    return ready_out
+
+
+def _answers(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=2) as response:
+            return response.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _announce_when_ready(ready_out: TextIO, http_port: int, grpc_port: int, prefix: str,
+                         timeout: float = 300.0) -> None:
+    base = f"http://127.0.0.1:{http_port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _answers(f"{base}/v2/health/ready") and _answers(f"{base}{prefix}/v1/models"):
+            ready_out.write(f"READY http=127.0.0.1:{http_port} grpc=127.0.0.1:{grpc_port} "
+                            f"embeddings={base}{prefix}/v1/embeddings\n")
+            ready_out.flush()
+            return
+        time.sleep(0.1)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    ready_out = _stdout_for_ready_only()
     sys.argv = sys.argv[:1]  # kserve.model_server parses sys.argv at import time
     if args.route_prefix is not None:
         os.environ["KSERVE_OPENAI_ROUTE_PREFIX"] = args.route_prefix
@@ -190,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     model.load()
     if args.exit_on_stdin_eof:
         on_stdin_eof(lambda: os.kill(os.getpid(), signal.SIGTERM))
+    # KServe reads its prefix when its module is imported: ask the module, not the option.
+    from kserve.protocol.rest.openai.endpoints import OPENAI_ROUTE_PREFIX
+
+    threading.Thread(target=_announce_when_ready,
+                     args=(ready_out, args.http_port, args.grpc_port, OPENAI_ROUTE_PREFIX), daemon=True).start()
     ModelServer(http_port=args.http_port, grpc_port=args.grpc_port, workers=1, grace_period=5).start([model])
     return 0
 
