@@ -377,10 +377,11 @@ def embedding_model_folder(python: pathlib.Path) -> pathlib.Path:
     return pathlib.Path(result.stdout.strip().splitlines()[-1])
 
 
-def post_embeddings(url: str, texts: str | Sequence[str], *, model: str = EMBEDDING_MODEL,
+def post_embeddings(url: str, texts: str | Sequence[Any], *, model: str = EMBEDDING_MODEL,
                     timeout: float = 30.0, **options: Any) -> tuple[int, Any]:
-    """POST an OpenAI embeddings body (``input`` = ``texts``, plus ``options`` such as
-    ``encoding_format`` or ``dimensions``) to ``url``; (status, decoded JSON answer)."""
+    """POST an OpenAI embeddings body (``input`` = ``texts``: a string, strings, or token ids,
+    plus ``options`` such as ``encoding_format`` or ``dimensions``) to ``url``; (status,
+    decoded JSON answer)."""
     body = {"model": model, "input": texts if isinstance(texts, str) else list(texts), **options}
     return http_post_json(url, body, timeout=timeout)
 
@@ -455,7 +456,7 @@ class InfinityServer:
         """``GET <prefix>/models`` (Infinity's queue and batch stats per model)."""
         return http_json(f"{self.base_url}/models")
 
-    def embed(self, texts: str | Sequence[str], **options: Any) -> tuple[int, Any]:
+    def embed(self, texts: str | Sequence[Any], **options: Any) -> tuple[int, Any]:
         return post_embeddings(self.embeddings_url, texts, model=self.model, **options)
 
 
@@ -509,12 +510,13 @@ class KServeOpenAIServer:
     def stop(self) -> int | None:
         return self.process.stop()
 
-    def embed(self, texts: str | Sequence[str], **options: Any) -> tuple[int, Any]:
+    def embed(self, texts: str | Sequence[Any], **options: Any) -> tuple[int, Any]:
         return post_embeddings(self.embeddings_url, texts, model=self.model, **options)
 
     def calls(self) -> list[dict[str, Any]]:
-        """The embeddings calls so far, oldest first: ``{"texts", "tokens", "padded", "t"}``,
-        one per forward (= one per HTTP request)."""
+        """The embeddings calls so far, oldest first, one per forward (= one per HTTP request):
+        ``{"texts": [its inputs as sent], "tokens": <prompt tokens>, "padded": <rows x longest>,
+        "t": <time.time()>}``."""
         return _read_call_log(self.call_log)
 
 

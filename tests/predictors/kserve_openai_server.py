@@ -36,9 +36,9 @@ batching across requests (KServe's own batcher speaks only v1 ``:predict``).
 * The answer also carries vllm's extra usage fields (``completion_tokens: 0``,
   ``prompt_tokens_details: null``) and ``id``/``created``.
 
-Every embeddings call appends ONE JSON line to ``--call-log``: ``{"texts": <inputs in the
-call>, "tokens": <prompt tokens>, "padded": <rows x longest>, "t": <time.time()>}``, so a test
-sees how many forwards the predictor ran and how big each was.
+Every embeddings call appends ONE JSON line to ``--call-log``: ``{"texts": [the call's
+inputs, as sent], "tokens": <prompt tokens>, "padded": <rows x longest>, "t": <time.time()>}``,
+so a test sees how many forwards the predictor ran, of which texts, and how big each was.
 
 Prints ``READY http=127.0.0.1:P grpc=127.0.0.1:P embeddings=<url>`` on stdout, its only
 line there (all else goes to stderr), once ``/v2/health/ready`` and ``<prefix>/v1/models``
@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             if dimensions is not None and not 1 <= dimensions <= embedding_model.DIMENSIONS:
                 return error(f"dimensions must lie in 1..{embedding_model.DIMENSIONS}", "dimensions")
             ids, mask = rows
+            inputs = list(request.input) if isinstance(request.input, list) else [request.input]
+            if inputs and all(isinstance(item, int) for item in inputs):
+                inputs = [inputs]  # one text as token ids
             # One forward for the whole request, in this coroutine (as KServe's HF runtime).
             with torch.inference_mode():
                 input_ids, attention_mask = torch.from_numpy(ids), torch.from_numpy(mask)
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                 values = [row.tolist() for row in embeddings]
             if call_log is not None:
                 with open(call_log, "a") as log:  # open/append/close: tests read it meanwhile
-                    log.write(json.dumps({"texts": len(values), "tokens": tokens,
+                    log.write(json.dumps({"texts": inputs, "tokens": tokens,
                                           "padded": int(ids.shape[0] * ids.shape[1]), "t": time.time()}) + "\n")
             return Embedding(
                 model=request.model or self.name,

@@ -19,6 +19,7 @@ from tests.predictors.harness import (
     KServeOpenAIServer,
     TritonServer,
     decode_embeddings,
+    embedding_model_folder,
     post_embeddings,
     reference_token_counts,
 )
@@ -154,7 +155,7 @@ def test_kserve_openai_embeds_a_list_in_one_forward_with_token_usage(kserve_open
     assert answer["usage"]["prompt_tokens"] == answer["usage"]["total_tokens"] == tokens
     new_calls = kserve_openai_server.calls()[calls:]
     assert [(call["texts"], call["tokens"], call["padded"]) for call in new_calls] == [
-        (len(texts), tokens, len(texts) * 512)]  # the longest text is cut at 512
+        (texts, tokens, len(texts) * 512)]  # the longest text is cut at 512
 
 
 def test_kserve_openai_answers_base64_little_endian_float32(kserve_openai_server: KServeOpenAIServer,
@@ -174,6 +175,24 @@ def test_kserve_openai_dimensions_cut_and_normalise_again(kserve_openai_server: 
     np.testing.assert_allclose(vectors_of(answer)[0], cut / np.linalg.norm(cut), atol=TOLERANCE, rtol=0)
     status, answer = kserve_openai_server.embed(TEXTS[3], dimensions=0)
     assert status == 400 and answer["error"]["param"] == "dimensions"
+
+
+def test_kserve_openai_takes_token_ids_as_given(kserve_openai_server: KServeOpenAIServer,
+                                               reference: Reference) -> None:
+    from tokenizers import Tokenizer  # the gateway's embeddings extra
+
+    folder = embedding_model_folder(ensure_env("kserve-openai"))
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    ids = [tokenizer.encode(text).ids for text in (TEXTS[0], TEXTS[3])]  # [CLS] ... [SEP] included
+    calls = len(kserve_openai_server.calls())
+    status, answer = kserve_openai_server.embed(ids)
+    assert status == 200, answer
+    check_answer(answer, [TEXTS[0], TEXTS[3]], reference)
+    assert answer["usage"]["prompt_tokens"] == len(ids[0]) + len(ids[1])
+    status, answer = kserve_openai_server.embed(ids[0])  # one text's ids
+    assert status == 200 and len(answer["data"]) == 1, answer
+    check_answer(answer, [TEXTS[0]], reference)
+    assert [call["texts"] for call in kserve_openai_server.calls()[calls:]] == [ids, [ids[0]]]
 
 
 def test_kserve_openai_refuses_an_unknown_model_and_an_empty_list(kserve_openai_server: KServeOpenAIServer) -> None:
