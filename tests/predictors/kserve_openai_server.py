@@ -13,11 +13,21 @@ kserve-openai``); the harness (``tests.predictors.harness.KServeOpenAIServer``) 
 dependencies plus the few packages its protocol modules import (see the EnvSpec in
 ``tools/predictor_envs.py``); vllm's engine and compiled ops are never used.
 
-Model ``embedding`` (an ``OpenAIEncoderModel``) is what KServe's Hugging Face runtime does
-for an encoder: per HTTP request, the whole ``input`` list is tokenized and run in ONE
-forward of ``embedding_model.py``'s BERT (mean pooling over the attention mask, L2
-normalisation), inside the request's coroutine, so requests never share a forward: no
-batching across requests (KServe's own batcher speaks only v1 ``:predict``).
+Model ``embedding`` (a ``kserve.Model`` and ``OpenAIEncoderModel``, as KServe's Hugging Face
+runtime's ``HuggingfaceEncoderModel`` is) takes that runtime's path for an encoder: per
+HTTP request, ``create_embedding`` calls the model (``Model.__call__``: preprocess ->
+predict -> postprocess), the whole ``input`` list is tokenized by transformers'
+tokenizer (padding, truncation at 512, lower case: the runtime's defaults) and run in ONE
+forward of ``embedding_model.py``'s BERT inside the request's coroutine (the event loop
+waits for it), then mean-pooled over the attention mask, L2-normalised and turned into
+lists; base64 is packed float by float. So requests never share a forward: no batching
+across requests (KServe's own batcher speaks only v1 ``:predict``). The same model also
+answers v1 ``POST /v1/models/embedding:predict`` with ``{"instances": [texts]}``.
+
+Where the runtime (kserve 0.21's huggingfaceserver) differs, this model says so: it
+answers token-id inputs (the runtime: 501 "'input' as token lists is not supported") and
+honours ``dimensions`` (the runtime ignores it); its top-level ``object`` is ``"list"``
+(the runtime's is ``"embedding"``).
 
 * ``input``: a string, a list of strings, or token ids (a list of ints, or a list of such
   lists), ids used as given ([CLS]/[SEP] not added) and cut at 512; an empty list or an
@@ -57,6 +67,7 @@ import json
 import os
 import pathlib
 import signal
+import struct
 import sys
 import threading
 import time
@@ -122,9 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-    import numpy as np
     import torch
-    from kserve import ModelServer
+    from kserve import Model, ModelServer
     from kserve.protocol.rest.openai import OpenAIEncoderModel
     from kserve.protocol.rest.openai.types import (
         Embedding,
@@ -145,44 +155,85 @@ def main(argv: list[str] | None = None) -> int:
         return ErrorResponse(error=Error(message=message, type="invalid_request_error", param=param,
                                          code=str(status)))
 
-    class EmbeddingModel(OpenAIEncoderModel):
-        """The test encoder: one forward per request, for all of its inputs."""
+    class EmbeddingModel(Model, OpenAIEncoderModel):
+        """The test encoder on the path KServe's Hugging Face runtime takes for an encoder
+        (``HuggingfaceEncoderModel``): ``create_embedding`` calls the model itself
+        (``Model.__call__``: preprocess -> predict -> postprocess, with KServe's latency
+        histograms), preprocess tokenizes the whole list with transformers' tokenizer
+        (padding, truncation at 512, lower case as the runtime's default), predict runs ONE
+        forward inside the request's coroutine, postprocess mean-pools over the attention
+        mask, normalises and turns each row into a list; base64 is packed per float."""
 
         def load(self) -> bool:
-            self.tokenizer, self.model = embedding_model.load(folder)
+            from transformers import AutoTokenizer, BertModel
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(folder), do_lower_case=True)
+            self._encoder = BertModel.from_pretrained(str(folder), dtype=torch.float32)
+            self._encoder.eval()
             self.ready = True
             return self.ready
 
-        def _rows(self, request: Any) -> tuple[Any, Any] | ErrorResponse:
-            """(input_ids, attention_mask) of the request's inputs, or an error."""
+        def preprocess(self, payload: Any, context: Any = None) -> Any:
+            instances = payload["instances"]
+            context["instances"] = instances
+            if all(isinstance(item, str) for item in instances):
+                inputs = self._tokenizer(instances, max_length=embedding_model.MAX_TOKENS, add_special_tokens=True,
+                                        return_tensors="pt", padding=True, truncation=True)
+                inputs = {key: value for key, value in inputs.items()}
+            else:  # token ids, as given (checked by create_embedding), padded with [PAD]
+                rows = [list(item)[:embedding_model.MAX_TOKENS] for item in instances]
+                longest = max(len(row) for row in rows)
+                ids = torch.zeros((len(rows), longest), dtype=torch.int64)
+                mask = torch.zeros((len(rows), longest), dtype=torch.int64)
+                for index, row in enumerate(rows):
+                    ids[index, :len(row)] = torch.tensor(row, dtype=torch.int64)
+                    mask[index, :len(row)] = 1
+                inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+            context["attention_mask"] = inputs["attention_mask"]
+            return inputs
+
+        async def predict(self, payload: Any, headers: Any = None, response_headers: Any = None) -> Any:
+            # One forward of every row, in this coroutine: the event loop waits for it.
+            with torch.no_grad():
+                return self._encoder(**payload).last_hidden_state
+
+        def postprocess(self, outputs: Any, context: Any = None, response_headers: Any = None) -> Any:
+            mask = context["attention_mask"]
+            weights = mask.unsqueeze(-1).expand(outputs.size()).float()
+            pooled = (outputs * weights).sum(1) / torch.clamp(weights.sum(1), min=1e-9)
+            vectors = torch.nn.functional.normalize(pooled, p=2, dim=1)
+            dimensions = context.get("dimensions")
+            if dimensions is not None:
+                vectors = torch.nn.functional.normalize(vectors[:, :dimensions], p=2, dim=1)
+            if call_log is not None:
+                with open(call_log, "a") as log:  # open/append/close: tests read it meanwhile
+                    log.write(json.dumps({"texts": context["instances"], "tokens": int(mask.sum()),
+                                          "padded": int(mask.numel()), "t": time.time()}) + "\n")
+            return {"predictions": [row.tolist() for row in vectors]}
+
+        def _inputs(self, request: Any) -> list[Any] | ErrorResponse:
+            """The request's inputs as a list of texts or of token-id lists, or an error."""
             value = getattr(request, "input", None)
             if isinstance(value, str):
-                value = [value]
+                return [value]
             if not isinstance(value, list) or not value:
                 return error("input must be a string, a non-empty list of strings, or token ids", "input")
             if all(isinstance(item, str) for item in value):
-                return embedding_model.encode(self.tokenizer, value)
+                return value
             if all(isinstance(item, int) for item in value):
                 value = [value]
             if all(isinstance(item, list) and item and all(isinstance(i, int) for i in item) for item in value):
-                vocab_size = self.model.config.vocab_size
+                vocab_size = self._encoder.config.vocab_size
                 if any(not 0 <= i < vocab_size for item in value for i in item):
                     return error(f"token ids must lie in 0..{vocab_size - 1}", "input")
-                rows = [item[:embedding_model.MAX_TOKENS] for item in value]
-                longest = max(len(row) for row in rows)
-                ids = np.zeros((len(rows), longest), dtype=np.int64)
-                mask = np.zeros((len(rows), longest), dtype=np.int64)
-                for index, row in enumerate(rows):
-                    ids[index, :len(row)] = row
-                    mask[index, :len(row)] = 1
-                return ids, mask
+                return value
             return error("input must be a string, a non-empty list of strings, or token ids", "input")
 
         async def create_embedding(self, request: Any, raw_request: Any = None,
                                    context: dict[str, Any] | None = None) -> Embedding | ErrorResponse:
-            rows = self._rows(request)
-            if isinstance(rows, ErrorResponse):
-                return rows
+            instances = self._inputs(request)
+            if isinstance(instances, ErrorResponse):
+                return instances
             encoding_format = getattr(request, "encoding_format", "float") or "float"
             if encoding_format not in ("float", "base64"):
                 return error(f"encoding_format {encoding_format!r} is not supported: float or base64",
@@ -192,35 +243,17 @@ def main(argv: list[str] | None = None) -> int:
             dimensions = getattr(request, "dimensions", None)
             if dimensions is not None and not 1 <= dimensions <= embedding_model.DIMENSIONS:
                 return error(f"dimensions must lie in 1..{embedding_model.DIMENSIONS}", "dimensions")
-            ids, mask = rows
-            inputs = list(request.input) if isinstance(request.input, list) else [request.input]
-            if inputs and all(isinstance(item, int) for item in inputs):
-                inputs = [inputs]  # one text as token ids
-            # One forward for the whole request, in this coroutine (as KServe's HF runtime).
-            with torch.inference_mode():
-                input_ids, attention_mask = torch.from_numpy(ids), torch.from_numpy(mask)
-                hidden = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                                    token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
-                weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-                vectors = torch.nn.functional.normalize(pooled, p=2, dim=1)
-                if dimensions is not None:
-                    vectors = torch.nn.functional.normalize(vectors[:, :dimensions], p=2, dim=1)
-            embeddings = vectors.numpy().astype(np.float32)
-            tokens = int(mask.sum())
+            call_context: dict[str, Any] = {"dimensions": dimensions}
+            answer, _ = await self({"instances": instances}, call_context)
+            embeddings = answer["predictions"]
+            tokens = int(call_context["attention_mask"].sum())
             if encoding_format == "base64":
                 order = ">" if getattr(request, "endianness", "native") == "big" else "<"
-                values: list[Any] = [base64.b64encode(row.astype(f"{order}f4").tobytes()).decode("ascii")
-                                     for row in embeddings]
-            else:
-                values = [row.tolist() for row in embeddings]
-            if call_log is not None:
-                with open(call_log, "a") as log:  # open/append/close: tests read it meanwhile
-                    log.write(json.dumps({"texts": inputs, "tokens": tokens,
-                                          "padded": int(ids.shape[0] * ids.shape[1]), "t": time.time()}) + "\n")
+                embeddings = [base64.b64encode(b"".join(struct.pack(f"{order}f", x) for x in row)).decode("ascii")
+                              for row in embeddings]
             return Embedding(
                 model=request.model or self.name,
-                data=[EmbeddingResponseData(index=index, embedding=value) for index, value in enumerate(values)],
+                data=[EmbeddingResponseData(index=index, embedding=value) for index, value in enumerate(embeddings)],
                 usage=UsageInfo(prompt_tokens=tokens, total_tokens=tokens),
             )
 
