@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tools.bench.embeddings import embeddings
 from tools.bench.goodput import goodput
 from tools.bench.harness import Context
 from tools.bench.inflight import inflight
@@ -43,5 +44,6 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "variable-length": (variable_length, "log-normal lengths 8..512: padding off vs pad to longest vs buckets"),
     "inflight": (inflight, 'max_inflight 1 vs 2 vs "auto" in front of predictors that want different values'),
     "torchserve": (torchserve_scenario, "TorchServe's own batching vs the gateway in front of it: a CNN on PNG uploads, an encoder"),
+    "embeddings": (embeddings, "OpenAI embeddings: KServe alone vs the gateway in front of KServe and Triton vs Infinity"),
     "triton": (triton_scenario, "the real Triton's dynamic batcher vs the gateway in front of it: 1, 5, 128 clients; added latency"),
 }
