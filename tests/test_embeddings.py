@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from backends.base import Backend
+from backends.simulated.encoder import vector
 from backends.settings import PredictorProtocol, PredictorSettings
 from gateway.config import EmbeddingsConfig, ModelConfig
 from gateway.embeddings import EmbeddingModel
@@ -78,6 +79,31 @@ def test_buckets_keep_short_texts_out_of_long_texts_batches():
         stats = gw.stats("encoder")
     # Padding waste in tokens: each batch is padded to its bucket (16, then 128 and 128).
     assert (stats.padded_elements, stats.real_elements) == (16 + 2 * 16 + 2 * 128, 4 + 4 + 3 + 77 + 72)
+
+
+def test_a_list_of_texts_travels_by_bucket_with_other_clients_texts_and_comes_back_in_its_order():
+    short, long = "s" * 20, "l" * 400  # 7 and 102 tokens: buckets 16 and 128
+    with running_gateway(config_for(encoder(buckets=[16, 128]))) as gw:
+        answers: dict[str, dict] = {}
+        with held_slot(gw, "encoder") as (release, batches):
+            blocker = threading.Thread(target=embed, args=(gw, ["blocker"]))
+            blocker.start()
+            wait_for(lambda: len(batches) == 1, "the blocker's batch to reach the gate")
+            mixed = [long + "1", short + "1", long + "2", short + "2"]
+            threads = [threading.Thread(target=lambda: answers.setdefault("mixed", embed(gw, mixed))),
+                       threading.Thread(target=lambda: answers.setdefault("short", embed(gw, [short + "3"])))]
+            threads[0].start()
+            wait_for(lambda: queued(gw, "encoder") == 4, "the list to queue")
+            threads[1].start()
+            wait_for(lambda: queued(gw, "encoder") == 5, "the single text to queue")
+            release.set()
+            for thread in [blocker, *threads]:
+                thread.join(timeout=20)
+    # The list's two short texts left with the other client's short one; its long ones apart.
+    assert batches == [1, 3, 2]
+    vectors = [item["embedding"] for item in answers["mixed"]["data"]]
+    assert [item["index"] for item in answers["mixed"]["data"]] == [0, 1, 2, 3]
+    np.testing.assert_allclose(vectors, [vector(text.encode()) for text in mixed], rtol=1e-6)
 
 
 def test_usage_is_exact_with_the_models_tokenizer(tmp_path):

@@ -130,6 +130,37 @@ def rows_per_part(padded: int, max_batch_size: int, max_batch_cost: int) -> int:
     return min(max_batch_size, rows)
 
 
+def text_parts(lengths: np.ndarray, padding: PaddingConfig, max_batch_size: int,
+               max_batch_cost: int) -> tuple[np.ndarray | None, list[RowShape]]:
+    """A request of several texts cut into parts of similar length: the order that sorts
+    its rows by length (None when they already are), and the consecutive parts of the
+    sorted rows, each within one bucket (any length, without buckets) and no larger than
+    one batch may hold at its longest. So a list's short texts never pay for its long ones'
+    padding, and each part batches with other requests' texts of its bucket."""
+    order = np.argsort(lengths, kind="stable")
+    if bool(np.all(order[:-1] < order[1:])):
+        order_or_none, ordered = None, lengths
+    else:
+        order_or_none, ordered = order, lengths[order]
+    shapes: list[RowShape] = []
+    start = 0
+    while start < len(ordered):
+        bucket = padded_length(int(ordered[start]), padding.buckets)
+        rows_per_part(bucket, max_batch_size, max_batch_cost)  # a text too long for any batch is refused
+        end = start + 1
+        while end < len(ordered):
+            longest = int(ordered[end])
+            padded = padded_length(longest, padding.buckets)
+            if (padding.buckets and padded != bucket) or end + 1 - start > rows_per_part(padded, max_batch_size,
+                                                                                         max_batch_cost):
+                break
+            end += 1
+        longest = int(ordered[end - 1])
+        shapes.append(RowShape(longest, padded_length(longest, padding.buckets), ordered[start:end]))
+        start = end
+    return order_or_none, shapes
+
+
 def cost(rows: int, padded: int) -> int:
     """A batch's cost: its padded elements (`summed`: the sum of the rows' lengths instead)."""
     return rows * padded

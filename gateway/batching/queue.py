@@ -25,7 +25,10 @@ Semantics
   its parts behind, skipped when met.
 * A model with padded inputs (`config.padding`) merges requests that differ only in their
   length, within one bucket if it has buckets; each batch is padded, and capped at
-  `max_batch_cost` padded elements beside `max_batch_size` rows (see `padding`).
+  `max_batch_cost` padded elements beside `max_batch_size` rows (see `padding`). A
+  request of several texts is sorted by length and cut by bucket (`padding.text_parts`):
+  each part batches with texts of its own bucket, and the answer is put back in the
+  request's order.
 * Abandoning the queue (model removed, gateway shutting down) answers everything queued
   with the given error and cancels batches in flight, whose requests get Unavailable.
 * What becomes of each request and batch is told to the model's `stats.ModelStats`, one
@@ -41,7 +44,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+
+import numpy as np
 
 from gateway.batching import padding as pad
 from gateway.batching.config import BatchingConfig
@@ -54,7 +59,7 @@ from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequ
 from gateway.batching.stats import ModelStats
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.request import format_ms
-from wire.tensors import signature_key
+from wire.tensors import Tensor, signature_key
 
 log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
 
@@ -153,22 +158,39 @@ class ModelQueue:
                 f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}, batching.max_queue); "
                 "try again later"
             )
-        pieces = split_request(inputs, pad.rows_per_part(shape.padded if shape else 1, config.max_batch_size,
-                                                          config.max_batch_cost))
-        tensors_key = pad.signature(inputs, config.padding, shape) if config.padding and shape else signature_key(inputs)
         # Parameters are part of what must agree for requests to share a batch.
         parameters = request.parameters
-        signature = (tensors_key, tuple(sorted(parameters.items()))) if parameters else tensors_key
-        queued = QueuedRequest(signature, size, deadline, loop.create_future(), len(pieces), request.client, now,
-                               parameters, level)
+        agreed = tuple(sorted(parameters.items()))
+
+        def signature(piece: list[Tensor], piece_shape: pad.RowShape | None) -> Hashable:
+            tensors_key = pad.signature(piece, config.padding, piece_shape) if config.padding and piece_shape \
+                else signature_key(piece)
+            return (tensors_key, agreed) if parameters else tensors_key
+
+        order = None
+        if shape is not None and config.padding is not None and not config.padding.inputs and size > 1:
+            # Texts: sorted by length and cut by bucket, each part batching with its own kind.
+            order, shapes = pad.text_parts(shape.lengths, config.padding, config.max_batch_size, config.max_batch_cost)
+            if order is not None:
+                inputs = [Tensor(t.name, t.datatype, t.data[order]) for t in inputs]
+            starts = np.cumsum([0] + [len(s.lengths) for s in shapes[:-1]])
+            pieces = [[Tensor(t.name, t.datatype, t.data[start:start + len(s.lengths)]) for t in inputs]
+                      for start, s in zip(starts, shapes, strict=True)]
+            part_shapes: list[pad.RowShape | None] = list(shapes)
+        else:
+            pieces = split_request(inputs, pad.rows_per_part(shape.padded if shape else 1, config.max_batch_size,
+                                                              config.max_batch_cost))
+            offsets = np.cumsum([0] + [len(piece[0].data) for piece in pieces[:-1]])
+            part_shapes = [shape.rows(int(offset), len(piece[0].data)) if shape else None
+                           for offset, piece in zip(offsets, pieces, strict=True)]
+        signatures = [signature(piece, piece_shape) for piece, piece_shape in zip(pieces, part_shapes, strict=True)]
+        queued = QueuedRequest(signatures[0], size, deadline, loop.create_future(), len(pieces), request.client, now,
+                               parameters, level, order)
         if level:
             self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
         self.stats.admitted(level, size, now)
-        offset = 0
-        for index, piece in enumerate(pieces):
-            rows = len(piece[0].data)
-            self.pending.append(Part(queued, index, piece, rows, now, shape.rows(offset, rows) if shape else None))
-            offset += rows
+        for index, (piece, piece_shape, piece_signature) in enumerate(zip(pieces, part_shapes, signatures, strict=True)):
+            self.pending.append(Part(queued, index, piece, len(piece[0].data), now, piece_shape, piece_signature))
         self.queued_rows += size
         queued.timer = loop.call_at(queued.deadline, self._expire, queued, budget)
         latest_start = self.policy.latest_start(self, size, queued.deadline)

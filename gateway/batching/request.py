@@ -84,12 +84,13 @@ class BatchResult:
 
 
 class QueuedRequest:
-    __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows",
-                 "answers", "batch_ids", "departures", "sent", "client", "arrived", "parameters", "start_timer", "level")
+    __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows", "answers", "batch_ids",
+                 "departures", "sent", "client", "arrived", "parameters", "start_timer", "level", "order")
 
     def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
                  parts: int, client: ClientContext = NO_CONTEXT, arrived: float = 0.0,
-                 parameters: Mapping[str, Any] = NO_PARAMETERS, level: int = 0) -> None:
+                 parameters: Mapping[str, Any] = NO_PARAMETERS, level: int = 0,
+                 order: np.ndarray | None = None) -> None:
         self.client = client
         self.parameters = parameters  # forwarded with its batch (part of its signature)
         self.arrived = arrived  # loop time
@@ -105,6 +106,8 @@ class QueuedRequest:
         self.batch_ids: list[str] = []  # in the order its parts were answered
         self.departures: list[int] = []  # when each of those batches left (wall clock, ns)
         self.sent = False  # some part of it reached the executor
+        # Its rows travel in this order (texts sorted by length: padding.text_parts); None: as sent.
+        self.order = order
 
     @property
     def done(self) -> bool:
@@ -119,6 +122,10 @@ class QueuedRequest:
         self.departures.append(departed_unix_ns)
         whole = self.answers.add(index, outputs)
         if whole is not None:
+            if self.order is not None:  # back in the request's own order
+                inverse = np.empty_like(self.order)
+                inverse[self.order] = np.arange(len(self.order))
+                whole = [Tensor(t.name, t.datatype, t.data[inverse]) for t in whole]
             self.future.set_result(BatchResult(whole, self.batch_ids, self.departures))
 
     def fail(self, error: GatewayError) -> None:
@@ -129,16 +136,18 @@ class QueuedRequest:
 class Part:
     """A whole request, or one max_batch_size slice of a larger one, as it waits in a queue."""
 
-    __slots__ = ("request", "index", "inputs", "size", "enqueued_at", "shape")
+    __slots__ = ("request", "index", "inputs", "size", "enqueued_at", "shape", "signature")
 
     def __init__(self, request: QueuedRequest, index: int, inputs: list[Tensor], size: int, now: float,
-                 shape: RowShape | None = None) -> None:
+                 shape: RowShape | None = None, signature: Hashable | None = None) -> None:
         self.request = request
         self.index = index
         self.inputs = inputs
         self.size = size
         self.enqueued_at = now
         self.shape = shape  # its lengths, when the model pads (see gateway.batching.padding)
+        # What must agree for it to share a batch: its request's, or its own (a text part's bucket).
+        self.signature: Hashable = request.signature if signature is None else signature
 
     @property
     def padded(self) -> int:
@@ -149,10 +158,6 @@ class Part:
     def elements(self) -> int:
         """Its rows' own lengths added up (its rows, when the model pads nothing)."""
         return int(self.shape.lengths.sum()) if self.shape is not None else self.size
-
-    @property
-    def signature(self) -> Hashable:
-        return self.request.signature
 
     @property
     def live(self) -> bool:

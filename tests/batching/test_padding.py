@@ -47,6 +47,22 @@ def test_texts_share_a_batch_within_one_bucket_and_nothing_is_padded():
     assert [row[0] for row in batch[0].data] == [b"a", b"b", b"c"] and len(batch) == 1
 
 
+def test_a_list_of_texts_is_sorted_by_length_and_cut_by_bucket_and_by_what_a_batch_holds():
+    order, shapes = pad.text_parts(np.array([40, 5, 300, 9, 60, 12]), TEXTS, max_batch_size=32, max_batch_cost=600)
+    assert order.tolist() == [1, 3, 5, 0, 4, 2]
+    # 5, 9, 12 in bucket 16; 40, 60 in 64; 300 in 512 (alone: 2 x 512 > 600).
+    assert [(s.length, s.padded, s.lengths.tolist()) for s in shapes] == \
+        [(12, 16, [5, 9, 12]), (60, 64, [40, 60]), (300, 512, [300])]
+    order, shapes = pad.text_parts(np.array([5, 6, 7, 8]), TEXTS, max_batch_size=3, max_batch_cost=0)
+    assert order is None and [s.lengths.tolist() for s in shapes] == [[5, 6, 7], [8]]  # sorted already; 3 rows a batch
+    unbucketed = PaddingConfig(inputs=())
+    _, shapes = pad.text_parts(np.array([10, 20, 30, 40]), unbucketed, max_batch_size=32, max_batch_cost=70)
+    # Without buckets, cut where rows x the longest would pass the cost: 3 x 30 = 90 and 2 x 40 = 80 > 70.
+    assert [s.lengths.tolist() for s in shapes] == [[10, 20], [30], [40]]
+    with pytest.raises(PayloadTooLarge, match="more than a whole batch may"):
+        pad.text_parts(np.array([5, 700]), unbucketed, max_batch_size=32, max_batch_cost=600)
+
+
 def test_a_batch_of_texts_counts_its_waste_padded_or_summed():
     shapes = [RowShape(40, 64, np.array([40, 8])), RowShape(9, 16, np.array([9]))]
     assert pad.elements(shapes) == (3 * 64, 57)          # the predictor pads to the longest
