@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from backends.base import Backend
-from backends.simulated.encoder import vector
 from backends.settings import PredictorProtocol, PredictorSettings
+from backends.simulated.encoder import vector
 from gateway.config import EmbeddingsConfig, ModelConfig
 from gateway.embeddings import EmbeddingModel
 from tests.harness import config_for, held_slot, http, queued, running_gateway, wait_for
