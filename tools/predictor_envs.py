@@ -20,7 +20,8 @@ only when complete: an interrupted build never looks complete, and a leftover te
 is swept away by the next build. Deleting the cache simply makes the next call rebuild.
 
 Public API: ``ensure_env(name) -> Path`` (the venv's python executable) for the names
-in ``SPECS`` ("triton", "kserve", "torchserve").
+in ``SPECS`` ("triton", "kserve", "torchserve", and the embedding servers "infinity" and
+"kserve-openai").
 
 CLI::
 
