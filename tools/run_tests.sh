@@ -5,7 +5,8 @@
 #    $BATCHING_GATEWAY_CACHE (default ~/.cache/batching-gateway), keyed by the pinned
 #    dependency list and the Python version; marked complete only at the end, so a missing
 #    or half-built cache rebuilds itself. The gateway itself is imported from this checkout, not installed.
-# 2. Each real predictor's own venv (Triton via nvidia-pytriton, KServe), same caching.
+# 2. Each real predictor's own venv (Triton via nvidia-pytriton, KServe, TorchServe, Infinity, KServe's OpenAI
+#    endpoint), same caching.
 # 3. ruff (lint, import order), mypy and lint-imports (which way the rooms depend) over the code,
 #    configured in pyproject.toml: all clean.
 # 4. pytest over tests/ (extra arguments are passed through).
@@ -64,7 +65,7 @@ if [ ! -f "$venv/.complete" ]; then
   echo "test venv built in $(( $(date +%s) - started )) s: $venv"
 fi
 
-"$venv/bin/python" -m tools.predictor_envs triton kserve torchserve
+"$venv/bin/python" -m tools.predictor_envs triton kserve torchserve infinity kserve-openai
 
 "$venv/bin/python" -m ruff check .
 "$venv/bin/python" -m mypy
