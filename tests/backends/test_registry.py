@@ -48,11 +48,14 @@ def test_every_protocol_is_reachable_from_the_config():
         {}, {"backend": "triton", "url": HTTP}, {"backend": "triton", "protocol": "grpc", "url": GRPC},
         {"backend": "kserve", "url": HTTP}, {"backend": "torchserve", "url": HTTP},
         {"backend": "torchserve", "protocol": "grpc", "url": GRPC},
-        {"backend": "torchserve", "protocol": "grpc", "api": "v2", "url": GRPC}]}
+        {"backend": "torchserve", "protocol": "grpc", "api": "v2", "url": GRPC},
+        {"backend": "kserve", "api": "openai", "url": HTTP}]}
     assert resolved == set(PredictorProtocol)
 
 
 def test_the_clients_are_told_their_protocol_s_quirks():
+    openai = create_backend(model(backend="kserve", api="openai", url=HTTP, base_path="/v1").predictor)
+    assert (openai._embeddings_path, openai.takes_dimensions) == ("/v1/embeddings", True)
     oip_http = create_backend(model(backend="kserve", api="v2", url=HTTP, binary_data=True).predictor)
     assert oip_http.binary and oip_http._infer_path == "/v2/models/m/infer"
     v1 = create_backend(model(backend="kserve", url=HTTP, backend_model="other").predictor)

@@ -161,5 +161,8 @@ def test_no_request_message_outlives_its_request(tmp_path):
             return resident_mb(process.pid)
 
         settled = send_distinct(0, 30)  # the allocator's and gRPC's own buffers reach their size
-        # 240 MB more pass through: what stays is the allocator's slack (up to ~60 MB seen), not the messages.
-        assert send_distinct(30, 30) - settled < 120
+        # 480 MB more pass through. What stays is the allocator's slack, which depends on how
+        # fast the messages come: up to 140 MB seen on an idle machine (so a bound of 120 failed
+        # one run in two), 30 under load. A cache of the last 64 messages would keep 34 more
+        # than it held when settled: 272 MB on top of the slack.
+        assert send_distinct(30, 60) - settled < 210
