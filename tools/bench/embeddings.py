@@ -12,7 +12,10 @@ values), served on the CPU by four real servers, each run by path with its own v
 * **gateway -> Triton**: the gateway in front of Triton's `embed` model (PyTriton, OIP gRPC
   BYTES texts; its forward is numpy's, on the same weights);
 * **Infinity alone**: Infinity 0.0.78 with its own batching (batch size 32), the peer to
-  beat.
+  beat;
+* KServe alone and the gateway in front of it again with one torch thread
+  (`OMP_NUM_THREADS=1`), at 1 and 32 clients: with torch's default of one thread a core,
+  its second thread spins after each forward on the core the gateway needs.
 
 Loads: closed-loop clients at 1, 8 and 32, each sending one text of log-normal length (8 to
 256 tokens, median 40, counted by the model's tokenizer), and a mix at 32 clients where a
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -59,12 +63,15 @@ class Script(Server):
     """A predictor script of tests/predictors run by path with its venv's python; ready on its
     READY line (a first start builds the venv and the model folder)."""
 
-    def __init__(self, log_dir: Path, name: str, venv: str, script: str, *options: str) -> None:
+    def __init__(self, log_dir: Path, name: str, venv: str, script: str, *options: str,
+                 env: dict[str, str] | None = None) -> None:
         from tools.predictor_envs import ensure_env
 
         self.python = ensure_env(venv)
         super().__init__(name, [str(self.python), str(PREDICTORS / script), *options], log_dir)
         self.ready_timeout = 300
+        if env:
+            self.env = {**os.environ, **env}
 
 
 class TritonEmbed(Script):
@@ -209,6 +216,25 @@ def embeddings(ctx: Context) -> dict[str, Any]:
                 runs.append({"target": name, **run(url, model, texts, mean_tokens, clients, ctx.duration, servers)})
             ctx.say(f"  embeddings: {name}, 32 clients with lists")
             runs.append({"target": name, **run(url, model, texts, mean_tokens, 32, ctx.duration, servers, lists=True)})
+        # The same at one torch thread (OMP_NUM_THREADS=1, as a pod with one CPU would run):
+        # torch's second thread spins after each forward on the cores the gateway needs.
+        kserve_one = Script(ctx.log_dir, "kserve-openai-1-thread", "kserve-openai", "kserve_openai_server.py",
+                            "--http-port", str(free_port()), "--grpc-port", str(free_port()),
+                            env={"OMP_NUM_THREADS": "1"}).start()
+        started.append(kserve_one)
+        one_url = f"http://127.0.0.1:{kserve_one.port('http')}"
+        to_one = Gateway(ctx.log_dir, "gateway-kserve-1-thread", [{
+            "name": "bge", "backend": "kserve", "api": "openai", "url": one_url, "backend_model": MODEL,
+            "embeddings": embeddings_table, "batching": BATCHING}]).start()
+        started.append(to_one)
+        one_thread: list[tuple[str, str, str, list[Server]]] = [
+            ("KServe alone, 1 torch thread", f"{one_url}/openai/v1/embeddings", MODEL, [kserve_one]),
+            ("gateway -> KServe, 1 torch thread", f"{to_one.http_url}/v1/embeddings", "bge", [to_one, kserve_one])]
+        for name, url, model, servers in one_thread:
+            asyncio.run(closed_loop(url, bodies(texts[:64], model), 8, 1.0))
+            for clients in (1, 32):
+                ctx.say(f"  embeddings: {name}, {clients} clients")
+                runs.append({"target": name, **run(url, model, texts, mean_tokens, clients, ctx.duration, servers)})
         repeats = repeated(texts)
         repeats_tokens = sum(repeated(tokens)) / len(repeats)
         for deduplicate in (True, False):
@@ -247,9 +273,14 @@ def report(runs: list[dict[str, Any]], ctx: Context, mean_tokens: float) -> dict
     added_ms = one_gateway["p50_ms"] - one_alone["p50_ms"]
     dedupe_on, dedupe_off = (next(r for r in runs if r["target"].endswith(f"deduplicate {state}"))
                              for state in ("on", "off"))
+    one_thread_alone, one_thread_gateway = (row(t, clients) for t, clients in (
+        ("KServe alone, 1 torch thread", "1"), ("gateway -> KServe, 1 torch thread", "1")))
+    one_thread_32 = (row("gateway -> KServe, 1 torch thread", "32")["texts_s"]
+                     / max(row("KServe alone, 1 torch thread", "32")["texts_s"], 1e-9))
     checks = [
         check("32 clients: gateway -> KServe vs KServe alone, texts/s", ">= 4x", f"{versus_kserve:.2f}x",
               versus_kserve >= 4),
+        check("the same at 1 torch thread", "", f"{one_thread_32:.2f}x", None),
         check("32 clients: p99, gateway -> KServe vs KServe alone", "no worse",
               f"{gateway['p99_ms']:.0f} vs {alone['p99_ms']:.0f} ms", gateway["p99_ms"] <= alone["p99_ms"]),
         check("32 clients: gateway -> KServe vs Infinity alone, tokens/s", ">= 1.0x", f"{versus_infinity:.2f}x",
@@ -257,6 +288,8 @@ def report(runs: list[dict[str, Any]], ctx: Context, mean_tokens: float) -> dict
         check("32 clients: p99, gateway -> KServe vs Infinity alone", "no worse",
               f"{gateway['p99_ms']:.0f} vs {infinity['p99_ms']:.0f} ms", gateway["p99_ms"] <= infinity["p99_ms"]),
         check("1 client: p50 added by the gateway", "<= +1 ms", f"{added_ms:+.2f} ms", added_ms <= 1.0),
+        check("the same at 1 torch thread", "",
+              f"{one_thread_gateway['p50_ms'] - one_thread_alone['p50_ms']:+.2f} ms", None),
         check("repeated texts: deduplicate on vs off, texts/s", "", f"{dedupe_on['texts_s'] / max(dedupe_off['texts_s'], 1e-9):.2f}x",
               None),
     ]
