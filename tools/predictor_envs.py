@@ -70,6 +70,8 @@ class EnvSpec:
     warmup_imports: tuple[str, ...] = ()
     # Also look in the machine's local wheel folders (``local_wheel_dirs()``): for a package
     # that exists only as a file on this disk (torch's CPU build), pinned by hash in the lock.
+    # A machine without the folder gets the registry's release of the same version instead
+    # (``REGISTRY_INSTEAD``), and the build says so.
     local_wheels: bool = False
     # Pins installed WITHOUT their declared dependencies: ``--relock`` compiles them alone
     # with ``--no-deps`` and appends them to the lock, and the build's ``uv pip check``
@@ -117,8 +119,8 @@ SPECS: dict[str, EnvSpec] = {
         EnvSpec(
             name="torchserve",
             # torch's CPU build is the wheel on this disk (``local_wheels``), pinned WITH its
-            # local version label: the index has no 2.13.0+cpu, so a missing file fails the
-            # build instead of silently pulling the multi-GB CUDA torch. pyyaml and numpy are
+            # local version label: the index has no 2.13.0+cpu. Without the file, the build
+            # says so and installs the registry's 2.13.0 (the CUDA build). pyyaml and numpy are
             # needed by torchserve but not declared by its wheel. pillow: the test image model's
             # handler decodes uploads with it (torchvision, what TorchServe's own image handlers
             # use, has no wheel for this torch); named here, not left to torchserve's own
@@ -193,13 +195,34 @@ def local_wheel_dirs() -> list[str]:
 def _find_links(spec: EnvSpec) -> list[str]:
     if not spec.local_wheels:
         return []
-    dirs = local_wheel_dirs()
-    if not dirs:
-        raise PredictorEnvError(
-            f"the '{spec.name}' venv needs wheels that lie only on this machine's disk (torch's CPU "
-            f"build), but no local wheel folder exists (PIP_FIND_LINKS or {LOCAL_WHEELS_DEFAULT})"
-        )
-    return [arg for d in dirs for arg in ("--find-links", d)]
+    return [arg for d in local_wheel_dirs() for arg in ("--find-links", d)]
+
+
+# What a machine without the local wheel folder installs instead of a pin with a local label
+# (torch's CPU build): the registry's release of the same version, with its own dependencies.
+# For torch that is the CUDA build: about 3 GB to download, 5 GB in each venv that takes it.
+REGISTRY_INSTEAD = "the registry's {pin}, with its own dependencies (torch's CUDA build: about 3 GB to " \
+                   "download, 5 GB in the venv)"
+
+
+def local_pins(lock_text: str) -> list[str]:
+    """The pins of a lock that carry a local version label (``torch==2.13.0+cpu``): files of
+    the local wheel folder, which no registry serves."""
+    return [line.split()[0] for line in lock_text.splitlines()
+            if not line.startswith((" ", "#")) and "==" in line and "+" in line.split("==", 1)[1].split()[0]]
+
+
+def _without_local_pins(lock_text: str) -> str:
+    """The lock less the blocks (pin, hashes, comments) of its local pins."""
+    local = set(local_pins(lock_text))
+    kept: list[str] = []
+    skipping = False
+    for line in lock_text.splitlines():
+        if not line.startswith((" ", "#")) and line.strip():  # a pin starts a block
+            skipping = line.split()[0] in local
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
 
 
 class PredictorEnvError(RuntimeError):
@@ -403,6 +426,14 @@ def _build(spec: EnvSpec, final: pathlib.Path) -> None:
         # --relocatable: entry-point scripts and activate files refer to the venv relatively,
         # so they keep working after the rename from the temp dir to the final name.
         run_logged([uv, "venv", "--relocatable", "--python", base_python(), "--clear", tmp], log, env)
+        lock_file, instead = spec.lock_file, []
+        if spec.local_wheels and not local_wheel_dirs():
+            # No local wheel folder (any machine but this image): the same versions from the registry.
+            instead = [pin.split("+", 1)[0] for pin in local_pins(lock_text)]
+            lock_file = tmp.with_name(tmp.name + ".registry-lock.txt")
+            lock_file.write_text(_without_local_pins(lock_text))
+            print(f"predictor_envs: '{spec.name}': no local wheel folder (PIP_FIND_LINKS or {LOCAL_WHEELS_DEFAULT}): "
+                  f"installing {REGISTRY_INSTEAD.format(pin=', '.join(instead))}", file=sys.stderr)
         run_logged(
             [uv, "pip", "install", "--python", tmp / "bin" / "python",
              "--require-hashes",
@@ -410,10 +441,14 @@ def _build(spec: EnvSpec, final: pathlib.Path) -> None:
              # and --require-hashes already refuses a lock that misses a dependency.
              "--no-deps",
              *_find_links(spec),
-             "-r", spec.lock_file],
+             "-r", lock_file],
             log,
             env,
         )
+        if instead:
+            # Resolved here (their dependencies are not in the lock): what the lock pinned stays.
+            run_logged([uv, "pip", "install", "--python", tmp / "bin" / "python", *instead], log, env)
+            lock_file.unlink()
         _check(spec, uv, tmp / "bin" / "python", log, env)
         # Bytecode: this machine sets PYTHONDONTWRITEBYTECODE=1, and a server started without
         # .pyc files compiles from source on EVERY start (KServe: ~5 s instead of ~1.5 s).
@@ -434,6 +469,7 @@ def _build(spec: EnvSpec, final: pathlib.Path) -> None:
             "base_python": str(base_python()),
             "uv": UV_VERSION,
             "install_seconds": seconds,
+            "from_registry_instead_of_local_wheels": instead,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
