@@ -52,13 +52,9 @@ import json
 import os
 import signal
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
-from typing import TextIO
 
 import embedding_model  # a sibling module: scripts run with their own venv
+from ready_line import announce_when_ready, stdout_for_ready_only
 from stdin_watchdog import on_stdin_eof
 
 
@@ -75,35 +71,6 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--exit-on-stdin-eof", action="store_true", help="shut down when stdin closes (the harness's watchdog)"
     )
     return parser.parse_args(argv)
-
-
-def _answers(url: str) -> bool:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=2) as response:
-            return response.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
-
-
-def _stdout_for_ready_only() -> TextIO:
-    """A private copy of stdout for the READY line alone; everything else this process prints
-    (Infinity's console log, uvicorn's) goes to stderr from now on, so a launcher reading
-    the first stdout line (``tools.processes``) reads READY, and nothing fills its pipe."""
-    ready_out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    return ready_out
-
-
-def _announce_when_ready(ready_out: TextIO, port: int, prefix: str, timeout: float = 300.0) -> None:
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _answers(f"{base}/health") and _answers(f"{base}{prefix}/models"):
-            ready_out.write(f"READY http=127.0.0.1:{port} embeddings={base}{prefix}/embeddings\n")
-            ready_out.flush()
-            return
-        time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,12 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         "--host", "127.0.0.1", "--port", str(args.port), "--url-prefix", args.url_prefix,
         "--log-level", args.log_level,
     ]
-    ready_out = _stdout_for_ready_only()
+    ready_out = stdout_for_ready_only()
     print("infinity: " + json.dumps(cli_args), flush=True)
     if args.exit_on_stdin_eof:
         # uvicorn turns SIGTERM into a clean shutdown.
         on_stdin_eof(lambda: os.kill(os.getpid(), signal.SIGTERM))
-    threading.Thread(target=_announce_when_ready, args=(ready_out, args.port, args.url_prefix), daemon=True).start()
+    base = f"http://127.0.0.1:{args.port}"
+    announce_when_ready(ready_out, [f"{base}/health", f"{base}{args.url_prefix}/models"],
+                        f"READY http=127.0.0.1:{args.port} embeddings={base}{args.url_prefix}/embeddings")
 
     from infinity_emb.cli import cli
 

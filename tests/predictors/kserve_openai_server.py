@@ -69,14 +69,12 @@ import pathlib
 import signal
 import struct
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from typing import Any, TextIO
+from typing import Any
 
 import embedding_model  # sibling modules: scripts run with their own venv
 from kserve_server import _bind_to_loopback
+from ready_line import announce_when_ready, stdout_for_ready_only
 from stdin_watchdog import on_stdin_eof
 
 
@@ -93,40 +91,9 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _stdout_for_ready_only() -> TextIO:
-    """A private copy of stdout for the READY line alone; everything else this process prints
-    (KServe's and uvicorn's logs) goes to stderr from now on, so a launcher reading the
-    first stdout line (``tools.processes``) reads READY, and nothing fills its pipe."""
-    ready_out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    return ready_out
-
-
-def _answers(url: str) -> bool:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=2) as response:
-            return response.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
-
-
-def _announce_when_ready(ready_out: TextIO, http_port: int, grpc_port: int, prefix: str,
-                         timeout: float = 300.0) -> None:
-    base = f"http://127.0.0.1:{http_port}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _answers(f"{base}/v2/health/ready") and _answers(f"{base}{prefix}/v1/models"):
-            ready_out.write(f"READY http=127.0.0.1:{http_port} grpc=127.0.0.1:{grpc_port} "
-                            f"embeddings={base}{prefix}/v1/embeddings\n")
-            ready_out.flush()
-            return
-        time.sleep(0.1)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    ready_out = _stdout_for_ready_only()
+    ready_out = stdout_for_ready_only()
     sys.argv = sys.argv[:1]  # kserve.model_server parses sys.argv at import time
     if args.route_prefix is not None:
         os.environ["KSERVE_OPENAI_ROUTE_PREFIX"] = args.route_prefix
@@ -268,8 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     # KServe reads its prefix when its module is imported: ask the module, not the option.
     from kserve.protocol.rest.openai.endpoints import OPENAI_ROUTE_PREFIX
 
-    threading.Thread(target=_announce_when_ready,
-                     args=(ready_out, args.http_port, args.grpc_port, OPENAI_ROUTE_PREFIX), daemon=True).start()
+    base = f"http://127.0.0.1:{args.http_port}{OPENAI_ROUTE_PREFIX}/v1"
+    announce_when_ready(ready_out, [f"http://127.0.0.1:{args.http_port}/v2/health/ready", f"{base}/models"],
+                        f"READY http=127.0.0.1:{args.http_port} grpc=127.0.0.1:{args.grpc_port} "
+                        f"embeddings={base}/embeddings")
     ModelServer(http_port=args.http_port, grpc_port=args.grpc_port, workers=1, grace_period=5).start([model])
     return 0
 
