@@ -16,32 +16,7 @@ from gateway import logs, telemetry
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="batching-gateway", description="HTTP + gRPC inference batching gateway")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the gateway (embedded demo model if no --config)")
-    serve.add_argument("--config", help="TOML file listing the models to serve")
-    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--http-port", type=int, help="HTTP port (default 8080; 0 picks a free one)")
-    serve.add_argument("--grpc-port", type=int, help="gRPC port (default 8081; 0 picks a free one)")
-    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                       help="DEBUG adds one line per batch")
-    serve.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line")
-    serve.add_argument("--workers", help="protocol processes batching as one: a number, or auto for the "
-                                          "machine's cores (default 1, or [server] workers)")
-    serve.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop", "auto"],
-                       help="event loop: the standard asyncio one (default), uvloop (pip install '.[uvloop]'), "
-                            "or uvloop when installed (auto)")
-    check = commands.add_parser("check-config", help="validate a config file without starting")
-    check.add_argument("file")
-    # Started by `serve --workers N` itself (gateway.workers.supervisor), not by users.
-    worker = commands.add_parser("worker")
-    worker.add_argument("config", help="the pickled GatewayConfig the batcher wrote")
-    worker.add_argument("batcher", help="the batcher's Unix socket")
-    worker.add_argument("--config-path", help="the config file, re-read on SIGHUP")
-    worker.add_argument("--loop", default="asyncio")
-    worker.add_argument("--log-level", default="INFO")
-    worker.add_argument("--log-format", default="text")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     if args.command in ("serve", "worker"):
         # Until the loop's handler takes it (a reload, once started): never the default, which kills.
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -81,6 +56,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batching-gateway: cannot start: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: `serve`, `check-config`, and `worker` (started by `serve` itself)."""
+    parser = argparse.ArgumentParser(prog="batching-gateway", description="HTTP + gRPC inference batching gateway")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway (embedded demo model if no --config)")
+    serve.add_argument("--config", help="TOML file listing the models to serve")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--http-port", type=int, help="HTTP port (default 8080; 0 picks a free one)")
+    serve.add_argument("--grpc-port", type=int, help="gRPC port (default 8081; 0 picks a free one)")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                       help="DEBUG adds one line per batch")
+    serve.add_argument("--log-format", default="text", choices=["text", "json"], help="json: one object per line")
+    serve.add_argument("--workers", help="protocol processes batching as one: a number, or auto for the "
+                                          "machine's cores (default 1, or [server] workers)")
+    serve.add_argument("--loop", default="asyncio", choices=["asyncio", "uvloop", "auto"],
+                       help="event loop: the standard asyncio one (default), uvloop (pip install '.[uvloop]'), "
+                            "or uvloop when installed (auto)")
+    check = commands.add_parser("check-config", help="validate a config file without starting")
+    check.add_argument("file")
+    # Started by `serve --workers N` itself (gateway.workers.supervisor), not by users.
+    worker = commands.add_parser("worker")
+    worker.add_argument("config", help="the pickled GatewayConfig the batcher wrote")
+    worker.add_argument("batcher", help="the batcher's Unix socket")
+    worker.add_argument("--config-path", help="the config file, re-read on SIGHUP")
+    worker.add_argument("--loop", default="asyncio")
+    worker.add_argument("--log-level", default="INFO")
+    worker.add_argument("--log-format", default="text")
+    return parser
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -32,6 +32,8 @@ class InvalidInput(GatewayError):
 
 
 class PayloadTooLarge(InvalidInput):
+    """The request is larger than a limit allows: its body, its JSON, its instances, or one
+    row that costs more than a whole batch may."""
     http_status = 413
 
 
@@ -57,10 +59,13 @@ class RequestHeadTooLarge(InvalidInput):
 
 
 class HeaderFieldsTooLarge(RequestHeadTooLarge):
+    """An HTTP request's header block over the gateway's bound."""
     http_status = 431
 
 
 class Unauthenticated(GatewayError):
+    """The gateway requires a bearer token (`[server] auth_token_env`) and the request has
+    none, or another."""
     http_status = 401
     grpc_code = grpc.StatusCode.UNAUTHENTICATED
     http_headers = {"WWW-Authenticate": "Bearer"}  # RFC 6750
@@ -109,6 +114,8 @@ class OverCapacity(Unavailable):
 
 
 class DeadlineExceeded(GatewayError):
+    """The request's deadline (its client's, or the model's `timeout_s` or `slo_ms`, from its
+    arrival) passed before its answer: before it was queued, in the queue, or at the predictor."""
     http_status = 504
     grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
 
