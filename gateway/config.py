@@ -18,6 +18,7 @@ import numpy as np
 from backends.settings import Cost, PredictorProtocol, PredictorSettings
 from gateway.batching import policies
 from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
+from gateway.config_keys import names as keys_in
 from gateway.tokens import TokenCounter, TokenizerUnavailable
 from wire.codecs.limits import Limits
 from wire.tensors import NUMPY_DTYPES, ModelSignature, TensorSpec, is_wire_datatype
@@ -120,7 +121,7 @@ def load(path: str | Path) -> GatewayConfig:
 
 
 def parse(document: dict[str, Any]) -> GatewayConfig:
-    _only(document, "", {"models", "server", "limits", "tracing"})
+    _only(document, "", keys_in(""))
     server = _server(_table(document, "server", "server"))
     limits = _limits(_table(document, "limits", "limits"))
     tracing = _tracing(_table(document, "tracing", "tracing"))
@@ -140,8 +141,7 @@ def parse(document: dict[str, Any]) -> GatewayConfig:
 def _model(raw: Any, key: str) -> ModelConfig:
     if not isinstance(raw, dict):
         raise ConfigError(key, "must be a table")
-    _only(raw, key, {"name", "backend", "protocol", "url", "backend_model", "api", "binary_data",
-                     "tls", "ca_file", "batching", "inputs", "outputs", "simulated", "embeddings", "base_path"})
+    _only(raw, key, keys_in("models[]"))
     name = _str(raw, key, "name", required=True)
     backend = _choice(raw, key, "backend", BACKENDS, "simulated")
     transport = _choice(raw, key, "protocol", PROTOCOLS, "http")
@@ -150,8 +150,8 @@ def _model(raw: Any, key: str) -> ModelConfig:
     for address in addresses:
         if protocol.transport == "http" and not address.startswith(("http://", "https://")):
             raise ConfigError(f"{key}.url", f"an HTTP predictor address looks like http://host:port, got '{address}'")
-    inputs = _tensor_specs(raw.get("inputs"), f"{key}.inputs", {"pad", "generate"})
-    outputs = _tensor_specs(raw.get("outputs"), f"{key}.outputs", {"follows_pad"})
+    inputs = _tensor_specs(raw.get("inputs"), f"{key}.inputs", keys_in("models[].inputs[]"))
+    outputs = _tensor_specs(raw.get("outputs"), f"{key}.outputs", keys_in("models[].outputs[]"))
     signature = ModelSignature(inputs, outputs) if inputs else None
     if outputs and not inputs:
         raise ConfigError(f"{key}.inputs", "declare inputs too when declaring outputs")
@@ -160,6 +160,7 @@ def _model(raw: Any, key: str) -> ModelConfig:
     tls = _bool(raw, key, "tls", bool(addresses) and addresses[0].startswith("https://"))
     ca_file = _file(raw, key, "ca_file")
     simulated_raw = _table(raw, "simulated", f"{key}.simulated")
+    _only(simulated_raw, f"{key}.simulated", keys_in("models[].simulated"))
     simulated_task = _choice(simulated_raw, f"{key}.simulated", "task", SIMULATED_TASKS, "double")
     cost = _simulated({k: v for k, v in simulated_raw.items() if k != "task"}, f"{key}.simulated")
     base_path = _base_path(raw, key, protocol)
@@ -207,14 +208,11 @@ def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> Pr
     return PredictorProtocol.KSERVE_V1_HTTP if api == "v1" else PredictorProtocol.OIP_HTTP
 
 
-# The [batching] keys every policy shares; each policy declares its own (policies.settings).
-BATCHING_KEYS = frozenset({"policy", "max_batch_size", "timeout_s", "max_inflight", "max_queue", "priority_levels",
-                           "default_priority_level", "inflight_ceiling"})
-
-
 def _batching(raw: dict, key: str) -> BatchingConfig:
+    """The [models.batching] keys every policy shares and each policy's own (declared by the
+    policy: `policies.settings`); the padding and token keys are read apart."""
     declared = policies.settings()
-    _only(raw, key, BATCHING_KEYS | declared.keys())
+    _only(raw, key, keys_in("models[].batching") - PADDING_KEYS - TOKEN_KEYS)
     levels = _number(raw, key, "priority_levels", 0, integer=True, minimum=0)
     # Triton's rule: the default level is one of the levels; here the lowest unless set.
     default_level = _number(raw, key, "default_priority_level", levels, integer=True, minimum=1 if levels else 0,
@@ -256,12 +254,10 @@ def _batching(raw: dict, key: str) -> BatchingConfig:
 
 
 def _server(raw: dict) -> ServerConfig:
-    _only(raw, "server", {"host", "http_port", "grpc_port", "grace_s", "tls", "auth_token_env", "header_timeout_s",
-                          "body_timeout_s", "idle_timeout_s", "max_connections", "max_concurrent_streams",
-                          "workers"})
+    _only(raw, "server", keys_in("server"))
     default = ServerConfig()
     tls = _table(raw, "tls", "server.tls")
-    _only(tls, "server.tls", {"cert_file", "key_file"})
+    _only(tls, "server.tls", keys_in("server.tls"))
     cert_file, key_file = _file(tls, "server.tls", "cert_file"), _file(tls, "server.tls", "key_file")
     if bool(cert_file) != bool(key_file):
         raise ConfigError("server.tls", "set both cert_file and key_file")
@@ -309,17 +305,16 @@ def _timeout(raw: dict, key: str, default: float) -> float:
 
 
 def _limits(raw: dict) -> Limits:
-    names = ("max_body_bytes", "max_json_bytes", "max_instances", "max_tensor_elements")
-    _only(raw, "limits", set(names))
+    _only(raw, "limits", keys_in("limits"))
     default = Limits()
     return Limits(**{
-        name: _number(raw, "limits", name, getattr(default, name), integer=True, minimum=1) for name in names
+        name: _number(raw, "limits", name, getattr(default, name), integer=True, minimum=1)
+        for name in sorted(keys_in("limits"))
     })
 
 
 def _tracing(raw: dict) -> TracingConfig:
-    _only(raw, "tracing", {"enabled", "exporter", "protocol", "endpoint", "sample_ratio", "service_name",
-                           "max_queue_size"})
+    _only(raw, "tracing", keys_in("tracing"))
     ratio = raw.get("sample_ratio")
     return TracingConfig(
         enabled=_bool(raw, "tracing", "enabled", False) if "enabled" in raw else None,
@@ -333,7 +328,6 @@ def _tracing(raw: dict) -> TracingConfig:
 
 
 def _simulated(raw: dict, key: str) -> Cost:
-    _only(raw, key, {"call_ms", "per_instance_ms", "slots", "per_element_us"})
     default = Cost()
     return Cost(
         call_ms=_number(raw, key, "call_ms", default.call_ms, minimum=0),
@@ -343,7 +337,7 @@ def _simulated(raw: dict, key: str) -> Cost:
     )
 
 
-def _tensor_specs(raw: Any, key: str, extra: set[str]) -> tuple[TensorSpec, ...]:
+def _tensor_specs(raw: Any, key: str, allowed: Set[str]) -> tuple[TensorSpec, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -353,7 +347,7 @@ def _tensor_specs(raw: Any, key: str, extra: set[str]) -> tuple[TensorSpec, ...]
         item_key = f"{key}[{index}]"
         if not isinstance(item, dict):
             raise ConfigError(item_key, "must be a table with name, datatype and shape")
-        _only(item, item_key, {"name", "datatype", "shape", *extra})  # extra: read by _padding
+        _only(item, item_key, allowed)  # pad, generate and follows_pad: read by _padding
         datatype = _str(item, item_key, "datatype", required=True)
         if not is_wire_datatype(datatype):
             raise ConfigError(f"{item_key}.datatype", f"unknown datatype '{datatype}'")
@@ -403,7 +397,7 @@ def _embeddings(raw: dict, key: str, protocol: PredictorProtocol, simulated_task
                                      "(Triton, KServe v2, an OpenAI-compatible server with api = \"openai\", or "
                                      "the simulated model with task = \"embed\")")
     table = _table(raw, "embeddings", table_key)
-    _only(table, table_key, {"tokenizer", "input", "output", "deduplicate"})
+    _only(table, table_key, keys_in("models[].embeddings"))
     tokenizer = _file(table, table_key, "tokenizer")
     config = EmbeddingsConfig(tokenizer=tokenizer, input=_str(table, table_key, "input"),
                               output=_str(table, table_key, "output"),
@@ -483,7 +477,7 @@ def _padding(raw: dict, key: str, inputs: tuple[TensorSpec, ...], outputs: tuple
 def _padded_input(spec: TensorSpec, raw: Any, key: str) -> PaddedInput:
     if not isinstance(raw, dict):
         raise ConfigError(key, "must be a table: pad = { dim = 1, value = 0 }")
-    _only(raw, key, {"dim", "value"})
+    _only(raw, key, keys_in("models[].inputs[].pad"))
     dim = _number(raw, key, "dim", 1, integer=True, minimum=1)
     if len(spec.shape) <= dim or spec.shape[dim] != -1:
         raise ConfigError(f"{key}.dim", f"dimension {dim} of shape {list(spec.shape)} must be -1 (batch first): "

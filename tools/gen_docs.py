@@ -1,8 +1,10 @@
 """The documentation site's reference pages, generated from the code, never written by hand.
 
-    python -m tools.gen_docs           # write docs/reference/{cli,errors,metrics}.md
+    python -m tools.gen_docs           # write docs/reference/{config,cli,errors,metrics}.md
     python -m tools.gen_docs --check   # exit 1 if a committed page differs from the code
 
+* `config.md`: every configuration key with its type, default and meaning, from their one
+  declaration (`gateway.config_keys`), which the parser's accepted keys come from too.
 * `cli.md`: every command's help, from the gateway's own parser (`gateway.cli.parser`).
 * `errors.md`: every error a client can see, with its HTTP status and gRPC code, from
   `wire.errors` (the one table from errors to both protocols).
@@ -40,6 +42,25 @@ def cli_page() -> str:
         if name == "worker":
             continue  # started by `serve --workers N` itself, never by users
         parts += [f"\n## `batching-gateway {name}`\n\n", "```text\n", command.format_help(), "```\n"]
+    return "".join(parts)
+
+
+def config_page() -> str:
+    from gateway.config_keys import KEYS
+
+    titles = {"": "The document", "server": "[server]", "server.tls": "[server.tls]", "limits": "[limits]",
+              "tracing": "[tracing]", "models[]": "[[models]]", "models[].batching": "[models.batching]",
+              "models[].inputs[]": "[[models.inputs]]", "models[].inputs[].pad": "pad = { ... } of an input",
+              "models[].outputs[]": "[[models.outputs]]", "models[].simulated": "[models.simulated]",
+              "models[].embeddings": "[models.embeddings]"}
+    parts = [HEADER, "# Configuration\n\n",
+             "The TOML file of `batching-gateway serve --config FILE` (`check-config FILE` validates it): every key, "
+             "from its one declaration in `gateway/config_keys.py`. A key that is not here is refused, naming it. "
+             "Durations are seconds where a key ends in `_s`, milliseconds in `_ms`.\n"]
+    for table in dict.fromkeys(key.table for key in KEYS):
+        parts += [f"\n## {titles[table]}\n\n", "| key | type | default | meaning |\n|---|---|---|---|\n"]
+        parts += [f"| `{key.name}` | {key.type} | {f'`{key.default}`' if key.default else ''} | {key.meaning} |\n"
+                  for key in KEYS if key.table == table]
     return "".join(parts)
 
 
@@ -127,7 +148,7 @@ def _get(url: str) -> str:
         return response.read().decode()
 
 
-PAGES = {"cli.md": cli_page, "errors.md": errors_page, "metrics.md": metrics_page}
+PAGES = {"config.md": config_page, "cli.md": cli_page, "errors.md": errors_page, "metrics.md": metrics_page}
 
 
 def stale_pages() -> list[str]:
