@@ -210,9 +210,10 @@ def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> Pr
 
 def _batching(raw: dict, key: str) -> BatchingConfig:
     """The [models.batching] keys every policy shares and each policy's own (declared by the
-    policy: `policies.settings`); the padding and token keys are read apart."""
+    policy: `policies.settings`, and described in `config_keys` like every key: a test holds
+    the two together); the padding and token keys are read apart."""
     declared = policies.settings()
-    _only(raw, key, keys_in("models[].batching") - PADDING_KEYS - TOKEN_KEYS)
+    _only(raw, key, (keys_in("models[].batching") - PADDING_KEYS - TOKEN_KEYS) | declared.keys())
     levels = _number(raw, key, "priority_levels", 0, integer=True, minimum=0)
     # Triton's rule: the default level is one of the levels; here the lowest unless set.
     default_level = _number(raw, key, "default_priority_level", levels, integer=True, minimum=1 if levels else 0,
