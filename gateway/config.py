@@ -68,7 +68,7 @@ class ServerConfig:
     tls_cert_file: str = ""      # with tls_key_file: both front ends serve TLS only
     tls_key_file: str = ""
     auth_token: str = ""         # read from the env var named by auth_token_env; "" = no auth
-    # Connection hygiene (README "Reliability"): defaults a production proxy would choose.
+    # Connection hygiene (docs/reliability.md): defaults a production proxy would choose.
     header_timeout_s: float = 10.0   # a new connection's first request head (Envoy's edge advice)
     body_timeout_s: float = 60.0     # a request body, in total
     idle_timeout_s: float = 75.0     # a kept-alive connection's next head (nginx; above cloud LBs' 60 s)

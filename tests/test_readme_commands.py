@@ -19,7 +19,7 @@ from tools.client_tools import perf_analyzer
 
 
 def quick_start_commands() -> list[str]:
-    return commands_after("Then, against the running gateway")
+    return commands_after("Then, in a second terminal, against the running gateway")
 
 
 @pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "workers-2"])

@@ -318,12 +318,12 @@ PREDICTOR_LABELS = {"triton-http": "Triton HTTP", "triton-grpc": "Triton gRPC", 
 
 
 def test_the_readme_table_is_this_matrix():
-    """README's "Translation matrix" table: every cell tested, and its notes (a)-(d) on
-    exactly the cells whose refusals are tested above."""
+    """The docs' "Translation matrix" table (docs/protocols.md): every cell tested, and its
+    notes (a)-(d) on exactly the cells whose refusals are tested above."""
     from tests.processes import ROOT
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "protocols.md").read_text()
     section = text[text.index("## Translation matrix"):]
-    section = section[:section.index("\n## ", 1)]
+    section = section.split("\n## ", 1)[0]  # up to the next section, if any
     table = [[cell.strip() for cell in line.strip().strip("|").split("|")]
              for line in section.splitlines() if line.startswith("|")]
     assert table[0][1:] == [PREDICTOR_LABELS[p] for p in PREDICTORS]

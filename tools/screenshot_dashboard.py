@@ -1,4 +1,4 @@
-"""The README's picture of the live page: `python -m tools.screenshot_dashboard` writes
+"""The picture of the live page in docs/operations.md: `python -m tools.screenshot_dashboard` writes
 docs/dashboard.png.
 
 It starts a gateway process (`tools.processes`) serving two simulated models (`demo` with

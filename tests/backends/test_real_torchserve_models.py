@@ -178,7 +178,7 @@ def test_the_encoder_padded_by_the_gateway_answers_as_torchserves_own_batching(g
 
 
 def test_the_readme_commands_for_torchserve_users_work_as_written(gw, torchserve_batching_server, pictures):
-    commands = commands_after("## Coming from TorchServe")
+    commands = commands_after("# Coming from TorchServe", "docs/torchserve.md")
     assert {c.split()[0] for c in commands} == {"curl", "grpcurl"} and len(commands) >= 6
     (pictures / "kitten.jpg").write_bytes(images.jpeg(2, size=(320, 240)))
     expected = ok(curl(f"{torchserve_batching_server.http_url}/predictions/image", "-T", "kitten.jpg", cwd=pictures))

@@ -56,8 +56,8 @@ def test_the_deploy_tree_has_the_expected_kustomize_roots():
     assert set(ROOTS) == {"deploy", "deploy/gateway", "deploy/kserve-example"}
 
 
-def test_the_readmes_kubectl_commands_name_these_kustomize_roots():
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_kubectl_commands_name_these_kustomize_roots():
+    readme = (ROOT / "docs" / "operations.md").read_text()
     applied = {target.rstrip("/") for target in re.findall(r"kubectl apply -k (\S+)", readme)}
     assert applied == {"deploy", "deploy/kserve-example"}
     assert applied <= set(ROOTS)

@@ -211,7 +211,7 @@ def test_the_server_script_refuses_what_torchserve_would_serve_wrongly(
 
 def test_its_own_batching_fails_every_upload_of_a_batch_that_holds_one_bad_one(
         torchserve_batching_server: TorchServeServer, tmp_path: pathlib.Path) -> None:
-    """What the gateway's bisection spares a TorchServe user (README, Coming from TorchServe):
+    """What the gateway's bisection spares a TorchServe user (docs/torchserve.md):
     TorchServe answers a handler's exception for the whole call, good uploads included."""
     (tmp_path / "notes.txt").write_text("not a picture\n")
     (tmp_path / "kitten.png").write_bytes(images.png(5))
