@@ -35,7 +35,8 @@ row's length or mask) are filled by the scheduler: clients never send them and i
 metadata does not list them.
 
 `TensorModel` and `InstanceModel` are the two forms; `served_model` picks one from the
-backend. This module knows no wire format (codecs decode before it and encode after it),
+backend (and `gateway.embeddings.EmbeddingModel`, a tensor model whose rows are texts,
+for a model with `[models.embeddings]`). This module knows no wire format (codecs decode before it and encode after it),
 nothing of the scheduler, and no predictor protocol beyond the backend interface.
 """
 from __future__ import annotations
@@ -135,8 +136,8 @@ class ServedModel(ABC):
     def not_an_embedding_model(self) -> ModelNotFound:
         """What an OpenAI embeddings client is told of a model that embeds nothing
         (`gateway.embeddings.EmbeddingModel` is the one that does)."""
-        return ModelNotFound(f"The model '{self.name}' does not exist or is not an embedding model: it takes "
-                             f"{self.config.predictor.server} tensors (add [models.embeddings] to serve texts)")
+        return ModelNotFound(f"The model '{self.name}' is not an embedding model: its clients send tensors or "
+                             f"instances (a [models.embeddings] table makes a model embed texts)")
 
     @property
     def embeds_texts(self) -> bool:
