@@ -32,6 +32,15 @@
     return value === null || value === undefined ? "–" : Math.round(value).toLocaleString("en-US");
   }
 
+  // An axis label in the few characters the left margin holds: 10,502 -> 10.5k, 2,400,000 -> 2.4M.
+  function compact(value) {
+    if (value === null || value === undefined || !isFinite(value)) return "–";
+    const size = Math.abs(value);
+    if (size >= 1e6) return decimal(value / 1e6, size >= 1e8 ? 0 : 1) + "M";
+    if (size >= 1e4) return decimal(value / 1e3, size >= 1e5 ? 0 : 1) + "k";
+    return size >= 10 || value === 0 ? integer(value) : decimal(value, 1);
+  }
+
   function decimal(value, digits) {
     if (value === null || value === undefined || !isFinite(value)) return "–";
     return value.toLocaleString("en-US", {minimumFractionDigits: digits, maximumFractionDigits: digits});
@@ -173,7 +182,7 @@
     const total = counts.reduce((a, b) => a + b, 0);
     const top = Math.max(1, ...shown.map(([, count]) => count));
     const slot = (W - LEFT - RIGHT) / shown.length;
-    axes(drawing, top, integer);
+    axes(drawing, top, compact);
     shown.forEach(([label, count], i) => {
       const height = (H - TOP - BOTTOM) * count / top;
       const x = LEFT + i * slot + slot * 0.15;
@@ -192,7 +201,7 @@
     clear(drawing);
     const recent = model.batch_size.recent;
     const top = Math.max(1, model.max_batch_size);
-    axes(drawing, top, integer);
+    axes(drawing, top, compact);
     const slot = (W - LEFT - RIGHT) / Math.max(recent.length, 60);
     recent.forEach((rows, i) => {
       const height = (H - TOP - BOTTOM) * Math.min(rows, top) / top;
@@ -200,7 +209,8 @@
                                        width: Math.max(slot * 0.8, 0.5), height: height}));
     });
     drawing.appendChild(svg("text", {x: W - RIGHT, y: H - 6, "text-anchor": "end"}, "max_batch_size " + top));
-    figure.note.textContent = recent.length ? "latest " + recent[recent.length - 1] : "";
+    const newest = recent[recent.length - 1];
+    figure.note.textContent = recent.length ? "newest batch: " + integer(newest) + (newest === 1 ? " row" : " rows") : "";
   }
 
   function drawDepartures(figure, model, reasons) {
@@ -209,7 +219,8 @@
     const total = reasons.reduce((sum, reason) => sum + (model.departures[reason] || 0), 0);
     const top = Math.max(1, ...reasons.map((reason) => model.departures[reason] || 0));
     const row = (H - TOP) / Math.max(reasons.length, 1);
-    const start = 92, end = W - 70;
+    // The longest bar leaves room for its label ("10,820 (100%)": about 80 units).
+    const start = 92, end = W - 84;
     reasons.forEach((reason, i) => {
       const count = model.departures[reason] || 0;
       const y = TOP + i * row;
@@ -267,7 +278,7 @@
     const top = Math.max(1, ...series.flatMap(([, points]) => points.map(([, value]) => value))) * 1.1;
     const x = (time) => LEFT + (W - LEFT - RIGHT) * (time - (now - HISTORY_S)) / HISTORY_S;
     const y = (value) => H - BOTTOM - (H - TOP - BOTTOM) * value / top;
-    axes(drawing, top, (value) => decimal(value, value < 10 ? 1 : 0));
+    axes(drawing, top, compact);
     drawing.appendChild(svg("text", {x: LEFT, y: H - 6, "text-anchor": "start"}, "−60 s"));
     drawing.appendChild(svg("text", {x: W - RIGHT, y: H - 6, "text-anchor": "end"}, "now"));
     for (const [kind, points] of series) {
