@@ -182,3 +182,15 @@ def test_a_client_that_leaves_while_its_texts_wait_is_dropped_before_its_batch_i
         release.set()
         blocker.join(timeout=30)
     assert batches == [1] and encoder.log.instances == sent_before + 1  # the blocker alone reached the predictor
+
+
+def test_with_a_token_the_openai_clients_api_key_is_it(monkeypatch):
+    # OpenAI's clients send their api_key as "Authorization: Bearer <key>": the gateway's token.
+    monkeypatch.setenv("GATEWAY_TOKEN", "s3cret-token")
+    with running_gateway(config_for(ENCODER, server={"auth_token_env": "GATEWAY_TOKEN"})) as gw:
+        answer = openai.OpenAI(base_url=f"{gw.http_url}/v1", api_key="s3cret-token", max_retries=0).embeddings.create(
+            model="encoder", input="hello")
+        np.testing.assert_allclose(answer.data[0].embedding, expected("hello")[0], rtol=1e-6)
+        with pytest.raises(openai.AuthenticationError) as refused:
+            client(gw).embeddings.create(model="encoder", input="hello")  # api_key "unused"
+        assert refused.value.status_code == 401 and refused.value.body["type"] == "authentication_error"
