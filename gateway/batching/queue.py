@@ -46,8 +46,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 
-import numpy as np
-
 from gateway.batching import padding as pad
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, execute
@@ -160,7 +158,7 @@ class ModelQueue:
             )
         # Parameters are part of what must agree for requests to share a batch.
         parameters = request.parameters
-        agreed = tuple(sorted(parameters.items()))
+        agreed = tuple(sorted(parameters.items())) if parameters else ()
 
         def signature(piece: list[Tensor], piece_shape: pad.RowShape | None) -> Hashable:
             tensors_key = pad.signature(piece, config.padding, piece_shape) if config.padding and piece_shape \
@@ -168,22 +166,28 @@ class ModelQueue:
             return (tensors_key, agreed) if parameters else tensors_key
 
         order = None
+        part_shapes: list[pad.RowShape | None] = []
         if shape is not None and config.padding is not None and not config.padding.inputs and size > 1:
             # Texts: sorted by length and cut by bucket, each part batching with its own kind.
             order, shapes = pad.text_parts(shape.lengths, config.padding, config.max_batch_size, config.max_batch_cost)
             if order is not None:
                 inputs = [Tensor(t.name, t.datatype, t.data[order]) for t in inputs]
-            starts = np.cumsum([0] + [len(s.lengths) for s in shapes[:-1]])
-            pieces = [[Tensor(t.name, t.datatype, t.data[start:start + len(s.lengths)]) for t in inputs]
-                      for start, s in zip(starts, shapes, strict=True)]
-            part_shapes: list[pad.RowShape | None] = list(shapes)
+            pieces, start = [], 0
+            for part_shape in shapes:
+                rows = len(part_shape.lengths)
+                pieces.append([Tensor(t.name, t.datatype, t.data[start:start + rows]) for t in inputs])
+                part_shapes.append(part_shape)
+                start += rows
+            signatures = [signature(piece, part_shape) for piece, part_shape in zip(pieces, part_shapes, strict=True)]
         else:
             pieces = split_request(inputs, pad.rows_per_part(shape.padded if shape else 1, config.max_batch_size,
                                                               config.max_batch_cost))
-            offsets = np.cumsum([0] + [len(piece[0].data) for piece in pieces[:-1]])
-            part_shapes = [shape.rows(int(offset), len(piece[0].data)) if shape else None
-                           for offset, piece in zip(offsets, pieces, strict=True)]
-        signatures = [signature(piece, piece_shape) for piece, piece_shape in zip(pieces, part_shapes, strict=True)]
+            offset = 0
+            for piece in pieces:
+                rows = len(piece[0].data)
+                part_shapes.append(shape.rows(offset, rows) if shape else None)
+                offset += rows
+            signatures = [signature(inputs, shape)] * len(pieces)  # the parts of one request all agree
         queued = QueuedRequest(signatures[0], size, deadline, loop.create_future(), len(pieces), request.client, now,
                                parameters, level, order)
         if level:
