@@ -23,7 +23,14 @@ OWNED_BY = "batching-gateway"
 _STARTED = int(time.time())  # `created` of every model: when this process began serving
 
 
-class EmbeddingsHandler(BodyHandler):
+class _OpenAIErrors(BaseHandler):
+    """Errors in OpenAI's shape, which its clients raise as their own exception classes."""
+
+    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
+        return openai.error_document(message, self.get_status())
+
+
+class EmbeddingsHandler(_OpenAIErrors, BodyHandler):
     front_end = "openai_http"
     model_in_path = False
     json_remedy = openai.SEND_FEWER_TEXTS
@@ -44,11 +51,8 @@ class EmbeddingsHandler(BodyHandler):
         self.set_header("X-Batch-Id", answer.batch_id)
         self.finish(body)
 
-    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
-        return openai.error_document(message, self.get_status())
 
-
-class ModelsHandler(BaseHandler):
+class ModelsHandler(_OpenAIErrors):
     """The embedding models a client may name (`GET /v1/models`, or one: `.../models/<id>`)."""
 
     async def get(self, model: str | None = None) -> None:
@@ -60,9 +64,6 @@ class ModelsHandler(BaseHandler):
             return
         self.set_header("Content-Type", "application/json")
         self.finish(openai.encode_models(embedding_models(self.service), _STARTED, OWNED_BY))
-
-    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
-        return openai.error_document(message, self.get_status())
 
 
 def embedding_models(service: InferenceService) -> list[str]:
