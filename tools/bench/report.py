@@ -156,6 +156,10 @@ def make_plots(results: dict[str, Any], out: Path) -> list[str]:
         fig.tight_layout()
         written.append(_save(fig, out / "goodput.png"))
 
+    scaled = scenarios.get("autoscale", {}).get("plots", {}).get("autoscale")
+    if scaled:
+        written.append(_autoscale_plot(plt, scaled, out / "autoscale.png", subtitle))
+
     mem = scenarios.get("memory", {}).get("plots", {}).get("memory")
     if mem:
         fig, ax = plt.subplots(figsize=(6, 3), dpi=90)
@@ -168,6 +172,36 @@ def make_plots(results: dict[str, Any], out: Path) -> list[str]:
         fig.tight_layout()
         written.append(_save(fig, out / "memory.png"))
     return written
+
+
+def _autoscale_plot(plt: Any, data: dict[str, Any], path: Path, subtitle: str) -> str:
+    """One subplot per signal: offered load and replicas (both in units of one replica's
+    capacity) against simulated minutes, and each sync period's goodput on the right axis."""
+    series = data["series"]
+    fig, axes = plt.subplots(len(series), 1, figsize=(7.5, 2.1 * len(series)), dpi=90, sharex=True, squeeze=False)
+    for ax, (name, run) in zip(axes[:, 0], series.items(), strict=True):
+        ax.plot(run["t_min"], run["offered_x"], color="tab:gray", label="offered (x one replica)")
+        ax.step(run["t_min"], run["ready"], where="post", color="tab:blue", label="replicas in rotation")
+        ax.step(run["t_min"], run["spec"], where="post", color="tab:blue", linestyle=":", alpha=0.6,
+                label="replicas asked for")
+        ax.set_ylim(0, max([*run["spec"], *run["offered_x"], 1]) * 1.15)
+        ax.set_ylabel("x capacity", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+        right = ax.twinx()
+        right.plot(run["period_t_min"], run["goodput_pct"], ".-", color="tab:green", markersize=3, linewidth=0.8,
+                   label=f"goodput within {data['slo_ms']:g} ms")
+        right.set_ylim(0, 105)
+        right.set_ylabel("goodput %", fontsize=7)
+        right.tick_params(labelsize=7)
+        ax.set_title(name, fontsize=8)
+        handles = [a.get_legend_handles_labels() for a in (ax, right)]
+    axes[-1, 0].set_xlabel(f"simulated minutes (1 minute = {data['minute_s']:g} s real)", fontsize=7)
+    fig.suptitle(f"Autoscaling the predictor fleet: offered load, replicas and goodput ({subtitle})", fontsize=9)
+    fig.legend(handles[0][0] + handles[1][0], handles[0][1] + handles[1][1], fontsize=7, ncol=4, loc="upper center",
+               bbox_to_anchor=(0.5, 0.965), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return _save(fig, path)
 
 
 def _save(fig: Any, path: Path) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tools.bench.autoscale import autoscale
 from tools.bench.embeddings import embeddings
 from tools.bench.goodput import goodput
 from tools.bench.harness import Context
@@ -46,4 +47,5 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "torchserve": (torchserve_scenario, "TorchServe's own batching vs the gateway in front of it: a CNN on PNG uploads, an encoder"),
     "embeddings": (embeddings, "OpenAI embeddings: KServe alone vs the gateway in front of KServe and Triton vs Infinity"),
     "triton": (triton_scenario, "the real Triton's dynamic batcher vs the gateway in front of it: 1, 5, 128 clients; added latency"),
+    "autoscale": (autoscale, "an HPA on CPU, queue/compute, gateway_predictor_load or an oracle scaling predictor replicas"),
 }
