@@ -21,7 +21,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 CONFIG_KEY = "gateway.toml"
 
 # Resources that are not in the Kubernetes schema (custom resources): checked structurally.
-CUSTOM_KINDS = {("serving.kserve.io/v1beta1", "InferenceService")}
+CUSTOM_KINDS = {("serving.kserve.io/v1beta1", "InferenceService"), ("keda.sh/v1alpha1", "ScaledObject")}
 CLUSTER_SCOPED_KINDS = {"Namespace"}
 
 
@@ -133,7 +133,7 @@ def render(directory: Path) -> Rendered:
         patch_path = (directory / patch["path"]).resolve()
         rendered.files.add(patch_path)
         for document in load_documents(patch_path):
-            _apply_configmap_patch(rendered, document, patch_path)
+            _apply_patch(rendered, document, patch_path)
     namespace = kustomization.get("namespace")
     if namespace:
         rendered.namespace = namespace
@@ -143,19 +143,25 @@ def render(directory: Path) -> Rendered:
     return rendered
 
 
-def _apply_configmap_patch(rendered: Rendered, patch: dict[str, Any], source: Path) -> None:
-    assert patch["kind"] == "ConfigMap", f"{source}: render() patches ConfigMaps only"
-    assert set(patch) <= {"apiVersion", "kind", "metadata", "data"}, f"{source}: patch only metadata and data"
-    target = rendered.one("ConfigMap", patch["metadata"]["name"])
-    target.setdefault("data", {}).update(patch.get("data", {}))
-    labels = patch["metadata"].get("labels")
-    if labels:
-        target["metadata"].setdefault("labels", {}).update(labels)
+def _apply_patch(rendered: Rendered, patch: dict[str, Any], source: Path) -> None:
+    """A strategic-merge patch of a ConfigMap's data (each key replaced whole), or of any
+    resource's labels and annotations (merged key by key): what the trees here patch."""
+    allowed = {"apiVersion", "kind", "metadata", "data"} if patch["kind"] == "ConfigMap" else {"apiVersion", "kind", "metadata"}
+    assert set(patch) <= allowed, f"{source}: render() patches a ConfigMap's data and any resource's metadata only"
+    assert set(patch["metadata"]) <= {"name", "labels", "annotations"}, f"{source}: patch labels and annotations only"
+    (target,) = [r for r in rendered.find(patch["kind"], patch["metadata"]["name"]) if r["apiVersion"] == patch["apiVersion"]]
+    if "data" in patch:
+        target.setdefault("data", {}).update(patch["data"])
+    for key in ("labels", "annotations"):
+        if patch["metadata"].get(key):
+            target["metadata"].setdefault(key, {}).update(patch["metadata"][key])
 
 
-# Trees under deploy/ for other tools than Kubernetes: Prometheus rule files (promtool's
-# format, checked by tests/deploy/test_observability.py), not manifests.
-NOT_KUBERNETES = (DEPLOY / "prometheus",)
+# Trees and files under deploy/ for other tools than Kubernetes, not manifests: Prometheus
+# rule files (promtool's format, checked by tests/deploy/test_observability.py) and
+# prometheus-adapter's Helm values (checked by tests/deploy/test_autoscaling.py).
+PROMETHEUS_ADAPTER_VALUES = DEPLOY / "autoscaling" / "prometheus-adapter" / "prometheus-adapter-values.yaml"
+NOT_KUBERNETES = (DEPLOY / "prometheus", PROMETHEUS_ADAPTER_VALUES)
 
 
 def all_manifest_files() -> list[Path]:

@@ -1,7 +1,8 @@
 """The Kubernetes manifests under deploy/, validated offline: every resource against the
 Kubernetes OpenAPI schema (kubernetes-validate, strict, pinned versions), the KServe
-InferenceService structurally, every gateway.toml by the gateway's own config validation,
-and the wiring between them (ports, labels, names, predictor addresses)."""
+InferenceService structurally (the autoscaling recipes' KEDA ScaledObject in
+test_autoscaling.py), every gateway.toml by the gateway's own config validation, and the
+wiring between them (ports, labels, names, predictor addresses)."""
 from __future__ import annotations
 
 import copy
@@ -53,7 +54,8 @@ def rendered():
 
 
 def test_the_deploy_tree_has_the_expected_kustomize_roots():
-    assert set(ROOTS) == {"deploy", "deploy/gateway", "deploy/kserve-example"}
+    assert set(ROOTS) == {"deploy", "deploy/gateway", "deploy/kserve-example",
+                          "deploy/autoscaling", "deploy/autoscaling/keda", "deploy/autoscaling/prometheus-adapter"}
 
 
 def test_the_docs_kubectl_commands_name_these_kustomize_roots():
@@ -262,7 +264,7 @@ def _parsed(text: str) -> gateway_config.GatewayConfig:
 
 def test_every_config_in_deploy_is_found():
     assert {path.relative_to(DEPLOY).as_posix() for path, _ in CONFIGS} == \
-        {"gateway/configmap.yaml", "kserve-example/gateway-config.yaml"}
+        {"gateway/configmap.yaml", "kserve-example/gateway-config.yaml", "autoscaling/gateway-config.yaml"}
     assert not list(DEPLOY.rglob("*.toml")), "a gateway.toml file under deploy/: add it to CONFIGS' search"
 
 

@@ -1,8 +1,9 @@
-"""The Grafana dashboard (deploy/grafana) and the Prometheus alerting rules
+"""The Grafana dashboard (deploy/grafana) and the Prometheus alerting and recording rules
 (deploy/prometheus) against the gateway they watch: every metric name their PromQL names is
-in a running gateway's /metrics, the rules pass `promtool check rules` and their unit tests
-(`promtool test rules`), and the dashboard is importable (its datasource an input, every
-panel titled and queried, every query valid PromQL).
+in a running gateway's /metrics (and every recorded name they read is recorded), the rules
+pass `promtool check rules` and their unit tests (`promtool test rules`), and the dashboard
+is importable (its datasource an input, every panel titled and queried, every query valid
+PromQL).
 
 It knows the files' formats (Grafana's dashboard JSON, Prometheus' rule files), not what
 each panel or alert means: those are read from the files themselves.
@@ -27,10 +28,18 @@ from tests.harness import config_for, http, http_json, running_gateway
 DASHBOARD = DEPLOY / "grafana" / "batching-gateway.json"
 RULES = DEPLOY / "prometheus" / "alerts.yaml"
 RULE_TESTS = DEPLOY / "prometheus" / "alerts.test.yaml"
+RECORDING_RULES = DEPLOY / "prometheus" / "recording-rules.yaml"
+RECORDING_RULE_TESTS = DEPLOY / "prometheus" / "recording-rules.test.yaml"
+RULE_FILES = (RULES, RECORDING_RULES)
+# What reads the recorded series besides the alerts: the autoscaling recipes.
+SCALED_OBJECT = DEPLOY / "autoscaling" / "keda" / "scaledobject.yaml"
+ADAPTER_VALUES = DEPLOY / "autoscaling" / "prometheus-adapter" / "prometheus-adapter-values.yaml"
 DATASOURCE_INPUT = "DS_PROMETHEUS"
 DATASOURCE = {"type": "prometheus", "uid": "${" + DATASOURCE_INPUT + "}"}
 # Metric names in PromQL: the gateway's all start so. Label values and legends are not read.
-METRIC_NAME = re.compile(r"\bgateway_[a-zA-Z0-9_]*")
+# Not inside a recorded name (level:metric:operations), which RECORDED_NAME finds instead.
+METRIC_NAME = re.compile(r"(?<![\w:])gateway_[a-zA-Z0-9_]*(?![\w:])")
+RECORDED_NAME = re.compile(r"(?<![\w:])[a-zA-Z_]\w*:[a-zA-Z_]\w*:\w+")
 # Grafana's variables, as a Prometheus would see them once Grafana has substituted them.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h", "$model": ".*"}
 
@@ -66,9 +75,21 @@ def alert_rules() -> list[dict[str, Any]]:
     return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
 
 
+def recording_rules() -> list[dict[str, Any]]:
+    return [rule for group in yaml.safe_load(RECORDING_RULES.read_text())["groups"] for rule in group["rules"]]
+
+
+def recipe_queries() -> list[str]:
+    """The PromQL the autoscaling recipes send: KEDA's trigger query, the adapter's queries."""
+    triggers = yaml.safe_load(SCALED_OBJECT.read_text())["spec"]["triggers"]
+    rules = yaml.safe_load(ADAPTER_VALUES.read_text())["rules"]["external"]
+    return [trigger["metadata"]["query"] for trigger in triggers] + \
+        [rule[key] for rule in rules for key in ("seriesQuery", "metricsQuery")]
+
+
 def rule_test_series() -> list[str]:
-    """The input series of alerts.test.yaml, as PromQL selectors."""
-    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    """The input series of both rule test files, as PromQL selectors."""
+    tests = [test for path in (RULE_TESTS, RECORDING_RULE_TESTS) for test in yaml.safe_load(path.read_text())["tests"]]
     return [series["series"] for test in tests for series in test["input_series"]]
 
 
@@ -131,16 +152,59 @@ def test_every_metric_the_alerts_name_is_exported(exported_names: set[str]) -> N
         assert not missing, f"the alert rules' {where} name metrics the gateway does not export: {sorted(missing)}"
 
 
+def test_every_metric_the_recording_rules_read_is_exported(exported_names: set[str]) -> None:
+    referenced = referenced_names([rule["expr"] for rule in recording_rules()])
+    assert referenced, "no gateway_ metric found in the recording rules"
+    missing = referenced - exported_names
+    assert not missing, f"the recording rules read metrics the gateway does not export: {sorted(missing)}"
+
+
+def test_every_recorded_name_read_is_recorded() -> None:
+    # What the alerts, the recording rules themselves and the autoscaling recipes read.
+    recorded = {rule["record"] for rule in recording_rules()}
+    texts = [rule["expr"] for rule in alert_rules() + recording_rules()] + recipe_queries()
+    read = {name for text in texts for name in RECORDED_NAME.findall(text)}
+    assert "model:gateway_predictor_load:ratio" in read
+    assert read <= recorded, f"recorded names read but recorded by no rule: {sorted(read - recorded)}"
+
+
 # -- the rules ---------------------------------------------------------------------------
 
-def test_the_rules_pass_promtool_check() -> None:
-    checked = promtool("check", "rules", str(RULES.relative_to(ROOT)))
+@pytest.mark.parametrize("path", RULE_FILES, ids=[path.name for path in RULE_FILES])
+def test_the_rules_pass_promtool_check(path: Path) -> None:
+    checked = promtool("check", "rules", str(path.relative_to(ROOT)))
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_the_rules_unit_tests_pass() -> None:
-    tested = promtool("test", "rules", str(RULE_TESTS.relative_to(ROOT)))
+@pytest.mark.parametrize("path", (RULE_TESTS, RECORDING_RULE_TESTS), ids=["alerts", "recording-rules"])
+def test_the_rules_unit_tests_pass(path: Path) -> None:
+    tested = promtool("test", "rules", str(path.relative_to(ROOT)))
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_recording_rules_follow_prometheus_naming(exported_names: set[str]) -> None:
+    # level:metric:operations, the metric one the gateway exports, its name unchanged.
+    rules = recording_rules()
+    assert rules
+    for rule in rules:
+        assert "record" in rule and "alert" not in rule, "only recording rules belong in recording-rules.yaml"
+        level, metric, operations = rule["record"].split(":")
+        assert level and operations, rule["record"]
+        assert METRIC_NAME.fullmatch(metric) and metric in exported_names, rule["record"]
+        if operations != "ratio":  # a ratio is named for the gateway's own metric of it, built from others
+            assert metric in rule["expr"], f"{rule['record']}: names a metric its expression does not read"
+
+
+def test_every_alert_runbook_is_a_heading_of_the_docs() -> None:
+    for rule in alert_rules():
+        runbook = rule["annotations"].get("runbook_url")
+        if runbook is None:
+            continue
+        page, _, anchor = runbook.partition("#")
+        headings = re.findall(r"^#+ (.+)$", (ROOT / page).read_text(), flags=re.MULTILINE)
+        # mkdocs' toc anchors: lower case, punctuation dropped, spaces as hyphens.
+        anchors = {re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", heading).strip().lower()) for heading in headings}
+        assert anchor in anchors, f"{rule['alert']}: {runbook} names no heading of {page}"
 
 
 def test_every_alert_waits_has_a_severity_and_says_what_to_do() -> None:
