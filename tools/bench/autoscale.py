@@ -427,6 +427,9 @@ class Autoscaler(threading.Thread):
 # -- the load -----------------------------------------------------------------------------------------
 
 
+DEADLINE_WORDS = ("deadline", "predicted to finish", "under overload")  # the deadline policy's refusals, as clients read them
+
+
 async def drive(url: str, clock: Clock, capacity: float, seed: int) -> list[dict[str, Any]]:
     """One open-loop Poisson run per sync period at that period's offered rate (bounded in
     count and time), each started on schedule while the earlier ones finish."""
@@ -448,11 +451,14 @@ async def drive(url: str, clock: Clock, capacity: float, seed: int) -> list[dict
         answered = result.ok_latencies
         good = sum(1 for latency in answered if latency * 1000 <= SLO_MS)
         offered = result.sent + result.dropped
+        # Failures other than the deadline's (refused at admission, dropped or expired): lost requests.
+        other = {kind: n for kind, n in result.errors.items() if not any(word in kind for word in DEADLINE_WORDS)}
         periods_out.append({
             "t": i * SYNC_S, "rate": rate, "offered": offered, "good": good, "answered": len(answered),
             "goodput_pct": 100 * good / offered if offered else None,
-            "refused": sum(n for status, n in result.statuses.items() if status in ("429", "503")),
-            "expired": result.statuses.get("504", 0), "other_errors": result.transport_errors + result.unfinished,
+            "refused": result.statuses.get("429", 0) + result.statuses.get("503", 0), "expired": result.statuses.get("504", 0),
+            "other_errors": result.transport_errors + result.unfinished + sum(other.values()),
+            "error_kinds": dict(list(other.items())[:3]),
             "latencies_ms": [round(1000 * latency, 2) for latency in answered],
         })
     return periods_out
@@ -519,6 +525,17 @@ def first_crossing(samples: list[dict[str, Any]], key: str, target: float, after
     return None
 
 
+def crossings_at_one_replica(run: dict[str, Any]) -> dict[str, float | None]:
+    """When each signal first exceeded its target (beyond the tolerance) in this run, while its
+    first replica still served alone: every run's timeline is the same until then."""
+    first_ready = min((p["ready_at"] for p in run["pods"] if p["index"] > 0 and p["ready_at"] is not None), default=math.inf)
+    out: dict[str, float | None] = {}
+    for spec in SIGNALS[:3]:
+        crossed = first_crossing(run["samples"], spec.key, spec.target)
+        out[spec.key] = crossed if crossed is not None and crossed < first_ready else None
+    return out
+
+
 def queue_doubling(run: dict[str, Any]) -> tuple[float | None, float | None, bool]:
     """(idle queue wait in ms, when it first exceeded twice that, whether one replica still served then)."""
     samples = run["samples"]
@@ -546,6 +563,7 @@ def summarise(spec: SignalSpec, run: dict[str, Any], oracle_seconds: float | Non
         "worst_period_pct": min((p["goodput_pct"] for p in periods if p["goodput_pct"] is not None), default=None),
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else None,
         "refused_pct": 100 * sum(p["refused"] + p["expired"] for p in periods) / max(1, offered),
+        "lost": sum(p["other_errors"] for p in periods),
         "replica_seconds": run["replica_seconds"],
         "vs_oracle": run["replica_seconds"] / oracle_seconds if oracle_seconds else None,
         "peak_replicas": max((s["spec"] for s in run["samples"]), default=None),
@@ -596,7 +614,7 @@ def report(ctx: Context, measured: dict[str, Any], runs: dict[str, dict[str, Any
         checks.append(check("(a) CPU: goodput through the ramp", "info (how CPU fails)", _pct(cpu_row["goodput_pct"]), None))
     columns = [["name", "signal (target)", "s"], ["target", "target", "g"], ["goodput_pct", "goodput within 250 ms %", ".1f"],
                ["worst_period_pct", "worst 15 s %", ".0f"], ["p99_ms", "p99 ms (200s)", ".0f"],
-               ["refused_pct", "refused or expired %", ".1f"], ["replica_seconds", "replica-seconds", ".0f"],
+               ["refused_pct", "refused or expired %", ".1f"], ["lost", "lost", "d"], ["replica_seconds", "replica-seconds", ".0f"],
                ["vs_oracle", "vs oracle", ".2f"], ["peak_replicas", "peak replicas", "d"],
                ["crossed_s", "crossed target at s", ".0f"], ["queue_doubled_s", "own queue wait 2x idle at s", ".0f"],
                ["lead_s", "lead over queue 2x, s", ".0f"]]
@@ -625,7 +643,8 @@ def report(ctx: Context, measured: dict[str, Any], runs: dict[str, dict[str, Any
         "setup": setup,
         "tables": [{"title": "", "rows": rows, "columns": columns}],
         "checks": checks,
-        "runs": [{**run, "periods": [{k: v for k, v in p.items() if k != "latencies_ms"} for p in run["periods"]]}
+        "runs": [{**run, "crossings_at_one_replica": crossings_at_one_replica(run),
+                  "periods": [{k: v for k, v in p.items() if k != "latencies_ms"} for p in run["periods"]]}
                  for run in runs.values()],
         "plots": {"autoscale": {
             "capacity": capacity, "minute_s": minute, "slo_ms": SLO_MS,
