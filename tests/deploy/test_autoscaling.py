@@ -36,6 +36,7 @@ from tests.deploy.support import (
 )
 
 AUTOSCALING = DEPLOY / "autoscaling"
+BASE = AUTOSCALING / "base"
 RECIPES = {"keda": AUTOSCALING / "keda", "prometheus-adapter": AUTOSCALING / "prometheus-adapter"}
 RECORDING_RULES = DEPLOY / "prometheus" / "recording-rules.yaml"
 LOAD_SERIES = "model:gateway_predictor_load:ratio"
@@ -149,7 +150,7 @@ ADAPTER_VALUES_SCHEMA: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def trees() -> dict[str, Rendered]:
-    return {"base": render(AUTOSCALING), **{name: render(path) for name, path in RECIPES.items()}}
+    return {"base": render(BASE), **{name: render(path) for name, path in RECIPES.items()}}
 
 
 def scaled_object(trees: dict[str, Rendered]) -> dict[str, Any]:
@@ -226,11 +227,11 @@ def model_regex_values(matcher: str) -> set[str]:
 # -- the trees ---------------------------------------------------------------------------
 
 def test_the_recipes_are_overlays_of_one_base_of_the_kserve_example():
-    base = load_documents(AUTOSCALING / "kustomization.yaml")[0]
-    assert "../kserve-example" in base["resources"]
+    base = load_documents(BASE / "kustomization.yaml")[0]
+    assert "../../kserve-example" in base["resources"]
     for name, path in RECIPES.items():
         kustomization = load_documents(path / "kustomization.yaml")[0]
-        assert kustomization["resources"][0] == "..", f"{name}: an overlay of deploy/autoscaling/"
+        assert kustomization["resources"][0] == "../base", f"{name}: an overlay of deploy/autoscaling/base/"
         assert kustomization["namespace"] == base["namespace"], name
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
+import yaml
 from kubernetes_validate import utils as kv_utils
 
 from backends import grpc as backends_grpc
@@ -55,7 +57,7 @@ def rendered():
 
 def test_the_deploy_tree_has_the_expected_kustomize_roots():
     assert set(ROOTS) == {"deploy", "deploy/gateway", "deploy/kserve-example",
-                          "deploy/autoscaling", "deploy/autoscaling/keda", "deploy/autoscaling/prometheus-adapter"}
+                          "deploy/autoscaling/base", "deploy/autoscaling/keda", "deploy/autoscaling/prometheus-adapter"}
 
 
 def test_the_docs_kubectl_commands_name_these_kustomize_roots():
@@ -69,6 +71,24 @@ def test_every_manifest_file_is_applied_by_some_kustomization(rendered):
     read = set().union(*(r.files for r in rendered.values()))
     unused = [str(p.relative_to(ROOT)) for p in all_manifest_files() if p.resolve() not in read]
     assert not unused, f"manifests no kustomization applies: {unused}"
+
+
+@pytest.mark.parametrize("root", sorted(ROOTS))
+def test_render_is_what_kustomize_builds(rendered, root):
+    # support.render stands in for kustomize so that the tests need no binary; where kubectl
+    # is installed, its kustomize says whether the stand-in is faithful (it refuses, e.g.,
+    # an overlay of its own parent directory, which render() would follow).
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: render() is not compared with kustomize")
+    built = subprocess.run([kubectl, "kustomize", str(ROOTS[root])], capture_output=True, text=True, timeout=60)
+    assert built.returncode == 0, built.stderr
+
+    def key(resource):
+        return resource["apiVersion"], resource["kind"], resource["metadata"].get("namespace", ""), resource["metadata"]["name"]
+
+    expected = sorted((r for r in yaml.safe_load_all(built.stdout) if r), key=key)
+    assert sorted(rendered[root].resources, key=key) == expected
 
 
 # -- Kubernetes schema -----------------------------------------------------------------
@@ -264,7 +284,7 @@ def _parsed(text: str) -> gateway_config.GatewayConfig:
 
 def test_every_config_in_deploy_is_found():
     assert {path.relative_to(DEPLOY).as_posix() for path, _ in CONFIGS} == \
-        {"gateway/configmap.yaml", "kserve-example/gateway-config.yaml", "autoscaling/gateway-config.yaml"}
+        {"gateway/configmap.yaml", "kserve-example/gateway-config.yaml", "autoscaling/base/gateway-config.yaml"}
     assert not list(DEPLOY.rglob("*.toml")), "a gateway.toml file under deploy/: add it to CONFIGS' search"
 
 
