@@ -56,5 +56,15 @@ class Backend(ABC):
         predictor is one replica, always in (every batch goes to it, reachable or not)."""
         return [True]
 
+    def in_rotation(self) -> int:
+        """How many of `replicas_in_rotation` are in: the batcher's slots are per replica
+        (called before every batch: it must be cheap)."""
+        return 1
+
+    async def update_replicas(self, addresses: tuple[str, ...]) -> bool:
+        """Take a new list of replica addresses in place, if this client can (a replica set
+        can; a single predictor's client cannot: it is replaced). True if it did."""
+        return False
+
     async def close(self) -> None:  # noqa: B027 (optional: a client may have nothing to close)
         """Close connections."""

@@ -10,6 +10,7 @@ from typing import assert_never
 
 from backends import errors
 from backends.base import Backend
+from backends.discovery import dns_addresses
 from backends.kserve_v1 import KServeV1Backend
 from backends.oip_grpc import TORCHSERVE_OIP_SERVICE, OipGrpcBackend
 from backends.oip_http import OipHttpBackend
@@ -23,10 +24,16 @@ from backends.torchserve_grpc import TorchServeGrpcBackend
 
 
 def create_backend(settings: PredictorSettings) -> Backend:
-    """The model's client; several predictor addresses become one ReplicaSet."""
+    """The model's client; several predictor addresses, or a name resolving to them,
+    become one ReplicaSet."""
+    def make(address: str) -> Backend:
+        return _create_one(dataclasses.replace(settings, addresses=(address,)))
+
+    if settings.dns_refresh_s is not None:
+        return ReplicaSet(make, resolve=dns_addresses(settings.url), refresh_s=settings.dns_refresh_s,
+                          seed=settings.url)
     if len(settings.addresses) > 1:
-        replicas = [_create_one(dataclasses.replace(settings, addresses=(address,))) for address in settings.addresses]
-        return ReplicaSet(replicas, names=list(settings.addresses))
+        return ReplicaSet(make, settings.addresses)
     return _create_one(settings)
 
 

@@ -63,6 +63,7 @@ class PredictorSettings:
     simulated_cost: Cost = field(default_factory=Cost)
     simulated_task: str = "double"     # the simulated model: "double" (2 x INPUT0) or "embed" (texts to vectors)
     base_path: str = "/openai/v1"      # OPENAI_HTTP: the path before /embeddings (an OpenAI client's base_url's)
+    dns_refresh_s: float | None = None  # the url's host name resolves to the replicas, looked up this often
 
     @property
     def url(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from backends.discovery import dns_addresses
 from backends.settings import Cost, PredictorProtocol, PredictorSettings
 from gateway.batching import policies
 from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
@@ -159,6 +160,7 @@ def _model(raw: Any, key: str) -> ModelConfig:
     binary_data = _bool(raw, key, "binary_data", backend == "triton")
     tls = _bool(raw, key, "tls", bool(addresses) and addresses[0].startswith("https://"))
     ca_file = _file(raw, key, "ca_file")
+    dns_refresh_s = _dns_replicas(raw, key, addresses, tls)
     simulated_raw = _table(raw, "simulated", f"{key}.simulated")
     _only(simulated_raw, f"{key}.simulated", keys_in("models[].simulated"))
     simulated_task = _choice(simulated_raw, f"{key}.simulated", "task", SIMULATED_TASKS, "double")
@@ -174,7 +176,8 @@ def _model(raw: Any, key: str) -> ModelConfig:
         batching = _padding(raw, key, inputs, outputs, batching_raw, batching)
     predictor = PredictorSettings(protocol=protocol, server=backend, model=target_model, addresses=addresses,
                                   binary_data=binary_data, tls=tls, ca_file=ca_file, signature=signature,
-                                  simulated_cost=cost, simulated_task=simulated_task, base_path=base_path)
+                                  simulated_cost=cost, simulated_task=simulated_task, base_path=base_path,
+                                  dns_refresh_s=dns_refresh_s)
     return ModelConfig(name=name, predictor=predictor, batching=batching, embeddings=embeddings)
 
 
@@ -553,6 +556,26 @@ def _addresses(raw: dict, key: str, required: bool) -> tuple[str, ...]:
     if len(set(values)) != len(values):
         raise ConfigError(f"{key}.url", "lists the same replica twice")
     return tuple(values)
+
+
+def _dns_replicas(raw: dict, key: str, addresses: tuple[str, ...], tls: bool) -> float | None:
+    """`dns_replicas`: every address the url's host name resolves to is a replica, found
+    again every `dns_refresh_ms`; the seconds between lookups, or None (the url as it is)."""
+    if not _bool(raw, key, "dns_replicas", False):
+        if "dns_refresh_ms" in raw:
+            raise ConfigError(f"{key}.dns_refresh_ms", "applies only with dns_replicas = true")
+        return None
+    if len(addresses) != 1:
+        raise ConfigError(f"{key}.url", "with dns_replicas = true, name one host name, whose addresses are the replicas")
+    try:
+        dns_addresses(addresses[0])
+    except ValueError as error:
+        raise ConfigError(f"{key}.url", str(error)) from None
+    if tls:
+        # Each replica is reached by its IP address, which a certificate for the name does not cover.
+        raise ConfigError(f"{key}.dns_replicas", "cannot be used with TLS to the predictor: each replica is reached "
+                                                 "by its IP address, which the predictor's certificate does not name")
+    return float(_number(raw, key, "dns_refresh_ms", 5000, minimum=100)) / 1000
 
 
 def _file(raw: dict, key: str, name: str) -> str:

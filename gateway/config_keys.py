@@ -72,6 +72,11 @@ KEYS: tuple[Key, ...] = (
     Key("models[]", "url", "string or array", "", "The predictor's address (http://host:port, or host:port for "
                                                   "gRPC), or a list of replicas' addresses; required but for "
                                                   "simulated."),
+    Key("models[]", "dns_replicas", "boolean", "false", "Every address the url's host name resolves to is a "
+                                                        "replica (a Kubernetes headless Service), looked up again "
+                                                        "every dns_refresh_ms: new ones join once ready, vanished "
+                                                        "ones drain and leave. Not with TLS."),
+    Key("models[]", "dns_refresh_ms", "number", "5000", "dns_replicas: the time between lookups."),
     Key("models[]", "backend_model", "string", "the model's name", "The model's name at the predictor."),
     Key("models[]", "api", "string", "v1 for kserve over HTTP and torchserve, else v2",
         "v1: KServe v1 (TorchServe: its own API); v2: the Open Inference Protocol; openai: an OpenAI-compatible "

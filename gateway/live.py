@@ -11,8 +11,12 @@ The shape, per model (`models`, sorted by name):
 - `name`, `policy`, `max_batch_size`, `max_queue`, `slo_ms` (null without one),
   `priority_levels` (0: none);
 - `queue`: `rows` queued now, and `requests` they belong to;
-- `inflight`: `batches` at the predictor now, `limit` (the one they may have now), `auto`
-  (whether `max_inflight = "auto"` learned that limit) and `ceiling` (auto's most, else null);
+- `load`: the load signal (`batching.load`): `load` (demand / (capacity x replicas); null
+  while the capacity is unknown), `demand_rows_per_second`, `capacity_rows_per_second`
+  (one replica's; null before the profile's first call) and `replicas` in rotation;
+- `inflight`: `batches` at the predictor now, `limit` (the one they may have now: per
+  replica, times the replicas in rotation), `auto` (whether `max_inflight = "auto"` learned
+  it) and `ceiling` (auto's most per replica, else null);
 - `batch_size`: the histogram of rows per batch, `bounds` (upper bounds, inclusive) and
   `counts` (per bucket, not cumulative; one more than the bounds: the last is above the
   last bound), `sum`, `count`; and `recent`: the sizes of the latest batches, oldest first;
@@ -64,8 +68,9 @@ def snapshot(scheduler: BatchScheduler, now_unix_s: float | None = None) -> dict
 
 def model_snapshot(scheduler: BatchScheduler, name: str) -> dict[str, Any]:
     """One model's entry of `snapshot` (the module docstring says what each field holds)."""
-    stats = scheduler.stats(name).snapshot()
+    stats = scheduler.snapshot(name)
     config = scheduler.batching_config(name)
+    signal = scheduler.load(name, stats)
     return {
         "name": name,
         "policy": config.policy,
@@ -74,6 +79,8 @@ def model_snapshot(scheduler: BatchScheduler, name: str) -> dict[str, Any]:
         "slo_ms": None if config.slo_s is None else config.slo_s * 1000,
         "priority_levels": config.priority_levels,
         "queue": {"rows": scheduler.queue_depth(name), "requests": scheduler.queued_requests(name)},
+        "load": {"load": signal.load, "demand_rows_per_second": signal.demand_rows_per_second,
+                 "capacity_rows_per_second": signal.capacity_rows_per_second, "replicas": signal.replicas},
         "inflight": {"batches": scheduler.inflight(name), "limit": scheduler.inflight_limit(name),
                      "auto": config.auto_inflight, "ceiling": config.inflight_ceiling if config.auto_inflight else None},
         "batch_size": {"bounds": list(stats.batch_size.bounds), "counts": list(stats.batch_size.counts),

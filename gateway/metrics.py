@@ -13,6 +13,11 @@ of its predictor replicas are in rotation are read at scrape time too: the dashb
 (deploy/grafana) compares batch sizes with the largest, and the alerts (deploy/prometheus)
 queue depth with its bound and replicas in rotation with their count.
 
+The load signal an autoscaler targets (`batching.load`) is read at scrape time as well:
+`gateway_predictor_capacity_rows_per_second`, `gateway_demand_rows_per_second`,
+`gateway_predictor_replicas` and `gateway_predictor_load`; the capacity and the load have
+no sample while the model's profile has seen no call.
+
 It knows no front end and no predictor client: a replica set is recognised by what it keeps
 (`healthy`, one flag per replica), not by its class.
 """
@@ -26,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from gateway.batching.load import LoadSignal
 from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.stats import HistogramSnapshot, StatsSnapshot
@@ -179,7 +185,7 @@ class _SchedulerCollector:
             "gateway_priority_outcomes",
             "Requests by priority level and what became of them: answered, refused, dropped or expired",
             labels=["model", "level", "outcome"])
-        snapshots = {model: scheduler.stats(model).snapshot() for model in scheduler.model_names()}
+        snapshots = {model: scheduler.snapshot(model) for model in scheduler.model_names()}
         for model, stats in snapshots.items():
             for counter, read_count in counter_families:
                 counter.add_metric([model], read_count(stats))
@@ -211,6 +217,31 @@ class _SchedulerCollector:
         yield intercept
         yield per_row
         yield from _padding_families(snapshots)
+        yield from _load_families({model: scheduler.load(model, stats) for model, stats in snapshots.items()})
+
+
+def _load_families(signals: Mapping[str, LoadSignal]) -> Iterator[Metric]:
+    """The load signal (gateway.batching.load), per model."""
+    capacity = GaugeMetricFamily(
+        "gateway_predictor_capacity_rows_per_second",
+        "Rows per second one predictor replica sustains at the model's batch limit and in-flight setting "
+        "(within slo_ms when set), from the learned profile; no sample before its first call", labels=["model"])
+    demand = GaugeMetricFamily("gateway_demand_rows_per_second",
+                               "Rows arriving for the model, admitted and refused, exponentially smoothed",
+                               labels=["model"])
+    replicas = GaugeMetricFamily("gateway_predictor_replicas", "Predictor replicas in rotation", labels=["model"])
+    load = GaugeMetricFamily(
+        "gateway_predictor_load",
+        "Demand / (capacity x replicas): the share of the predictor fleet the demand uses, what an autoscaler "
+        "targets (e.g. 0.7); no sample before the profile's first call", labels=["model"])
+    for model, signal in signals.items():
+        demand.add_metric([model], signal.demand_rows_per_second)
+        replicas.add_metric([model], signal.replicas)
+        if signal.capacity_rows_per_second is not None:
+            capacity.add_metric([model], signal.capacity_rows_per_second)
+        if signal.load is not None:
+            load.add_metric([model], signal.load)
+    yield from (capacity, demand, replicas, load)
 
 
 def _padding_families(snapshots: Mapping[str, StatsSnapshot]) -> Iterator[Metric]:

@@ -100,11 +100,12 @@ class InferenceService:
         """Serve a model; `replacing_within_s`: it replaces one of the same name, whose
         queue finishes what it holds (in the old form, on the old predictor) within it."""
         served = served_model(model_config, await self._backend(model_config))
+        replicas = served.backend.in_rotation
         if replacing_within_s is None:
-            self.scheduler.add_model(served.name, served.executor, model_config.batching, served.form)
+            self.scheduler.add_model(served.name, served.executor, model_config.batching, served.form, replicas)
         else:
             self.scheduler.replace_model(served.name, served.executor, model_config.batching, replacing_within_s,
-                                         served.form)
+                                         served.form, replicas)
         self.models[served.name] = served
         served.start()
 
@@ -113,11 +114,12 @@ class InferenceService:
 
         New models start serving; removed models stop taking requests, finish what they
         have queued and in flight (within `grace_s`), then close. A model whose batching
-        changed is re-tuned in place; one whose predictor changed gets a new backend for
-        new batches while batches already sent finish on the old one."""
+        changed is re-tuned in place, and one whose list of replicas changed takes the new
+        list in place; one whose predictor changed otherwise gets a new backend for new
+        batches while batches already sent finish on the old one."""
         old = {m.name: m for m in self.config.models}
         new = {m.name: m for m in config.models}
-        changes: dict[str, list[str]] = {"added": [], "removed": [], "retuned": [], "replaced": []}
+        changes: dict[str, list[str]] = {"added": [], "removed": [], "retuned": [], "replicas": [], "replaced": []}
         for name in new.keys() - old.keys():
             await self._add_model(new[name])
             changes["added"].append(name)
@@ -129,12 +131,23 @@ class InferenceService:
             before, after = old[name], new[name]
             if before == after:
                 continue
+            served = self.models[name]
+            # Only the replicas' addresses changed: the replica set takes them in place (new
+            # ones join once ready, missing ones drain), so nothing is replaced.
+            same_predictor = dataclasses.replace(before.predictor, addresses=after.predictor.addresses)
+            if (dataclasses.replace(before, predictor=same_predictor, batching=after.batching) == after
+                    and before.predictor.addresses != after.predictor.addresses
+                    and before.batching.padding == after.batching.padding
+                    and await served.backend.update_replicas(after.predictor.addresses)):
+                before = dataclasses.replace(before, predictor=after.predictor)
+                changes["replicas"].append(name)
             # A change of padding may change the model's form (PaddedInstanceModel): replace it.
             if dataclasses.replace(before, batching=after.batching) == after and \
                     before.batching.padding == after.batching.padding:
-                self.models[name].config = after
-                self.scheduler.add_model(name, self.models[name].executor, after.batching, self.models[name].form)
-                changes["retuned"].append(name)
+                served.config = after
+                self.scheduler.add_model(name, served.executor, after.batching, served.form, served.backend.in_rotation)
+                if before.batching != after.batching:
+                    changes["retuned"].append(name)
                 continue
             retired = self.models[name]
             # New requests go to the new backend in its form; those already queued finish as admitted.

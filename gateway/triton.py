@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.batching.stats import Durations, ModelStats
+from gateway.batching.stats import Durations, StatsSnapshot
 from gateway.models import ServedModel
 from wire.tensors import TensorSpec
 
@@ -75,9 +75,8 @@ def _config_datatype(datatype: str) -> str:
     return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
 
 
-def model_statistics(served: ServedModel, stats: ModelStats) -> dict[str, Any]:
+def model_statistics(served: ServedModel, figures: StatsSnapshot) -> dict[str, Any]:
     """One entry of Triton's `model_stats`, from the model's stats snapshot."""
-    figures = stats.snapshot()
     zero = _duration(Durations())
     queue = figures.queue_wait_s
     # Triton counts compute per request (perf_analyzer requires the three counts to agree);

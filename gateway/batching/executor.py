@@ -44,6 +44,14 @@ from wire.tracing import BatchContext, current_batch
 log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
 
 Executor = Callable[[list[Tensor]], Awaitable[list[Tensor]]]
+Replicas = Callable[[], int]
+"""How many predictor replicas an executor has in rotation now: a queue's slots are per replica."""
+
+
+def one_replica() -> int:
+    """A single predictor's count (and a test stub's)."""
+    return 1
+
 Outcome = list[Tensor] | GatewayError
 """A group's merged outputs, or the error to answer each of its requests with."""
 

@@ -7,9 +7,10 @@ Semantics
   in a batch lets a smaller, later one of its group go first). With priority levels, a
   batch forms around the oldest part of the highest level queued and is filled in
   priority order, oldest first within a level.
-* At most `max_inflight` batches are at the executor at once (with "auto", as many as
-  `inflight.InflightTuner` has learned). Whenever a slot is free and a live request
-  waits, the policy decides: ship now, or wait until a given time.
+* At most `max_inflight` batches per predictor replica in rotation are at the executor at
+  once (with "auto", as many as `inflight.InflightTuner` has learned, per replica): a
+  replica that joins adds its slots, one that leaves takes them away. Whenever a slot is
+  free and a live request waits, the policy decides: ship now, or wait until a given time.
 * When a batch returns, its slot is freed and the next batch is shipped *before* the
   finished batch's requests are answered, so the predictor never idles behind our own
   bookkeeping.
@@ -48,7 +49,7 @@ from collections.abc import Callable, Hashable
 
 from gateway.batching import padding as pad
 from gateway.batching.config import BatchingConfig
-from gateway.batching.executor import Executor, execute
+from gateway.batching.executor import Executor, Replicas, execute, one_replica
 from gateway.batching.inflight import InflightTuner
 from gateway.batching.merge import slice_result, split_request, take_oldest_group
 from gateway.batching.observer import NO_OBSERVER, BatchObserver
@@ -64,9 +65,11 @@ log = logging.getLogger("gateway.batching.scheduler")  # the logger name operato
 
 class ModelQueue:
     def __init__(self, name: str, executor: Executor, config: BatchingConfig, loop: asyncio.AbstractEventLoop,
-                 next_batch_id: Callable[[], str], observer: BatchObserver = NO_OBSERVER, form: str = "") -> None:
+                 next_batch_id: Callable[[], str], observer: BatchObserver = NO_OBSERVER, form: str = "",
+                 replicas: Replicas = one_replica) -> None:
         self.name = name
         self.executor = executor
+        self.replicas = replicas  # the executor's predictor replicas in rotation now
         self.config = config
         self.policy = make_policy(config)
         self.pending: deque[Part] = deque()
@@ -86,11 +89,17 @@ class ModelQueue:
         self.tuner = InflightTuner(config.inflight_ceiling, loop.time()) if config.auto_inflight else None
 
     @property
-    def inflight_limit(self) -> int:
-        """Batches this model may have at the executor now."""
+    def slots_per_replica(self) -> int:
+        """Batches one predictor replica may have in flight: `max_inflight`, or its learned value."""
         return self.tuner.level if self.tuner is not None else self.config.max_inflight
 
-    def retune(self, executor: Executor, config: BatchingConfig) -> None:
+    @property
+    def inflight_limit(self) -> int:
+        """Batches this model may have at the executor now: its slots on every replica in
+        rotation (on one while none is: the executor tries them all the same)."""
+        return self.slots_per_replica * max(self.replicas(), 1)
+
+    def retune(self, executor: Executor, config: BatchingConfig, replicas: Replicas) -> None:
         """New settings for the same model. What the policy has learned is kept while the
         policy's name stays; a new name starts a fresh policy."""
         if config.policy == self.config.policy:
@@ -103,7 +112,7 @@ class ModelQueue:
             self.tuner = InflightTuner(config.inflight_ceiling, self._loop.time())
         else:
             self.tuner.set_ceiling(config.inflight_ceiling)  # what it has learned stays
-        self.executor, self.config = executor, config
+        self.executor, self.config, self.replicas = executor, config, replicas
         self.pump()
 
     @property
@@ -125,15 +134,15 @@ class ModelQueue:
         config = self.config
         shape = pad.measure(inputs, config.padding, request.lengths) if config.padding is not None else None
         level = self._level(request.priority)
-        self.stats.arrived(level)
+        loop = self._loop
+        now = loop.time()
+        self.stats.arrived(level, size, now)
         if size > config.max_queue:
             # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
             raise PayloadTooLarge(
                 f"the request has {size} instances but model '{self.name}' queues at most {config.max_queue} "
                 f"(batching.max_queue): split it into smaller requests"
             )
-        loop = self._loop
-        now = loop.time()
         # The deadline counts from the request's arrival at the gateway (a monotonic instant,
         # moved onto this loop's clock), not from now.
         monotonic_now = time.monotonic()

@@ -3,7 +3,9 @@
 Semantics
 ---------
 * Models are added (or re-tuned) and removed at run time; each has its own queue,
-  executor and settings (see `queue` for what a queue guarantees).
+  executor and settings (see `queue` for what a queue guarantees), and may tell how many
+  predictor replicas its executor has in rotation (`replicas`): its in-flight limit is per
+  replica, and its load signal (`load`) counts them.
 * Removing a model stops its intake at once; what it has queued and in flight gets a grace
   period, the rest is answered Unavailable.
 * Closing stops all intake (Unavailable); queued and in-flight work gets a grace period,
@@ -28,27 +30,28 @@ import os
 from typing import Protocol
 
 from gateway.batching.config import BatchingConfig
-from gateway.batching.executor import Executor
+from gateway.batching.executor import Executor, Replicas, one_replica
+from gateway.batching.load import LoadSignal, replica_capacity
 from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import names as policy_names
 from gateway.batching.queue import ModelQueue
 from gateway.batching.request import BatchRequest, BatchResult
-from gateway.batching.stats import ModelStats
+from gateway.batching.stats import ModelStats, StatsSnapshot
 from wire.errors import ModelNotFound, Unavailable
 
-__all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Scheduler"]
-
+__all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Replicas", "Scheduler"]
 
 class Scheduler(Protocol):
     """What decides batches, as the service drives it: this process's `BatchScheduler`, or
     a worker's stand-in that hands each request to the batcher's (`gateway.workers.remote`).
     What a scheduler has counted is read through the service's views, not here."""
 
-    def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "") -> None:
+    def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "",
+                  replicas: Replicas = one_replica) -> None:
         """Register (or re-tune) a model whose requests come in batch form `form`."""
 
     def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float,
-                      form: str = "") -> None:
+                      form: str = "", replicas: Replicas = one_replica) -> None:
         """A new queue for new requests; what the old one holds finishes as it was admitted."""
 
     async def remove_model(self, name: str, grace_s: float) -> None:
@@ -77,26 +80,29 @@ class BatchScheduler:
 
     # -- models ----------------------------------------------------------------------
 
-    def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "") -> None:
+    def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "",
+                  replicas: Replicas = one_replica) -> None:
         """Register (or re-tune) a model. Call on the scheduler's loop. `form`: an opaque name
-        of the batch form its requests come in (see `replace_model`)."""
+        of the batch form its requests come in (see `replace_model`); `replicas`: how many
+        predictor replicas the executor has in rotation now."""
         if config.policy not in policy_names():
             raise ValueError(f"unknown batching policy {config.policy!r}")
         existing = self._queues.get(name)
         if existing is not None:
-            existing.retune(executor, config)
+            existing.retune(executor, config, replicas)
             return
-        self._queues[name] = ModelQueue(name, executor, config, self._loop, self._next_batch_id, self.observer, form)
+        self._queues[name] = ModelQueue(name, executor, config, self._loop, self._next_batch_id, self.observer, form,
+                                        replicas)
 
     def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float,
-                      form: str = "") -> None:
+                      form: str = "", replicas: Replicas = one_replica) -> None:
         """A new queue for a model whose executor changed what it takes (a new predictor, a
         new batch form): new requests go to it, while what the old queue holds finishes on
         the old executor within `grace_s`, as the form it was admitted in. Its counts carry on.
         Until then, a request that arrives in the old queue's form (converted before the
         change was known: a worker's) joins the old queue."""
         old = self._queues.pop(name, None)
-        self.add_model(name, executor, config, form)
+        self.add_model(name, executor, config, form, replicas)
         if old is not None:
             self._queues[name].stats = old.stats  # its counts carry on
             retiring = self._loop.create_task(self._drain(old, grace_s, Unavailable(
@@ -123,6 +129,19 @@ class BatchScheduler:
     def stats(self, name: str) -> ModelStats:
         return self._queues[name].stats
 
+    def snapshot(self, name: str) -> StatsSnapshot:
+        """The model's figures now (`ModelStats.snapshot` at this loop's time)."""
+        return self._queues[name].stats.snapshot(self._loop.time())
+
+    def load(self, name: str, snapshot: StatsSnapshot | None = None) -> LoadSignal:
+        """The model's load on its predictor fleet now (see `batching.load`); from
+        `snapshot` when the caller has just taken one."""
+        queue = self._queues[name]
+        figures = snapshot or self.snapshot(name)
+        config = queue.config
+        capacity = replica_capacity(figures.profile, config.max_batch_size, queue.slots_per_replica, config.slo_s)
+        return LoadSignal(capacity, figures.demand_rows_per_second, queue.replicas())
+
     def queue_depth(self, name: str) -> int:
         return self._queues[name].queued_rows
 
@@ -130,8 +149,12 @@ class BatchScheduler:
         return self._queues[name].inflight
 
     def inflight_limit(self, name: str) -> int:
-        """Batches the model may have in flight now: `max_inflight`, or its learned value."""
+        """Batches the model may have in flight now: its slots on every replica in rotation."""
         return self._queues[name].inflight_limit
+
+    def slots_per_replica(self, name: str) -> int:
+        """Batches one predictor replica may have in flight: `max_inflight`, or its learned value."""
+        return self._queues[name].slots_per_replica
 
     def queued_requests(self, name: str) -> int:
         """Requests with rows still queued (not yet all taken into batches, not yet answered)."""

@@ -29,6 +29,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gateway.batching.load import DEMAND_TIME_CONSTANT_S
 from gateway.batching.profile import LatencyProfile
 
 
@@ -89,14 +90,16 @@ RATE_TIME_CONSTANT_S = 1.0  # a rate says what about the last second brought
 
 
 class DecayingRate:
-    """Events per second, exponentially weighted with `RATE_TIME_CONSTANT_S`: recent
-    traffic counts most, and a rate that stops decays to nothing within a few seconds.
-    Corrected for a short history (a steady rate reads as itself from its first second,
-    not as growing from zero), which counts no less than a tenth of the time constant."""
+    """Events per second, exponentially weighted with a time constant (`RATE_TIME_CONSTANT_S`
+    unless told): recent traffic counts most, and a rate that stops decays to nothing within
+    a few time constants. Corrected for a short history (a steady rate reads as itself from
+    its first moments, not as growing from zero), which counts no less than a tenth of the
+    time constant."""
 
-    __slots__ = ("_mass", "_at", "_since")
+    __slots__ = ("_mass", "_at", "_since", "time_constant_s")
 
-    def __init__(self) -> None:
+    def __init__(self, time_constant_s: float = RATE_TIME_CONSTANT_S) -> None:
+        self.time_constant_s = time_constant_s
         self._mass = 0.0
         self._at = 0.0
         self._since: float | None = None  # the first event
@@ -110,11 +113,12 @@ class DecayingRate:
     def per_second(self, now: float) -> float:
         if self._since is None:
             return 0.0
-        history = max(now - self._since, RATE_TIME_CONSTANT_S / 10)
-        return self._decayed(now) / (RATE_TIME_CONSTANT_S * -math.expm1(-history / RATE_TIME_CONSTANT_S))
+        tau = self.time_constant_s
+        history = max(now - self._since, tau / 10)
+        return self._decayed(now) / (tau * -math.expm1(-history / tau))
 
     def _decayed(self, now: float) -> float:
-        return self._mass * math.exp(-max(now - self._at, 0.0) / RATE_TIME_CONSTANT_S) if self._mass else 0.0
+        return self._mass * math.exp(-max(now - self._at, 0.0) / self.time_constant_s) if self._mass else 0.0
 
 
 @dataclass(slots=True)
@@ -141,6 +145,7 @@ class ModelStats:
     expired: int = 0
     isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
     holds: int = 0       # times a free slot waited for answered clients to return (`held`, by policies.adaptive)
+    demand_rows: DecayingRate = field(default_factory=lambda: DecayingRate(DEMAND_TIME_CONSTANT_S))  # rows arriving
     last_call_at: float = float("-inf")  # when a predictor call last ended (answered or abandoned), loop time
     departures: Counter[str] = field(default_factory=Counter)  # why batches left (policies.departures())
     by_level: dict[int, LevelCounts] = field(default_factory=dict)  # only for models with priority levels
@@ -162,10 +167,12 @@ class ModelStats:
 
     # -- a request's events (from the queue); `level` is its priority level, 0 without levels --
 
-    def arrived(self, level: int) -> None:
-        """A request reached the queue. Counted before it is judged, so a request refused,
-        too large or already late counts here too."""
+    def arrived(self, level: int, rows: int, now: float) -> None:
+        """A request of `rows` rows reached the queue at loop time `now`. Counted before it
+        is judged, so a request refused, too large or already late counts here too: it is
+        demand (`load`) all the same."""
         self.requests += 1
+        self.demand_rows.add(now, rows)
         self._count(level, "requests")
 
     def admitted(self, level: int, rows: int, now: float) -> None:
@@ -278,10 +285,11 @@ class ModelStats:
 
     # -- the projection ---------------------------------------------------------------------
 
-    def snapshot(self) -> StatsSnapshot:
-        """The figures every reader takes, copied now."""
+    def snapshot(self, now: float) -> StatsSnapshot:
+        """The figures every reader takes, copied at loop time `now`."""
         copy = _copy_durations
         return StatsSnapshot(
+            demand_rows_per_second=self.demand_rows.per_second(now),
             requests=self.requests, answered=self.succeeded.count, refused=self.refused,
             refused_late=self.refused_late, dropped=self.dropped, expired=self.expired,
             batches=self.batches, instances=self.instances, isolations=self.isolations,
@@ -336,6 +344,7 @@ class PaddingSnapshot:
 class StatsSnapshot:
     """One model's figures at one moment: what /metrics, the live page and Triton's
     statistics read. Counts are cumulative since the model was added; times in seconds."""
+    demand_rows_per_second: float  # rows reaching the queue, recently (see batching.load)
     requests: int      # every request that reached the queue
     answered: int      # answered successfully, all within their deadline
     refused: int       # Overloaded: the queue was full, or evicted for a higher level

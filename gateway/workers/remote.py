@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.base import Backend, BatchForm
 from gateway.batching.config import BatchingConfig
-from gateway.batching.executor import Executor
+from gateway.batching.executor import Executor, Replicas, one_replica
 from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.scheduler import Scheduler
 from gateway.config import ModelConfig
@@ -130,12 +130,13 @@ class RemoteScheduler:
         self._idle.set()
         self._hurry = asyncio.Event()
 
-    def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "") -> None:
+    def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "",
+                  replicas: Replicas = one_replica) -> None:
         """Register (or re-tune) a model here: the batcher runs it (its own service adds it)."""
         self._models.add(name)
 
     def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float,
-                      form: str = "") -> None:
+                      form: str = "", replicas: Replicas = one_replica) -> None:
         self._models.add(name)  # the batcher's own service replaces its queue
 
     async def remove_model(self, name: str, grace_s: float) -> None:

@@ -78,12 +78,21 @@ def test_the_clients_are_told_their_protocol_s_quirks():
 def test_several_addresses_become_a_replica_set_of_the_protocol_s_clients():
     settings = model(backend="triton", protocol="grpc", url=["127.0.0.1:1", "127.0.0.1:2"]).predictor
     replicas = create_backend(settings)
-    assert isinstance(replicas, ReplicaSet) and replicas.names == ["127.0.0.1:1", "127.0.0.1:2"]
-    assert [type(r) for r in replicas.replicas] == [OipGrpcBackend, OipGrpcBackend]
-    assert [r.grpc.address for r in replicas.replicas] == ["127.0.0.1:1", "127.0.0.1:2"]
+    assert isinstance(replicas, ReplicaSet) and replicas.addresses() == ["127.0.0.1:1", "127.0.0.1:2"]
+    assert [type(r.backend) for r in replicas.replicas] == [OipGrpcBackend, OipGrpcBackend]
+    assert [r.backend.grpc.address for r in replicas.replicas] == ["127.0.0.1:1", "127.0.0.1:2"]
     rows = create_backend(model(backend="kserve", url=["http://a:1", "http://b:2"]).predictor)
-    assert rows.batch_form is BatchForm.INSTANCES
-    assert [r.http.base_url for r in rows.replicas] == ["http://a:1", "http://b:2"]
+    assert isinstance(rows, ReplicaSet) and rows.batch_form is BatchForm.INSTANCES
+    assert [r.backend.http.base_url for r in rows.replicas] == ["http://a:1", "http://b:2"]
+
+
+def test_dns_replicas_become_a_replica_set_that_finds_its_replicas_by_the_url_s_name():
+    settings = model(backend="kserve", url="http://predictor.models.svc:8080", dns_replicas=True,
+                     dns_refresh_ms=2000).predictor
+    assert settings.dns_refresh_s == 2.0
+    replicas = create_backend(settings)
+    assert isinstance(replicas, ReplicaSet) and replicas.addresses() == []  # found when it starts
+    assert replicas.batch_form is BatchForm.INSTANCES
 
 
 @pytest.mark.parametrize("fields, message", [

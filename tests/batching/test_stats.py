@@ -34,7 +34,7 @@ def level_counts(stats: ModelStats, level: int = LEVEL) -> tuple[int, int, int, 
 # -- a request's events ----------------------------------------------------------------------
 
 @pytest.mark.parametrize(("event", "counter", "level_outcome"), [
-    (lambda stats, level: stats.arrived(level), "requests", (1, 0, 0, 0, 0)),
+    (lambda stats, level: stats.arrived(level, 1, 0.0), "requests", (1, 0, 0, 0, 0)),
     (lambda stats, level: stats.refused_overloaded(level), "refused", (0, 0, 1, 0, 0)),
     (lambda stats, level: stats.refused_as_late(level), "refused_late", (0, 0, 1, 0, 0)),
     (lambda stats, level: stats.timed_out(level), "expired", (0, 0, 0, 0, 1)),
@@ -51,7 +51,7 @@ def test_each_request_event_counts_once_for_the_model_and_once_for_its_level(eve
 @pytest.mark.parametrize("event", ["arrived", "refused_overloaded", "refused_as_late", "timed_out", "dropped_unsent"])
 def test_a_model_without_levels_keeps_no_level_counts(event):
     stats = ModelStats()
-    getattr(stats, event)(0)
+    getattr(stats, event)(0, *((1, 0.0) if event == "arrived" else ()))
     stats.admitted(0, 5, now=1.0)
     stats.finished(0, True, 0.1)
     assert stats.by_level == {}
@@ -154,7 +154,7 @@ def test_an_overrun_call_teaches_the_profile_that_the_predictor_is_slower_and_no
 # -- the projection ---------------------------------------------------------------------------
 
 def test_the_snapshot_of_a_model_before_any_traffic():
-    snapshot = ModelStats().snapshot()
+    snapshot = ModelStats().snapshot(0.0)
     assert (snapshot.requests, snapshot.answered, snapshot.batches, snapshot.instances) == (0, 0, 0, 0)
     assert snapshot.batch_size == HistogramSnapshot(BATCH_SIZE_BOUNDS, (0,) * (len(BATCH_SIZE_BOUNDS) + 1), 0.0, 0)
     assert snapshot.profile is None and snapshot.profile_calls == 0
@@ -165,8 +165,8 @@ def test_the_snapshot_of_a_model_before_any_traffic():
 def test_the_snapshot_gives_every_figure_the_readers_need():
     stats = ModelStats()
     for level in (3, 1):
-        stats.arrived(level)
-    stats.arrived(0)
+        stats.arrived(level, 1, 0.0)
+    stats.arrived(0, 1, 0.0)
     stats.refused_overloaded(3)
     stats.refused_as_late(1)
     stats.dropped_unsent(1)
@@ -177,7 +177,7 @@ def test_the_snapshot_gives_every_figure_the_readers_need():
     stats.call_returned(0.02)
     stats.call_answered(rows=4, seconds=0.02, requests=2, now=3.0)
     stats.bisected()
-    snapshot = stats.snapshot()
+    snapshot = stats.snapshot(0.0)
     assert (snapshot.requests, snapshot.answered, snapshot.refused, snapshot.refused_late, snapshot.dropped,
             snapshot.expired, snapshot.batches, snapshot.instances, snapshot.isolations) == (3, 1, 1, 1, 1, 1, 1, 4, 1)
     assert snapshot.succeeded == Durations(1, 0.5) and snapshot.failed == Durations(1, 1.5)
@@ -201,7 +201,7 @@ def test_the_snapshot_lists_batch_sizes_in_ascending_order_whatever_order_they_c
     stats = ModelStats()
     for rows in (8, 1, 4):
         stats.call_answered(rows=rows, seconds=0.01, requests=1, now=0.0)
-    assert list(stats.snapshot().by_batch_size) == [1, 4, 8]
+    assert list(stats.snapshot(0.0).by_batch_size) == [1, 4, 8]
 
 
 def test_the_snapshot_is_a_frozen_copy_that_later_events_leave_alone():
@@ -209,7 +209,7 @@ def test_the_snapshot_is_a_frozen_copy_that_later_events_leave_alone():
     stats.batch_left(2, "full", [0.1])
     stats.call_answered(rows=2, seconds=0.01, requests=1, now=0.0)
     stats.finished(LEVEL, True, 0.1)
-    snapshot = stats.snapshot()
+    snapshot = stats.snapshot(0.0)
     stats.batch_left(3, "slot_free", [0.1])
     stats.call_answered(rows=2, seconds=0.01, requests=1, now=0.0)
     stats.finished(LEVEL, True, 0.1)
@@ -224,7 +224,7 @@ def test_a_histogram_snapshot_counts_per_bucket_and_reads_cumulatively_as_promet
     stats = ModelStats()
     for rows in (1, 2, 3, 600):
         stats.batch_left(rows, "full", [])
-    histogram = stats.snapshot().batch_size
+    histogram = stats.snapshot(0.0).batch_size
     assert histogram.counts[:3] == (1, 1, 1) and histogram.counts[-1] == 1  # le 1, le 2, le 4; +Inf
     cumulative = histogram.cumulative()
     assert cumulative[:3] == [("1", 1), ("2", 2), ("4", 3)]

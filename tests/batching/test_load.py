@@ -1,0 +1,65 @@
+"""The load signal (gateway.batching.load): one replica's capacity from the learned profile,
+the demand in rows, and the share of the fleet the demand uses."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from gateway.batching.config import BatchingConfig
+from gateway.batching.load import LoadSignal, batch_within, replica_capacity
+from gateway.batching.scheduler import BatchRequest, BatchScheduler
+from wire.tensors import Tensor
+
+TWENTY_MS_PLUS_ONE_PER_ROW = (0.020, 0.001)  # ℓ(b) = 20 ms + 1 ms x b
+
+
+def test_capacity_is_the_full_batch_over_its_time_times_the_slots():
+    # ℓ(32) = 52 ms: 32 rows every 52 ms on one slot.
+    assert replica_capacity(TWENTY_MS_PLUS_ONE_PER_ROW, 32, 1, None) == pytest.approx(32 / 0.052)
+    assert replica_capacity(TWENTY_MS_PLUS_ONE_PER_ROW, 32, 2, None) == pytest.approx(2 * 32 / 0.052)
+
+
+def test_capacity_is_unknown_before_the_profile_has_seen_a_call():
+    assert replica_capacity(None, 32, 1, None) is None
+    assert LoadSignal(None, 100.0, 2).load is None
+
+
+def test_an_slo_caps_the_batch_at_what_answers_within_it_after_waiting_for_a_slot():
+    # One slot: a request may wait a whole batch for the slot, then its own: 2 ℓ(b) <= 100 ms, ℓ(b) <= 50 ms.
+    assert batch_within(TWENTY_MS_PLUS_ONE_PER_ROW, 64, 1, 0.100) == 30
+    # Two slots: batches leave twice as often, so the wait is half a batch: 1.5 ℓ(b) <= 100 ms.
+    assert batch_within(TWENTY_MS_PLUS_ONE_PER_ROW, 64, 2, 0.100) == 46
+    assert batch_within(TWENTY_MS_PLUS_ONE_PER_ROW, 16, 1, 0.100) == 16  # the batch limit still holds
+    assert batch_within(TWENTY_MS_PLUS_ONE_PER_ROW, 64, 1, 0.010) == 1   # nothing meets it: one row at least
+    assert batch_within((0.030, 0.0), 64, 1, 0.100) == 64  # a flat cost: any batch or none
+    assert batch_within((0.080, 0.0), 64, 1, 0.100) == 1
+    assert replica_capacity(TWENTY_MS_PLUS_ONE_PER_ROW, 64, 1, 0.100) == pytest.approx(30 / 0.050)
+
+
+def test_the_load_is_the_demand_over_the_fleet_and_a_fleet_with_none_in_rotation_counts_one():
+    assert LoadSignal(400.0, 200.0, 1).load == pytest.approx(0.5)
+    assert LoadSignal(400.0, 1200.0, 2).load == pytest.approx(1.5)
+    assert LoadSignal(400.0, 200.0, 0).load == pytest.approx(0.5)
+
+
+async def test_the_scheduler_reads_the_demand_the_profile_and_the_replicas_of_a_model():
+    replicas = [1]
+
+    async def executor(inputs: list[Tensor]) -> list[Tensor]:
+        await asyncio.sleep(0.002)
+        return inputs
+
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    scheduler.add_model("m", executor, BatchingConfig(max_batch_size=8, max_inflight=2), replicas=lambda: replicas[0])
+    before = scheduler.load("m")
+    assert (before.capacity_rows_per_second, before.demand_rows_per_second, before.replicas) == (None, 0.0, 1)
+    rows = np.ones((4, 1), dtype=np.float32)
+    await asyncio.gather(*(scheduler.submit(BatchRequest("m", [Tensor("x", "FP32", rows)])) for _ in range(20)))
+    signal = scheduler.load("m")
+    assert signal.demand_rows_per_second > 0 and signal.capacity_rows_per_second is not None
+    assert scheduler.inflight_limit("m") == 2 and scheduler.slots_per_replica("m") == 2
+    replicas[0] = 3  # two replicas joined: three times the slots, a third of the load
+    assert scheduler.inflight_limit("m") == 6 and scheduler.load("m").replicas == 3
+    await scheduler.close()
