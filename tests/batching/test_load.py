@@ -3,6 +3,9 @@ the demand in rows, and the share of the fleet the demand uses."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import json
+import time
 
 import numpy as np
 import pytest
@@ -10,7 +13,12 @@ import pytest
 from gateway.batching.config import BatchingConfig
 from gateway.batching.load import LoadSignal, batch_within, replica_capacity
 from gateway.batching.scheduler import BatchRequest, BatchScheduler
+from tests.harness import config_for, running_gateway, scraped
+from tests.processes import simulated_predictor
+from tools import loadgen
 from wire.tensors import Tensor
+
+SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32"}], "outputs": [{"name": "OUTPUT0", "datatype": "FP32"}]}
 
 TWENTY_MS_PLUS_ONE_PER_ROW = (0.020, 0.001)  # ℓ(b) = 20 ms + 1 ms x b
 
@@ -63,3 +71,55 @@ async def test_the_scheduler_reads_the_demand_the_profile_and_the_replicas_of_a_
     replicas[0] = 3  # two replicas joined: three times the slots, a third of the load
     assert scheduler.inflight_limit("m") == 6 and scheduler.load("m").replicas == 3
     await scheduler.close()
+
+
+# -- against the simulated predictor, at known steady loads ----------------------------------
+
+CALL_MS, PER_ROW_MS, BATCH, ROWS = 40.0, 1.0, 16, 4
+REPLICA_CAPACITY = BATCH / ((CALL_MS + PER_ROW_MS * BATCH) / 1000)  # 16 rows per 56 ms: about 286 rows/s
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("share", [0.5, 1.5])
+def test_at_a_steady_open_loop_load_the_signal_reads_the_share_of_the_fleet_it_uses(replicas, share):
+    """Half the fleet's capacity reads 0.5, one and a half reads 1.5 (refused rows count: they
+    are demand too), within 15%, with one replica and with two. Saturated, the truth is also
+    measured: the rows arriving over the rows the fleet computed."""
+    predictors = [simulated_predictor("--call-ms", str(CALL_MS), "--per-instance-ms", str(PER_ROW_MS))
+                  for _ in range(replicas)]
+    try:
+        model = {"name": "demo", "backend": "kserve", "api": "v1", **SIGNATURE,
+                 "url": [f"http://127.0.0.1:{p.fields['http']}" for p in predictors],
+                 "batching": {"max_batch_size": BATCH, "max_queue": 64, "timeout_s": 2}}
+        with running_gateway(config_for(model)) as gw:
+            rate = share * replicas * REPLICA_CAPACITY / ROWS  # requests per second
+            body = json.dumps({"instances": [[1.0]] * ROWS}).encode()
+            config = loadgen.Config(target=f"{gw.http_url}/v1/models/demo:predict", body=body, method="POST",
+                                    rate=rate, concurrency=64, duration=10.0, timeout=5.0, seed=7)
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                running = pool.submit(asyncio.run, loadgen.run(config))
+                time.sleep(3.0)  # the profile has seen full (or growing) batches; the demand is steady
+                first = (time.monotonic(), gw.stats("demo").requests, gw.stats("demo").instances)
+                readings = []
+                for _ in range(3):
+                    time.sleep(1.5)
+                    readings.append({name: scraped(gw.http_url, name, "demo") for name in (
+                        "gateway_predictor_load", "gateway_demand_rows_per_second", "gateway_predictor_replicas")})
+                last = (time.monotonic(), gw.stats("demo").requests, gw.stats("demo").instances)
+                result = running.result(timeout=30)
+            assert result.sent > 0
+            seconds = last[0] - first[0]
+            arrived = (last[1] - first[1]) * ROWS / seconds  # rows per second, as they came
+            served = (last[2] - first[2]) / seconds          # rows per second the fleet computed
+            demand = sum(r["gateway_demand_rows_per_second"] for r in readings) / len(readings)
+            load = sum(r["gateway_predictor_load"] for r in readings) / len(readings)
+            assert {r["gateway_predictor_replicas"] for r in readings} == {replicas}
+            assert demand == pytest.approx(arrived, rel=0.10)
+            assert load == pytest.approx(share, rel=0.15)
+            if share > 1:  # saturated: what the fleet computed is its capacity, measured
+                assert load == pytest.approx(arrived / served, rel=0.15)
+            else:          # not: the capacity is the predictor's cost's
+                assert load == pytest.approx(arrived / (replicas * REPLICA_CAPACITY), rel=0.15)
+    finally:
+        for predictor in predictors:
+            predictor.stop()
