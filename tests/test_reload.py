@@ -9,6 +9,7 @@ import threading
 from tests.harness import http_json, scraped, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
+from tests.processes import simulated_predictor
 
 DEMO = '[[models]]\nname = "demo"\nbackend = "simulated"\n[models.simulated]\ncall_ms = 50\n'
 EXTRA = '[[models]]\nname = "extra"\nbackend = "simulated"\n'
@@ -106,3 +107,66 @@ def test_a_reload_that_changes_a_models_batch_form_lets_queued_requests_finish_i
             assert sum(seen) == 6  # the blocker and the five queued, all on the v1 predictor
         finally:
             assert process.stop() == 0
+
+
+def test_a_reload_that_lists_other_replicas_takes_them_in_place_with_nothing_lost(tmp_path):
+    """Two replicas, then three (the new one joins once ready), then the first alone (the
+    others drain and leave): the model keeps its queue and what it learned, no request fails."""
+    predictors = [simulated_predictor("--call-ms", "20") for _ in range(3)]
+    urls = [f"http://127.0.0.1:{p.fields['http']}" for p in predictors]
+
+    def config(listed: list[str]) -> str:
+        return (f'[[models]]\nname = "demo"\nbackend = "kserve"\napi = "v1"\nurl = {listed!r}\n'
+                '[[models.inputs]]\nname = "INPUT0"\ndatatype = "FP32"\n'
+                '[[models.outputs]]\nname = "OUTPUT0"\ndatatype = "FP32"\n')
+
+    path = tmp_path / "gateway.toml"
+    path.write_text(config(urls[:2]))
+    process = gateway_process(path, log_level="INFO")
+    url = "http://" + process.fields["http"]
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def traffic():
+        for _ in range(1500):  # bounded
+            if stop.is_set():
+                return
+            statuses.append(predict(url, "demo"))
+
+    def replicas() -> float:
+        return scraped(url, "gateway_predictor_replicas", "demo")
+
+    clients = [threading.Thread(target=traffic) for _ in range(4)]
+    try:
+        for client in clients:
+            client.start()
+        wait_for(lambda: len(statuses) > 20, "traffic to flow")
+        path.write_text(config(urls))
+        process.signal(signal.SIGHUP)
+        wait_for(lambda: replicas() == 3, "the third replica to join")
+        wait_for(lambda: calls(predictors[2]) > 0, "a batch to reach the third replica")
+        path.write_text(config(urls[:1]))
+        process.signal(signal.SIGHUP)
+        wait_for(lambda: replicas() == 1, "the others to leave")
+        drained = len(statuses) + 40  # the batches they had in flight have returned by then
+        wait_for(lambda: len(statuses) > drained, "the leaving replicas' last batches to return")
+        left = [calls(p) for p in predictors[1:]]
+        more = len(statuses) + 100
+        wait_for(lambda: len(statuses) > more, "more traffic, on the one replica left")
+        assert [calls(p) for p in predictors[1:]] == left  # those that left get nothing new
+        stop.set()
+        for client in clients:
+            client.join(timeout=30)
+        assert statuses and set(statuses) == {200}
+        assert process.stop() == 0
+    finally:
+        stop.set()
+        process.kill()
+        for predictor in predictors:
+            predictor.stop()
+    log = process.log_text()
+    assert log.count("replicas ['demo']") == 2 and "replaced" not in log
+
+
+def calls(predictor) -> int:
+    return http_json("GET", f"http://127.0.0.1:{predictor.fields['http']}/stats")[1]["calls"]

@@ -28,6 +28,10 @@ def in_rotation(gw) -> float:
     return scraped(gw.http_url, "gateway_replicas_in_rotation", "demo")
 
 
+def inflight_limit(gw) -> float:
+    return scraped(gw.http_url, "gateway_batches_in_flight_limit", "demo")
+
+
 def burst(gw, count: int) -> list[int]:
     def one(i):
         status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[i]]})
@@ -47,6 +51,7 @@ def test_replicas_share_the_load_survive_a_crash_and_come_back():
         with running_gateway(config_for(model)) as gw:
             assert set(burst(gw, 64)) == {200}
             assert calls(first) > 0 and calls(second) > 0  # least-in-flight spreads the batches
+            assert inflight_limit(gw) == 4  # max_inflight is per replica in rotation
 
             first.kill()
             assert set(burst(gw, 32)) == {200}  # batches sent to the dead replica were retried
@@ -55,6 +60,7 @@ def test_replicas_share_the_load_survive_a_crash_and_come_back():
             assert calls(second) > before
             # The dead one is out (tried first: both idle, the first listed wins).
             assert in_rotation(gw) == 1
+            assert inflight_limit(gw) == 2  # its slots left with it
 
             restarted = simulated_predictor("--call-ms", "30", http_port=int(first.fields["http"]),
                                             grpc_port=int(first.fields["grpc"]))
