@@ -99,8 +99,8 @@ KEYS: tuple[Key, ...] = (
                                                                 "split."),
     Key("models[].batching", "timeout_s", "number", "60", "A request's deadline from its arrival (a client may ask "
                                                           "for less)."),
-    Key("models[].batching", "max_inflight", "integer or \"auto\"", "1", "Batches of this model at the predictor at "
-                                                                          "once; auto: learned."),
+    Key("models[].batching", "max_inflight", "integer or \"auto\"", "1", "Batches of this model at each predictor "
+                                                                          "replica at once; auto: learned."),
     Key("models[].batching", "inflight_ceiling", "integer", "8", "max_inflight = \"auto\": the most it may try."),
     Key("models[].batching", "max_queue", "integer", "4096", "Rows queued beyond which requests are refused (429)."),
     Key("models[].batching", "priority_levels", "integer", "0", "Priority levels, 1 the highest; 0: one level for "

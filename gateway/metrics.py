@@ -167,7 +167,8 @@ class _SchedulerCollector:
                 lambda model: sum(self.replicas(model))),
             "gateway_batches_in_flight": ("Batches at the predictor", lambda model: scheduler.inflight(model)),
             "gateway_batches_in_flight_limit": (
-                "Batches the model may have at the predictor: max_inflight, or the value \"auto\" has learned",
+                "Batches the model may have at the predictor: max_inflight (or the value \"auto\" has learned) "
+                "per replica in rotation",
                 lambda model: scheduler.inflight_limit(model)),
         }
         gauge_families = [(GaugeMetricFamily(name, text, labels=["model"]), read)
