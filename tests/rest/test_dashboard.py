@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from gateway.batching.load import replica_capacity
 from tests.browser import chromium
 from tests.harness import config_for, http, http_json, run_clients, running_gateway, timed_predict
 from wire.request import PRIORITY_HEADER
@@ -46,6 +47,11 @@ def test_the_data_is_the_schedulers_stats_after_traffic():
         assert len(demo["profile"]["predicted"]) == 8 and demo["max_batch_size"] == 8
         assert demo["queue"] == {"rows": 0, "requests": 0}
         assert demo["inflight"] == {"batches": 0, "limit": 1, "auto": False, "ceiling": None}
+        load = demo["load"]  # the autoscaling signal: demand over one replica's capacity
+        assert load["replicas"] == 1 and load["demand_rows_per_second"] > 0
+        assert load["capacity_rows_per_second"] == pytest.approx(
+            replica_capacity(stats.profile.coefficients, 8, 1, None))
+        assert load["load"] == pytest.approx(load["demand_rows_per_second"] / load["capacity_rows_per_second"])
         assert demo["goodput"] is None and demo["levels"] == []
         assert slo["slo_ms"] == pytest.approx(500) and slo["policy"] == "deadline"
         assert slo["goodput"] == {"slo_ms": pytest.approx(500), "answered_within_slo": 3}
@@ -81,7 +87,7 @@ def test_the_dashboard_is_behind_the_bearer_token(monkeypatch):
 
 # -- the page in a real browser ------------------------------------------------------------------
 
-FIELDS = ("answered", "batches", "requests", "answered_rate", "queue_rows")
+FIELDS = ("answered", "batches", "requests", "answered_rate", "queue_rows", "fleet_load")
 READ_FIELDS = f"const fields = {json.dumps(FIELDS)};" + """
 const card = document.querySelector('[data-model="demo"]');
 if (!card) return null;
@@ -120,6 +126,7 @@ def test_the_page_in_chromium_has_no_console_errors_and_follows_the_traffic(tmp_
         after = browser.wait_for(READ_FIELDS, lambda fields: number(fields["answered"]) == requests, timeout=15,
                                  what=f"{requests} answered on the page")
         assert number(after["requests"]) == requests
+        assert after["fleet_load"].endswith(" · 1 replica") and after["fleet_load"][0].isdigit()
         assert number(after["batches"]) == gw.stats("demo").batches > 0
         charts = browser.execute("""
             const card = document.querySelector('[data-model="demo"]');

@@ -58,6 +58,8 @@
     ["queue_rows", "queued rows", ""],
     ["queue_requests", "queued requests", ""],
     ["inflight", "batches in flight", ""],
+    ["fleet_load", "predictor load", ""],
+    ["demand", "demand / capacity, rows/s", ""],
     ["answered_rate", "answered / s", "answered"],
     ["goodput_rate", "goodput / s", "answered"],
     ["refused_rate", "refused / s", "refused"],
@@ -317,6 +319,12 @@
     fields.queue_requests.textContent = integer(model.queue.requests);
     fields.inflight.textContent = model.inflight.batches + " / " + model.inflight.limit +
       (model.inflight.auto ? " auto" : "");
+    // The autoscaling signal: demand over the capacity of the replicas in rotation.
+    const load = model.load;
+    const replicas = load.replicas + (load.replicas === 1 ? " replica" : " replicas");
+    fields.fleet_load.textContent = (load.load === null ? "–" : decimal(load.load, 2)) + " · " + replicas;
+    fields.demand.textContent = compact(load.demand_rows_per_second) + " / " +
+      (load.capacity_rows_per_second === null ? "–" : compact(load.capacity_rows_per_second) + " × " + load.replicas);
     const history = card.history;
     // Rates over the last few seconds: one poll apart is noisy at low rates.
     const before = history[Math.max(0, history.length - 4)], after = history[history.length - 1];
