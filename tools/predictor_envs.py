@@ -94,17 +94,28 @@ SPECS: dict[str, EnvSpec] = {
             # grpcio, zmq, ... are imported), and serving needs more (sh, zope.*). The lock pins
             # every package, so the result is reproducible all the same.
             # tokenizers + safetensors: the `embed` model (triton_server.py) tokenizes and runs
-            # the test encoder in numpy (embedding_model.NumpyEncoder): a few MB, where torch
-            # would add hundreds of MB and a second numpy ABI question in the stub.
-            requirements=("nvidia-pytriton==0.7.0", "numpy<2", "tokenizers", "safetensors"),
-            why="Triton Inference Server 2.51 bundled in PyTriton; its Python stub needs numpy<2",
+            # the test encoder in numpy (embedding_model.NumpyEncoder).
+            # torch + pillow: the image classifier moved from TorchServe
+            # (tests/predictors/from_torchserve/) runs TorchServe's network in the Python
+            # backend's stub. It must answer exactly what TorchServe answers, and only the same
+            # torch build on the same thread count computes the same float32 bits (a numpy
+            # forward sums in another order: the last bits of every probability differ). Both
+            # are pinned to the TorchServe venv's versions (torch's CPU build from the local
+            # wheel folder, as there; Pillow the same decoder, so the same pixels). torch runs
+            # with numpy 1.26 here (its wheel is built against numpy 2, whose C API runs on 1.x).
+            requirements=("nvidia-pytriton==0.7.0", "numpy<2", "tokenizers", "safetensors",
+                          "torch==2.13.0+cpu", "pillow==13.0.0"),
+            why="Triton Inference Server 2.51 bundled in PyTriton, with CPU torch 2.13.0; its Python stub needs numpy<2",
             warmup_imports=(
                 "numpy", "pytriton.triton", "pytriton.decorators", "pytriton.model_config",
                 # What the Python stub's model.py (a copy of pytriton/proxy/model.py) loads.
                 "pytriton.proxy.communication", "pytriton.proxy.data", "pytriton.proxy.inference",
                 "pytriton.proxy.types", "pytriton.proxy.validators", "zmq", "sh",
                 "tokenizers", "safetensors.numpy",
+                # What the image classifier's model.py loads in the stub.
+                "torch", "PIL.Image", "PIL.PngImagePlugin", "PIL.JpegImagePlugin",
             ),
+            local_wheels=True,
         ),
         EnvSpec(
             name="kserve",
