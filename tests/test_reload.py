@@ -19,6 +19,17 @@ def predict(url: str, model: str) -> int:
     return http_json("POST", f"{url}/v1/models/{model}:predict", {"instances": [[1]]})[0]
 
 
+def clients_of(url: str, statuses: list[int], stop: threading.Event, requests: int) -> list[threading.Thread]:
+    """Four clients (not started) that send `demo` at most `requests` requests each, one after
+    another, until `stop`, and note each status."""
+    def traffic() -> None:
+        for _ in range(requests):  # bounded
+            if stop.is_set():
+                return
+            statuses.append(predict(url, "demo"))
+    return [threading.Thread(target=traffic) for _ in range(4)]
+
+
 def test_sighup_adds_retunes_and_removes_models_without_dropping_requests(tmp_path):
     path = tmp_path / "gateway.toml"
     path.write_text(DEMO)
@@ -26,14 +37,7 @@ def test_sighup_adds_retunes_and_removes_models_without_dropping_requests(tmp_pa
     url = "http://" + process.fields["http"]
     statuses: list[int] = []
     stop = threading.Event()
-
-    def traffic():
-        for _ in range(400):  # bounded
-            if stop.is_set():
-                return
-            statuses.append(predict(url, "demo"))
-
-    clients = [threading.Thread(target=traffic) for _ in range(4)]
+    clients = clients_of(url, statuses, stop, requests=400)
     try:
         for client in clients:
             client.start()
@@ -126,17 +130,11 @@ def test_a_reload_that_lists_other_replicas_takes_them_in_place_with_nothing_los
     url = "http://" + process.fields["http"]
     statuses: list[int] = []
     stop = threading.Event()
-
-    def traffic():
-        for _ in range(1500):  # bounded
-            if stop.is_set():
-                return
-            statuses.append(predict(url, "demo"))
+    clients = clients_of(url, statuses, stop, requests=1500)
 
     def replicas() -> float:
         return scraped(url, "gateway_predictor_replicas", "demo")
 
-    clients = [threading.Thread(target=traffic) for _ in range(4)]
     try:
         for client in clients:
             client.start()
