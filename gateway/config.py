@@ -12,10 +12,10 @@ from collections.abc import Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
-from backends.discovery import dns_addresses
 from backends.settings import Cost, PredictorProtocol, PredictorSettings
 from gateway.batching import policies
 from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
@@ -567,10 +567,13 @@ def _dns_replicas(raw: dict, key: str, addresses: tuple[str, ...], tls: bool) ->
         return None
     if len(addresses) != 1:
         raise ConfigError(f"{key}.url", "with dns_replicas = true, name one host name, whose addresses are the replicas")
+    url = addresses[0]
     try:
-        dns_addresses(addresses[0])
-    except ValueError as error:
-        raise ConfigError(f"{key}.url", str(error)) from None
+        port = urlsplit(url if "://" in url else f"//{url}").port
+    except ValueError:
+        port = None
+    if port is None:
+        raise ConfigError(f"{key}.url", f"with dns_replicas = true, name a host name and a port, got '{url}'")
     if tls:
         # Each replica is reached by its IP address, which a certificate for the name does not cover.
         raise ConfigError(f"{key}.dns_replicas", "cannot be used with TLS to the predictor: each replica is reached "

@@ -24,6 +24,6 @@ async def test_a_name_that_does_not_resolve_raises_os_error_for_the_replica_set_
         await dns_addresses("http://no-such-host.invalid:8000")()
 
 
-def test_a_url_without_a_port_is_refused_when_it_is_configured():
+def test_a_url_without_a_port_has_no_replica_address_to_make():
     with pytest.raises(ValueError, match="port"):
         dns_addresses("http://predictor.models.svc")

@@ -122,3 +122,14 @@ def test_each_torchserve_protocol_and_api_gets_its_client():
     assert (oip.service, oip.typed_contents, oip.restore_outputs) == (TORCHSERVE_OIP_SERVICE, True, True)
     assert (torchserve(protocol="grpc", url="127.0.0.1:1").predictor.protocol
             is PredictorProtocol.TORCHSERVE_PREDICTIONS_GRPC)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"url": ["http://a:1", "http://b:1"]}, "one host name"),
+    ({"url": "http://predictor.models.svc"}, "a host name and a port"),
+    ({"url": "https://predictor.models.svc:8443"}, "TLS"),
+    ({"url": "http://predictor.models.svc:8080", "dns_replicas": False, "dns_refresh_ms": 100}, "only with"),
+])
+def test_dns_replicas_are_refused_where_they_cannot_work(fields, message):
+    with pytest.raises(config.ConfigError, match=message):
+        model(backend="kserve", **{"dns_replicas": True, **fields})
