@@ -9,7 +9,7 @@ and its own process group (`tools.processes`, the one launcher), on free ports:
   `image.mar`), behind the `kserve` envelope with `batchSize` 1, as the gateway needs it;
 - **Triton 2.51** (the `tritonserver` binary PyTriton bundles, started as `tools.triton_direct`
   starts it) on a model repository holding the same model moved to Triton's Python backend:
-  `tests/predictors/from_torchserve/triton/image` (its `config.pbtxt` and `1/model.py`) with the
+  `tests/predictors/from_torchserve/model_repository/image` (its `config.pbtxt` and `1/model.py`) with the
   files of TorchServe's `image.mar` unzipped beside `model.py`, the first step of the move.
 
 Triton starts as soon as the archive exists, while TorchServe's workers load. Once both answer,
@@ -41,7 +41,7 @@ from tools.triton_direct import command_and_env
 DEFAULT_WORKDIR = Path("/tmp/batching-gateway-demo")  # short: TorchServe's worker sockets live under it
 PREDICTORS = ROOT / "tests" / "predictors"
 TORCHSERVE_SCRIPT = PREDICTORS / "torchserve_server.py"
-TRITON_MODEL = PREDICTORS / "from_torchserve" / "triton" / "image"
+TRITON_MODEL = PREDICTORS / "from_torchserve" / "model_repository" / "image"
 MODEL = "image"
 READY_TIMEOUT_S = 180.0  # a first start compiles nothing, but a busy 2-core machine is slow
 STOP_TIMEOUT_S = 40.0    # torchserve_server.py's own `torchserve --stop` waits up to 30 s

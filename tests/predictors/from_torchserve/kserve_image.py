@@ -1,7 +1,7 @@
 """The image classifier of ``image.mar``, moved from TorchServe to a KServe model server.
 
 It does what the TorchServe handler did (``torchserve_models/image_handler.py``), as
-``triton/image/1/model.py`` does in Triton: each upload decoded by Pillow, RGB, 224x224
+``model_repository/image/1/model.py`` does in Triton: each upload decoded by Pillow, RGB, 224x224
 bilinear, scaled and normalized with ImageNet's mean and std; one batch through the network of
 the archive (``tiny_cnn.py``, ``image.pt``, one torch thread); each row's top-5
 ``{label: probability}`` from ``index_to_name.json``. ``--model_dir`` holds the archive's
