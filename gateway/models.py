@@ -34,9 +34,9 @@ gets the padded batch as instances (`PaddedInstanceModel`). Its generated inputs
 row's length or mask) are filled by the scheduler: clients never send them and its OIP
 metadata does not list them.
 
-`TensorModel` and `InstanceModel` are the two forms; `served_model` picks one from the
-backend (and `gateway.embeddings.EmbeddingModel`, a tensor model whose rows are texts,
-for a model with `[models.embeddings]`). This module knows no wire format (codecs decode before it and encode after it),
+`TensorModel` and `InstanceModel` are the two forms; `gateway.model_kinds.served_model`
+picks one from the backend (or `gateway.embeddings.EmbeddingModel`, a tensor model whose
+rows are texts, for a model with `[models.embeddings]`). This module knows no wire format (codecs decode before it and encode after it),
 nothing of the scheduler, and no predictor protocol beyond the backend interface.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.base import Backend, BatchForm
+from backends.base import Backend
 from gateway.batching.config import PaddingConfig
 from gateway.batching.executor import Executor
 from gateway.batching.request import NO_PARAMETERS
@@ -346,13 +346,3 @@ class PaddedInstanceModel(TensorModel):
     async def _infer(self, inputs: list[Tensor]) -> list[Tensor]:
         answer = await self.backend.infer([rows_tensor(tensors_to_instances(inputs))])
         return predictions_to_outputs(answer[0].data.tolist(), self.described_outputs)
-
-
-def served_model(config: ModelConfig, backend: Backend) -> ServedModel:
-    """The served model of the form its backend takes."""
-    if config.embeddings is not None:
-        from gateway.embeddings import EmbeddingModel  # it builds on TensorModel, here
-        return EmbeddingModel(config, backend)
-    if backend.batch_form is BatchForm.INSTANCES:
-        return PaddedInstanceModel(config, backend) if config.batching.padding else InstanceModel(config, backend)
-    return TensorModel(config, backend)

@@ -33,7 +33,8 @@ from gateway.batching.scheduler import Scheduler
 from gateway.config import GatewayConfig, ModelConfig
 from gateway.lifecycle import Call
 from gateway.metrics import Metrics
-from gateway.models import SERVER_NAME, BatchInputs, ClientRequest, ServedModel, served_model
+from gateway.model_kinds import served_model
+from gateway.models import SERVER_NAME, BatchInputs, ClientRequest, ServedModel
 from gateway.telemetry import Telemetry
 from gateway.views import Views
 from wire.errors import ModelNotFound

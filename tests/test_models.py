@@ -11,6 +11,7 @@ from backends.base import Backend
 from backends.settings import PredictorProtocol, PredictorSettings
 from gateway import models
 from gateway.config import ModelConfig
+from gateway.model_kinds import served_model
 from wire.errors import InvalidInput
 from wire.tensors import ModelSignature, Tensor, TensorSpec
 
@@ -36,7 +37,7 @@ class FakePredictor(Backend):
 
 def tensor_model(backend: FakePredictor, declared: ModelSignature | None = None) -> models.ServedModel:
     settings = PredictorSettings(PredictorProtocol.OIP_HTTP, server="kserve", model="m", signature=declared)
-    return models.served_model(ModelConfig("m", settings), backend)
+    return served_model(ModelConfig("m", settings), backend)
 
 
 async def settled(model: models.ServedModel) -> None:
