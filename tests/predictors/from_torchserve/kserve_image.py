@@ -5,9 +5,9 @@ It does what the TorchServe handler did (``torchserve_models/image_handler.py``)
 bilinear, scaled and normalized with ImageNet's mean and std; one batch through the network of
 the archive (``tiny_cnn.py``, ``image.pt``, one torch thread); each row's top-5
 ``{label: probability}`` from ``index_to_name.json``. ``--model_dir`` holds the archive's
-files (``unzip image.mar -d image``)::
+files (``unzip image.mar -d models/image/1``)::
 
-    python kserve_image.py --model_dir image --http_port 8080 --grpc_port 8081
+    python kserve_image.py --model_dir models/image/1 --http_port 8090 --grpc_port 8091
 
 Open Inference Protocol: input ``image`` BYTES ``[-1]``, one uploaded file per row; output
 ``prediction`` BYTES ``[-1]``, per row the bytes TorchServe's worker sent for it

@@ -56,8 +56,9 @@ class TritonPythonModel:
             uploads = pb_utils.get_input_tensor_by_name(request, "image").as_numpy().reshape(-1)
             try:
                 batch = torch.stack([image_tensor(bytes(upload)) for upload in uploads])
-            except Exception as exc:  # one file that is no image fails its request, not the model
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"not an image: {exc}")))
+            except Exception as exc:  # a file that is no image: a bad request (the gateway bisects it)
+                error = pb_utils.TritonError(f"not an image: {exc}", pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
                 continue
             with torch.inference_mode():
                 logits = self.model(batch)
