@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"TorchServe (pid {torchserve.pid}) and Triton (pid {triton.pid}) ready in "
               f"{time.monotonic() - started:.1f} s. The gateway's config, {workdir / 'gateway.toml'}:\n", flush=True)
         print(config, flush=True)
-        print(f"Next, in a second terminal:\n  batching-gateway serve --config {workdir / 'gateway.toml'}\n"
+        print(f"Next, in a second terminal:\n  {_gateway_command()} serve --config {workdir / 'gateway.toml'}\n"
               f"and in a third:\n  curl -T {workdir / 'kitten.png'} localhost:8080/predictions/{MODEL}\n"
               f"Ctrl-C here stops TorchServe and Triton.", flush=True)
         while True:
@@ -185,6 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for server in servers:
             server.stop()
+
+
+def _gateway_command() -> str:
+    """The gateway's command beside this Python (the quick start's `.venv/bin/batching-gateway`,
+    as the user would type it from here), else its bare name."""
+    beside = Path(sys.executable).parent / "batching-gateway"
+    if not beside.exists():
+        return "batching-gateway"
+    relative = os.path.relpath(beside)
+    return relative if not relative.startswith("..") else str(beside)
 
 
 def _interrupt(signum: int, frame: object) -> None:
