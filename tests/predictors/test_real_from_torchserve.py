@@ -2,9 +2,9 @@
 classifier TorchServe serves (``image.mar``), unzipped and moved to Triton's Python backend and
 to a KServe model server with the page's files (quoted whole on the page), answers
 TorchServe's clients, unchanged behind the gateway (the page's curl commands but for the
-address), with the very bytes TorchServe's own ``/predictions`` sent for the same picture: PNG
-or JPEG, raw (``curl -T``) or multipart (``curl -F``), one upload at a time or eight at once in
-batches; and a file that is no image fails alone."""
+address) and its gRPC ``Predictions``, with the very bytes TorchServe's own ``/predictions``
+sent for the same picture: PNG or JPEG, raw (``curl -T``) or multipart (``curl -F``), one upload
+at a time or eight at once in batches; and a file that is no image fails alone."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,7 @@ import tomllib
 import zipfile
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
 from gateway import config
@@ -27,6 +28,8 @@ from tests.readme import block_after, commands_after
 from tools import demo
 from tools.predictor_envs import ensure_env
 from tools.processes import free_port
+from wire.generated.torchserve import inference_pb2 as ts_pb
+from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 
 GUIDE = "docs/from-torchserve.md"
 FILES = ROOT / "tests" / "predictors" / "from_torchserve"
@@ -179,6 +182,16 @@ def test_torchserves_clients_get_the_bytes_torchserve_sent(gw, before, pictures,
         status, body = curl_bytes(command, pictures)
         assert status == 200, (command, body)
         assert body == before[picture], (command, body, before[picture])
+
+
+@pytest.mark.parametrize("server", sorted(MOVED))
+def test_torchserves_grpc_clients_get_the_bytes_torchserve_sent(gw, before, server):
+    with grpc.insecure_channel(gw.grpc_address) as channel:
+        stub = ts_grpc.InferenceAPIsServiceStub(channel)
+        for name, picture in PICTURES.items():
+            answer = stub.Predictions(ts_pb.PredictionsRequest(model_name=MOVED[server], input={"data": picture}),
+                                      timeout=30)
+            assert answer.prediction == before[name]
 
 
 @pytest.mark.parametrize("server", sorted(MOVED))
