@@ -6,7 +6,9 @@ predictor) is a tensor model whose batch form is one BYTES tensor of texts, shap
 
 - an OpenAI client's texts (`wire.embeddings.EmbeddingsRequest`) become that tensor, named
   as the predictor's text input (configured, else the only one it describes, else
-  "text"); OIP clients that send BYTES texts to the same model land in the same batches;
+  "text"); OIP clients that send BYTES texts, and KServe v1 clients whose instances are
+  texts (each a string, or a list of one), land in the same batches; a v1 client is
+  answered one vector per instance;
 - every request's rows are measured in tokens (`gateway.tokens`), whatever its protocol,
   so that the scheduler can cap a batch by `max_batch_tokens` and group similar lengths
   by bucket (`gateway.batching.padding`: texts pad nothing in the gateway);
@@ -68,16 +70,31 @@ class EmbeddingModel(TensorModel):
         if request.token_ids is not None:
             raise InvalidInput(f"model '{self.name}' takes texts: its predictor tokenizes them itself; "
                                f"send 'input' as a string or a list of strings")
-        texts = np.empty((len(request.texts), 1), dtype=object)
-        texts[:, 0] = [text.encode("utf-8", "surrogatepass") for text in request.texts]
         parameters = {}
         if request.dimensions is not None:
             if not self.backend.takes_dimensions:
                 raise InvalidInput(f"model '{self.name}': its predictor returns vectors of one size; 'dimensions' "
                                    f"is passed only to an OpenAI-compatible predictor (api = \"openai\")")
             parameters["dimensions"] = request.dimensions
-        return BatchInputs([Tensor(self.text_input, "BYTES", texts)], self.tokens.count(request.texts),
+        return BatchInputs([self._texts_tensor(request.texts)], self.tokens.count(request.texts),
                            parameters=parameters)
+
+    def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
+        """A KServe v1 (or TorchServe JSON) client's instances: each a text, or a list of one."""
+        texts = []
+        for index, instance in enumerate(instances):
+            text = instance[0] if isinstance(instance, list) and len(instance) == 1 else instance
+            if not isinstance(text, str):
+                raise InvalidInput(f"instance {index}: model '{self.name}' embeds texts: each instance is a string "
+                                   f"(or a list of one string), got {type(instance).__name__}")
+            texts.append(text)
+        return BatchInputs([self._texts_tensor(texts)], self.tokens.count(texts))
+
+    def _texts_tensor(self, texts: list[str]) -> Tensor:
+        """The texts as the BYTES input, [rows, 1]."""
+        column = np.empty((len(texts), 1), dtype=object)
+        column[:, 0] = [text.encode("utf-8", "surrogatepass") for text in texts]
+        return Tensor(self.text_input, "BYTES", column)
 
     def _measure(self, tensors: list[Tensor]) -> np.ndarray:
         """Each row's tokens, read from the request's text input (an OIP client's BYTES)."""
@@ -98,6 +115,10 @@ class EmbeddingModel(TensorModel):
         return self.tokens.count(texts)
 
     # -- out of the answer --------------------------------------------------------------
+
+    def predictions_from_outputs(self, outputs: list[Tensor], lengths: np.ndarray | None = None) -> list[Any]:
+        """A v1 client's answer: one vector per instance."""
+        return self.embeddings_from_outputs(outputs).tolist()
 
     def embeddings_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
         """The vectors, float32 [rows, dims], from the predictor's outputs."""

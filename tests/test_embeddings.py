@@ -189,3 +189,15 @@ def test_the_predictor_sees_each_distinct_text_once_and_every_row_is_answered():
     outputs = asyncio.run(model.executor([Tensor("text", "BYTES", texts)]))
     assert sent == [[b"a", b"bbb", b"cc"]]
     assert outputs[0].data[:, 0].tolist() == [1, 3, 1, 2, 3]
+
+
+def test_a_kserve_v1_client_sends_texts_as_instances_and_gets_one_vector_each():
+    with running_gateway(config_for(encoder())) as gw:
+        status, _, body = http("POST", f"{gw.http_url}/v1/models/encoder:predict",
+                               {"instances": ["the cat", ["a dog"]]})
+        assert status == 200, body
+        predictions = orjson.loads(body)["predictions"]
+        assert np.allclose(predictions, [item["embedding"] for item in embed(gw, ["the cat", "a dog"])["data"]])
+        for bad in ([[1.0, 2.0]], [{"text": "a"}], [["a", "b"]]):
+            status, _, body = http("POST", f"{gw.http_url}/v1/models/encoder:predict", {"instances": bad})
+            assert status == 400 and b"each instance is a string" in body, body
