@@ -419,6 +419,11 @@ class Autoscaler(threading.Thread):
             "queue_wait_ms": None if wait is None else 1000 * wait, **values,
             "capacity_rps": reading.samples.get("gateway_predictor_capacity_rows_per_second"),
             "demand_rps": reading.samples.get("gateway_demand_rows_per_second"),
+            "profile_ms": [None if value is None else 1000 * value for value in (
+                reading.samples.get("gateway_predictor_profile_intercept_seconds"),
+                reading.samples.get("gateway_predictor_profile_per_row_seconds"))],
+            "mean_batch": _ratio(_delta(reading, previous, "gateway_batch_size_sum"),
+                                 _delta(reading, previous, "gateway_batch_size_count")),
             "gateway_replicas": reading.samples.get("gateway_predictor_replicas", reading.samples.get("gateway_replicas")),
             "cpu_source": reading.cpu_source,
         })
@@ -674,6 +679,10 @@ def report(ctx: Context, measured: dict[str, Any], runs: dict[str, dict[str, Any
 
 
 SIGNALS_BY_KEY = {spec.key: spec for spec in SIGNALS}
+
+
+def _ratio(part: float | None, whole: float | None) -> float | None:
+    return part / whole if part is not None and whole else None
 
 
 def _pct(value: float | None) -> str:
