@@ -8,9 +8,15 @@ Semantics
 * One call per batch: its parts' inputs concatenated, one numpy.concatenate per input; or,
   for a model that pads, padded to the batch's length with the generated inputs added
   (`padding.pad_batch`), and the outputs that follow the padded length checked.
-* The call is abandoned once every member's deadline has passed, so a hung predictor
-  costs each request at most its deadline; the latency profile learns the time it took
-  all the same (at least that long), as it learns every answered call's.
+* A call still running when every member's deadline has passed is given up for its
+  members (the queue answers each at its deadline: a hung predictor costs a request at
+  most its deadline) and the latency profile learns at once that it took at least that
+  long. The call itself is not cancelled then: the predictor is still computing it, so
+  its slot stays taken until the predictor answers (its real time is learned too), for as
+  long again at most, and only then is the call cancelled. Freeing the slot at the
+  deadline would send the next batch to a predictor still busy with the abandoned one: it
+  would wait behind it, look slower than it is, overrun in turn, and teach the profile a
+  predictor several times slower than it is.
 * An answer with the wrong number of rows is BadPredictorAnswer; any other unexpected
   exception is logged and answered as an internal error: no request is ever lost.
 * One request never fails the others in its batch: if the predictor rejects a merged
@@ -95,9 +101,14 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
             token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts),
                                                    parts[0].request.parameters,  # the same for every part
                                                    traceparent))
-            # timeout_at, not wait_for: no extra task, so the call starts in this loop turn.
-            async with asyncio.timeout_at(max(part.request.deadline for part in parts)):
-                outputs = await executor(inputs)
+            running = asyncio.ensure_future(executor(inputs))
+            try:
+                outputs = await _within(running, max(part.request.deadline for part in parts), started, rows, stats)
+            finally:
+                if not running.done():
+                    running.cancel()  # abandoned for good, or the queue is shutting down
+        if outputs is None:
+            return DeadlineExceeded(f"model '{model}': the predictor did not answer within the deadline")
         elapsed = loop.time() - started
         stats.call_returned(elapsed)
         for tensor in outputs:
@@ -111,15 +122,27 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
         return outputs
     except GatewayError as exc:
         return exc
-    except TimeoutError:
-        # Abandoned at its members' deadline: it would have taken longer, which the profile
-        # must learn (else a predictor that slowed down would be predicted fast forever).
-        ended = loop.time()
-        stats.call_overran(rows, ended - started, ended)
-        return DeadlineExceeded(f"model '{model}': the predictor did not answer within the deadline")
     except Exception:  # a bug or an unexpected predictor failure: never lose the requests
         log.exception("a batch for model %s failed", model)
         return GatewayError(f"model '{model}': internal error while running the batch")
     finally:
         if token is not None:
             current_batch.reset(token)
+
+
+async def _within(running: asyncio.Future[list[Tensor]], deadline: float, started: float, rows: int,
+                  stats: ModelStats) -> list[Tensor] | None:
+    """The call's outputs, or None if its members' deadline passed first (see the module:
+    the slot is held while the predictor may still be computing, as long again at most)."""
+    loop = asyncio.get_running_loop()
+    done, _ = await asyncio.wait((running,), timeout=max(deadline - loop.time(), 0.0))
+    if done:
+        return running.result()
+    # It would have taken longer, which the profile must learn now (else a predictor that
+    # slowed down would be predicted fast until its calls returned).
+    overran_at = loop.time()
+    stats.call_overran(rows, overran_at - started, overran_at)
+    done, _ = await asyncio.wait((running,), timeout=overran_at - started)
+    if done and not running.cancelled() and running.exception() is None:
+        stats.call_answered_late(rows, loop.time() - started)
+    return None

@@ -4,7 +4,8 @@
   recorder. The queue (`queue`) and the executor (`executor`) tell it what happened, one
   method per event: a request arrived, was admitted, refused (queue full, or predicted
   late), timed out (before it was queued, or after), dropped unsent, or finished; a batch
-  left; a batch was bisected; a predictor call returned, answered or overran. The counting
+  left; a batch was bisected; a predictor call returned, answered, overran, or answered
+  late after overrunning. The counting
   (what each event adds to which counter, by priority level too) is here and nowhere else:
   the adaptive policy tells it of its holds the same way.
 * `StatsSnapshot` (`ModelStats.snapshot()`) is the one projection of those figures that
@@ -272,6 +273,11 @@ class ModelStats:
         `seconds`, at loop time `now`: it would have taken longer, which the profile learns."""
         self.profile.overran(rows, seconds)
         self.last_call_at = now
+
+    def call_answered_late(self, rows: int, seconds: float) -> None:
+        """A call that had overrun (its members already answered at their deadline) answered
+        after all, after `seconds`: the profile learns its real time."""
+        self.profile.observe(rows, seconds)
 
     def _level(self, level: int) -> LevelCounts:
         return self.by_level.setdefault(level, LevelCounts())

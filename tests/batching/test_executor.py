@@ -24,10 +24,43 @@ async def test_a_hung_executor_costs_each_request_at_most_its_deadline():
     with pytest.raises(DeadlineExceeded):
         await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))
     assert loop.time() - started < 1.0
-    # The slot is given back once every member's deadline has passed.
+    # The predictor still computes the abandoned batch: its slot is given back when it answers.
     executor.release.set()
     result = await asyncio.wait_for(scheduler.submit(BatchRequest.arriving("m", rows(1, 1))), 1.0)
     assert result.outputs[0].data.shape == (1, 2)
+
+
+async def test_an_overrun_batch_keeps_its_slot_while_the_predictor_computes_it_and_teaches_its_real_time():
+    """Its member is answered at its deadline; the next batch is not sent to a predictor
+    still busy with it (it would wait behind it and overrun in turn)."""
+    executor = RecordingExecutor(delay_s=0.3)  # each call takes 300 ms; the first's client gives it 100 ms
+    scheduler = scheduler_with(executor, timeout_s=2.0, max_inflight=1)
+    loop = asyncio.get_running_loop()
+    with pytest.raises(DeadlineExceeded):
+        await scheduler.submit(BatchRequest.arriving("m", rows(0, 1), timeout_s=0.1))
+    assert scheduler.inflight("m") == 1  # answered, yet the predictor is still at it
+    sent_at = loop.time()
+    second = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(1, 1))))
+    await asyncio.sleep(0.05)
+    assert len(executor.batches) == 1 and executor.max_concurrent == 1  # the second waits for the slot
+    await second
+    assert loop.time() - sent_at >= 0.15  # it left once the first call had answered
+    assert executor.max_concurrent == 1
+    assert scheduler.stats("m").profile.predict(1) == pytest.approx(0.3, rel=0.35)  # its real time, learned
+
+
+async def test_a_call_that_never_answers_gives_its_slot_back_after_as_long_again():
+    executor = RecordingExecutor()
+    executor.release = asyncio.Event()  # never set
+    scheduler = scheduler_with(executor, timeout_s=0.1, max_inflight=1)
+    with pytest.raises(DeadlineExceeded):
+        await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))
+    assert scheduler.inflight("m") == 1  # held past the deadline: the predictor may still be computing
+    for _ in range(200):  # 0.1 s to the deadline, then 0.1 s more; a hang would fail after 2 s
+        if scheduler.inflight("m") == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert scheduler.inflight("m") == 0 and executor.concurrent == 0  # cancelled at the predictor's client
 
 
 async def test_executor_errors_reach_every_member_and_wrong_row_counts_are_caught():
