@@ -254,6 +254,8 @@ def _batching(raw: dict, key: str) -> BatchingConfig:
         timeout_s=_number(raw, key, "timeout_s", default.timeout_s, minimum=0.001),
         max_inflight=_number(fixed, key, "max_inflight", default.max_inflight, integer=True, minimum=1),
         max_queue=_number(raw, key, "max_queue", default.max_queue, integer=True, minimum=1),
+        demand_smoothing_s=_number(raw, key, "demand_smoothing_ms", default.demand_smoothing_s * 1000,
+                                   minimum=10) / 1000,
     )
 
 

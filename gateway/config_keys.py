@@ -101,6 +101,9 @@ KEYS: tuple[Key, ...] = (
                                                           "for less)."),
     Key("models[].batching", "max_inflight", "integer or \"auto\"", "1", "Batches of this model at each predictor "
                                                                           "replica at once; auto: learned."),
+    Key("models[].batching", "demand_smoothing_ms", "number", "5000", "The load signal's demand "
+                                                                      "(gateway_demand_rows_per_second): the time "
+                                                                      "constant of its exponential smoothing."),
     Key("models[].batching", "inflight_ceiling", "integer", "8", "max_inflight = \"auto\": the most it may try."),
     Key("models[].batching", "max_queue", "integer", "4096", "Rows queued beyond which requests are refused (429)."),
     Key("models[].batching", "priority_levels", "integer", "0", "Priority levels, 1 the highest; 0: one level for "

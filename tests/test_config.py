@@ -274,3 +274,10 @@ def test_embedding_config_errors_name_the_key(model, key, problem):
     with pytest.raises(config.ConfigError) as error:
         config.parse({"models": [model]})
     assert error.value.key == key and problem in error.value.problem
+
+
+def test_the_demand_smoothing_is_read_in_milliseconds_and_must_be_positive():
+    parsed = config.parse({"models": [{"name": "m", "batching": {"demand_smoothing_ms": 30000}}]})
+    assert parsed.models[0].batching.demand_smoothing_s == 30.0
+    with pytest.raises(config.ConfigError, match="demand_smoothing_ms"):
+        config.parse({"models": [{"name": "m", "batching": {"demand_smoothing_ms": 0}}]})

@@ -27,6 +27,7 @@ class BatchingConfig:
     max_batch_cost: int = 0      # padded elements (rows x padded length) per batch, tokens for texts; 0 = no limit
     #                              (see batching.padding)
     padding: PaddingConfig | None = None  # variable-length inputs: None = every length is its own signature
+    demand_smoothing_s: float = 5.0  # the load signal's demand: its smoothing's time constant (see batching.load)
 
 
 # -- variable-length inputs (see gateway.batching.padding for what they mean) ------------------

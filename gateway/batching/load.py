@@ -12,9 +12,10 @@ Semantics
 * **Demand** (rows per second) counts every row that reaches the model's queue, admitted
   or refused: refused rows are load the fleet did not carry, and a signal that left them
   out would read lower the more the fleet is overloaded. It is exponentially weighted with
-  `DEMAND_TIME_CONSTANT_S`: long enough that Poisson noise at a few hundred rows per
-  second moves it by a few percent, short enough that a step in the arrivals shows within
-  seconds (the queue has not filled yet), well inside an autoscaler's polling period.
+  a time constant (`demand_smoothing_ms`, 5 s by default): long enough that Poisson noise
+  at a few hundred rows per second moves it by a few percent, short enough that a step in
+  the arrivals shows within seconds (the queue has not filled yet), well inside an
+  autoscaler's polling period.
 * **Load** = demand / (capacity x replicas in rotation). 1.0 is a fleet that is exactly
   busy; an autoscaler targets less (e.g. 0.7) to keep headroom for bursts and for the
   time a new replica takes to start. With no replica in rotation it is counted against
@@ -41,8 +42,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-DEMAND_TIME_CONSTANT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)

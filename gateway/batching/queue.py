@@ -55,7 +55,7 @@ from gateway.batching.merge import slice_result, split_request, take_oldest_grou
 from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import make_policy
 from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequest
-from gateway.batching.stats import ModelStats
+from gateway.batching.stats import DecayingRate, ModelStats
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.request import format_ms
 from wire.tensors import Tensor, signature_key
@@ -80,7 +80,7 @@ class ModelQueue:
         self.wake_at = 0.0
         self._woken = False  # this pump was the policy's own wake-up (a hold or window ended)
         self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
-        self.stats = ModelStats()
+        self.stats = ModelStats(demand_rows=DecayingRate(config.demand_smoothing_s))
         self.form = form  # the batch form its requests come in (opaque here: see BatchScheduler.replace_model)
         self.abandoned = False
         self._loop = loop
@@ -113,6 +113,7 @@ class ModelQueue:
         else:
             self.tuner.set_ceiling(config.inflight_ceiling)  # what it has learned stays
         self.executor, self.config, self.replicas = executor, config, replicas
+        self.stats.demand_rows.time_constant_s = config.demand_smoothing_s
         self.pump()
 
     @property

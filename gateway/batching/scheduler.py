@@ -104,7 +104,8 @@ class BatchScheduler:
         old = self._queues.pop(name, None)
         self.add_model(name, executor, config, form, replicas)
         if old is not None:
-            self._queues[name].stats = old.stats  # its counts carry on
+            self._queues[name].stats = old.stats  # its counts carry on, at the new settings
+            old.stats.demand_rows.time_constant_s = config.demand_smoothing_s
             retiring = self._loop.create_task(self._drain(old, grace_s, Unavailable(
                 f"model '{name}' was replaced before this request could be sent")))
             self._retiring[old] = retiring

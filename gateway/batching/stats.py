@@ -30,7 +30,6 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gateway.batching.load import DEMAND_TIME_CONSTANT_S
 from gateway.batching.profile import LatencyProfile
 
 
@@ -146,7 +145,8 @@ class ModelStats:
     expired: int = 0
     isolations: int = 0  # merged batches the predictor rejected, bisected to find the culprit
     holds: int = 0       # times a free slot waited for answered clients to return (`held`, by policies.adaptive)
-    demand_rows: DecayingRate = field(default_factory=lambda: DecayingRate(DEMAND_TIME_CONSTANT_S))  # rows arriving
+    # Rows arriving (batching.load), at the model's demand_smoothing_s (the queue sets it).
+    demand_rows: DecayingRate = field(default_factory=DecayingRate)
     last_call_at: float = float("-inf")  # when a predictor call last ended (answered or abandoned), loop time
     departures: Counter[str] = field(default_factory=Counter)  # why batches left (policies.departures())
     by_level: dict[int, LevelCounts] = field(default_factory=dict)  # only for models with priority levels

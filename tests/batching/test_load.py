@@ -73,6 +73,20 @@ async def test_the_scheduler_reads_the_demand_the_profile_and_the_replicas_of_a_
     await scheduler.close()
 
 
+async def test_the_demand_follows_the_arrivals_within_a_few_of_its_time_constants():
+    async def executor(inputs: list[Tensor]) -> list[Tensor]:
+        return inputs
+
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    scheduler.add_model("m", executor, BatchingConfig(demand_smoothing_s=0.1))
+    rows = np.ones((4, 1), dtype=np.float32)
+    await asyncio.gather(*(scheduler.submit(BatchRequest("m", [Tensor("x", "FP32", rows)])) for _ in range(50)))
+    busy = scheduler.load("m").demand_rows_per_second
+    await asyncio.sleep(0.5)  # five time constants with nothing arriving: under 1% is left
+    assert scheduler.load("m").demand_rows_per_second < busy * 0.01
+    await scheduler.close()
+
+
 # -- against the simulated predictor, at known steady loads ----------------------------------
 
 CALL_MS, PER_ROW_MS, BATCH, ROWS = 40.0, 1.0, 16, 4
