@@ -45,6 +45,7 @@ from tools.bench.harness import V1_BODY, Context, Gateway, Predictor, check, htt
 MODEL = "demo"
 CALL_MS, PER_ROW_MS, MAX_BATCH = 50.0, 1.0, 16  # one replica: 66 ms per full batch, about 240 rows/s
 SLO_MS = 250.0  # every request's deadline (the deadline policy's slo_ms)
+DEMAND_SMOOTHING_S = 5.0  # the gateway's default demand_smoothing_ms, in simulated seconds
 MIN_REPLICAS, MAX_REPLICAS = 1, 8
 DRAIN_S = 1.0  # real seconds between dropping a replica from the url list and stopping it: a deadline and a batch, with margin
 
@@ -197,7 +198,6 @@ class Fleet:
         self.pods: list[Pod] = []
         self.lock = threading.RLock()
         self.gateway: Gateway | None = None
-        self.inflight_per_model = False  # True once the gateway shows max_inflight is model-wide, not per replica
         self.reloads: list[dict[str, Any]] = []
         self.threads: list[threading.Thread] = []
         self.closing = threading.Event()
@@ -210,9 +210,9 @@ class Fleet:
         self.pods.append(pod)
         return pod
 
-    def model(self, urls: list[str], max_inflight: int) -> dict[str, Any]:
+    def model(self, urls: list[str]) -> dict[str, Any]:
         return {"name": MODEL, "backend": "kserve", "protocol": "http", "api": "v1", "url": urls,
-                "backend_model": MODEL, "batching": {**self.batching, "max_inflight": max_inflight}}
+                "backend_model": MODEL, "batching": {**self.batching, "max_inflight": 1}}  # per replica
 
     def in_rotation(self) -> list[Pod]:
         return [p for p in self.pods if p.ready_at is not None and p.removed_at is None]
@@ -229,25 +229,17 @@ class Fleet:
         assert self.gateway is not None
         urls = [p.url for p in self.in_rotation()]
         began = time.monotonic()
-        inflight = len(urls) if self.inflight_per_model else 1
-        self._reload(urls, inflight)
-        if not self.inflight_per_model and len(urls) > 1:
-            limit = scrape(self.gateway).get("gateway_batches_in_flight_limit")
-            if limit is not None and limit < len(urls):
-                # max_inflight is the model's, not each replica's: give every replica its batch.
-                self.inflight_per_model = True
-                self._reload(urls, len(urls))
+        self._reload(urls)
         self.reloads.append({"at": self.clock.now(), "replicas": len(urls), "seconds": time.monotonic() - began})
 
-    def _reload(self, urls: list[str], max_inflight: int) -> None:
+    def _reload(self, urls: list[str]) -> None:
         assert self.gateway is not None
-        self.gateway.config_path.write_text(to_toml([self.model(urls, max_inflight)]))
+        self.gateway.config_path.write_text(to_toml([self.model(urls)]))
         self.gateway.signal(signals.SIGHUP)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             samples = scrape(self.gateway)
-            if samples.get("gateway_replicas") == len(urls) and (
-                    len(urls) == 1 or samples.get("gateway_batches_in_flight_limit", max_inflight) >= max_inflight):
+            if samples.get("gateway_replicas") == len(urls):
                 return
             time.sleep(0.05)
         self.ctx.say(f"  autoscale: the gateway did not show {len(urls)} replicas 10 s after its reload")
@@ -494,11 +486,14 @@ def measure_capacity(ctx: Context) -> dict[str, Any]:
 def run_signal(ctx: Context, spec: SignalSpec, capacity: float, seed: int) -> dict[str, Any]:
     """The whole ramp with the autoscaler on one signal: its samples, periods and pods."""
     clock = Clock(ctx.duration / 60.0)
-    batching = {"max_batch_size": MAX_BATCH, "slo_ms": SLO_MS, "timeout_s": 5}
+    # The gateway's demand smoothing is a time constant like the others: compressed with the
+    # clock (its default, 5 s, becomes 5 simulated seconds).
+    batching = {"max_batch_size": MAX_BATCH, "slo_ms": SLO_MS, "timeout_s": 5,
+                "demand_smoothing_ms": clock.real(DEMAND_SMOOTHING_S) * 1000}
     fleet = Fleet(ctx, spec.key, clock, batching)
     fleet.first()
     end = schedule_minutes() * 60
-    gateway = Gateway(ctx.log_dir, f"gateway-autoscale-{spec.key}", [fleet.model([fleet.pods[0].url], 1)])
+    gateway = Gateway(ctx.log_dir, f"gateway-autoscale-{spec.key}", [fleet.model([fleet.pods[0].url])])
     with gateway.start():
         fleet.gateway = gateway
         url = f"{gateway.http_url}/v1/models/{MODEL}:predict"
@@ -518,7 +513,7 @@ def run_signal(ctx: Context, spec: SignalSpec, capacity: float, seed: int) -> di
             "replica_seconds": fleet.replica_seconds(end), "ready_seconds": fleet.ready_seconds(end),
             "pods": [{"index": p.index, "requested_at": p.requested_at, "ready_at": p.ready_at, "removed_at": p.removed_at,
                       "stopped_at": p.stopped_at, "failed": p.failed} for p in fleet.pods],
-            "reloads": fleet.reloads, "inflight_per_model": fleet.inflight_per_model, "gateway_errors": log_errors}
+            "reloads": fleet.reloads, "gateway_errors": log_errors}
 
 
 def first_crossing(samples: list[dict[str, Any]], key: str, target: float, after: float = 0.0) -> float | None:
@@ -640,7 +635,8 @@ def report(ctx: Context, measured: dict[str, Any], runs: dict[str, dict[str, Any
         f"requests ramp 0.3x -> 3x -> 0.3x that capacity: " + ", ".join(
             f"{length:g} min {low:g}x" + (f"->{high:g}x" if high != low else "") for length, low, high in PHASES)
         + f". Time is compressed: one simulated minute is {minute:g} real seconds (the costs and the 250 ms deadline are "
-        f"real). The HPA as Kubernetes documents it: desired = ceil(ready x metric / target), tolerance {TOLERANCE:g}, "
+        f"real; the gateway's demand smoothing, {DEMAND_SMOOTHING_S:g} s, is compressed with the rest). "
+        f"The HPA as Kubernetes documents it: desired = ceil(ready x metric / target), tolerance {TOLERANCE:g}, "
         f"sync every {SYNC_S:g} s, scale-up window {UP_WINDOW_S:g} s, scale-down window {DOWN_WINDOW_S:g} s, default "
         f"policies, a pod start delay of {START_DELAY_S:g} s, min {MIN_REPLICAS}, max {MAX_REPLICAS} (simulated seconds). "
         f"Signals: (a) the gateway's CPU over a {RATE_WINDOW_S:g} s window, of a 500m request, target 70% "
