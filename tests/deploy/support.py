@@ -16,6 +16,7 @@ import yaml
 from tools.processes import ServerProcess, python_module_command
 
 ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
 DEPLOY = ROOT / "deploy"
 DOCKERFILE = ROOT / "Dockerfile"
 CONFIG_KEY = "gateway.toml"
@@ -32,6 +33,13 @@ class Instruction:
     keyword: str  # upper case: FROM, RUN, COPY, ...
     arguments: str
     line: int
+
+
+def tool(name: str) -> str:
+    """A binary installed by the dev extras (pyproject.toml), next to this Python."""
+    path = BIN / name
+    assert path.exists(), f"{name} is missing: install the dev extras (pip install -e '.[dev]')"
+    return str(path)
 
 
 def dockerfile_instructions(path: Path = DOCKERFILE) -> list[Instruction]:

@@ -25,18 +25,11 @@ from tests.deploy.support import (
     gateway_command_shim,
     shell_words,
     stages,
+    tool,
 )
 
-BIN = Path(sys.executable).parent
 ENTRYPOINT_SCRIPT = DEPLOY / "docker" / "entrypoint.sh"
 DEFAULT_CONFIG = Path("/etc/batching-gateway/gateway.toml")
-
-
-def tool(name: str) -> str:
-    """A linter installed by the dev extras (pyproject.toml), next to this Python."""
-    path = BIN / name
-    assert path.exists(), f"{name} is missing: install the dev extras (pip install -e '.[dev]')"
-    return str(path)
 
 
 def instructions(keyword: str, stage: int | None = None):
