@@ -6,6 +6,8 @@ and any `python -m MODULE` that prints a `READY key=value ...` line; each return
 `ServerProcess` whose `fields` hold those values."""
 from __future__ import annotations
 
+import json
+import urllib.request
 from pathlib import Path
 
 from tools.processes import (
@@ -15,7 +17,8 @@ from tools.processes import (
     python_module_command,
 )
 
-__all__ = ["ROOT", "ServerProcess", "SimulatedPredictorProcess", "gateway", "python_module", "simulated_predictor"]
+__all__ = ["ROOT", "ServerProcess", "SimulatedPredictorProcess", "gateway", "predictor_calls", "python_module",
+           "simulated_predictor"]
 
 
 def python_module(*args: str, env: dict[str, str] | None = None, ready_timeout: float = 30,
@@ -28,6 +31,12 @@ def python_module(*args: str, env: dict[str, str] | None = None, ready_timeout: 
 def simulated_predictor(*options: str, http_port: int = 0, grpc_port: int = 0) -> SimulatedPredictorProcess:
     """The simulated predictor on 127.0.0.1 (port 0: a free one), started and READY."""
     return SimulatedPredictorProcess(*options, http_port=http_port, grpc_port=grpc_port).start()
+
+
+def predictor_calls(predictor: ServerProcess) -> int:
+    """How many calls a simulated predictor has answered (its `GET /stats`)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{predictor.fields['http']}/stats", timeout=10) as answer:
+        return int(json.load(answer)["calls"])
 
 
 def gateway(config_path: Path, log_level: str = "WARNING", open_files_limit: int | None = None,

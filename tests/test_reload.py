@@ -9,7 +9,7 @@ import threading
 from tests.harness import http_json, scraped, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
-from tests.processes import simulated_predictor
+from tests.processes import predictor_calls, simulated_predictor
 
 DEMO = '[[models]]\nname = "demo"\nbackend = "simulated"\n[models.simulated]\ncall_ms = 50\n'
 EXTRA = '[[models]]\nname = "extra"\nbackend = "simulated"\n'
@@ -142,16 +142,16 @@ def test_a_reload_that_lists_other_replicas_takes_them_in_place_with_nothing_los
         path.write_text(config(urls))
         process.signal(signal.SIGHUP)
         wait_for(lambda: replicas() == 3, "the third replica to join")
-        wait_for(lambda: calls(predictors[2]) > 0, "a batch to reach the third replica")
+        wait_for(lambda: predictor_calls(predictors[2]) > 0, "a batch to reach the third replica")
         path.write_text(config(urls[:1]))
         process.signal(signal.SIGHUP)
         wait_for(lambda: replicas() == 1, "the others to leave")
         drained = len(statuses) + 40  # the batches they had in flight have returned by then
         wait_for(lambda: len(statuses) > drained, "the leaving replicas' last batches to return")
-        left = [calls(p) for p in predictors[1:]]
+        left = [predictor_calls(p) for p in predictors[1:]]
         more = len(statuses) + 100
         wait_for(lambda: len(statuses) > more, "more traffic, on the one replica left")
-        assert [calls(p) for p in predictors[1:]] == left  # those that left get nothing new
+        assert [predictor_calls(p) for p in predictors[1:]] == left  # those that left get nothing new
         stop.set()
         for client in clients:
             client.join(timeout=30)
@@ -164,7 +164,3 @@ def test_a_reload_that_lists_other_replicas_takes_them_in_place_with_nothing_los
             predictor.stop()
     log = process.log_text()
     assert log.count("replicas ['demo']") == 2 and "replaced" not in log
-
-
-def calls(predictor) -> int:
-    return http_json("GET", f"http://127.0.0.1:{predictor.fields['http']}/stats")[1]["calls"]

@@ -13,15 +13,13 @@ from backends.oip_http import OipHttpBackend
 from backends.replicas import ReplicaSet
 from gateway import config as gateway_config
 from tests.harness import config_for, http_json, running_gateway, scraped, wait_for
-from tests.processes import simulated_predictor
+from tests.processes import predictor_calls, simulated_predictor
 from tools.processes import free_port
 from wire.tensors import Tensor
 
 SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32"}], "outputs": [{"name": "OUTPUT0", "datatype": "FP32"}]}
 
 
-def calls(predictor) -> int:
-    return http_json("GET", f"http://127.0.0.1:{predictor.fields['http']}/stats")[1]["calls"]
 
 
 def in_rotation(gw) -> float:
@@ -50,14 +48,14 @@ def test_replicas_share_the_load_survive_a_crash_and_come_back():
                  "batching": {"max_inflight": 2, "max_batch_size": 4}}
         with running_gateway(config_for(model)) as gw:
             assert set(burst(gw, 64)) == {200}
-            assert calls(first) > 0 and calls(second) > 0  # least-in-flight spreads the batches
+            assert predictor_calls(first) > 0 and predictor_calls(second) > 0  # least-in-flight spreads the batches
             assert inflight_limit(gw) == 4  # max_inflight is per replica in rotation
 
             first.kill()
             assert set(burst(gw, 32)) == {200}  # batches sent to the dead replica were retried
-            before = calls(second)
+            before = predictor_calls(second)
             assert set(burst(gw, 32)) == {200}
-            assert calls(second) > before
+            assert predictor_calls(second) > before
             # The dead one is out (tried first: both idle, the first listed wins).
             assert in_rotation(gw) == 1
             assert inflight_limit(gw) == 2  # its slots left with it
@@ -67,7 +65,7 @@ def test_replicas_share_the_load_survive_a_crash_and_come_back():
             # The background probe puts it back once its readiness check passes.
             wait_for(lambda: in_rotation(gw) == 2, "the probe to put the restarted replica back in rotation")
             assert set(burst(gw, 64)) == {200}
-            assert calls(restarted) > 0
+            assert predictor_calls(restarted) > 0
     finally:
         for predictor in (first, second, restarted):
             if predictor is not None:
@@ -110,13 +108,13 @@ async def test_replicas_a_resolver_finds_join_once_ready_and_those_it_no_longer_
         await wait_async(lambda: len(replicas.addresses()) == 2, "the resolver's new address to be taken")
         assert replicas.in_rotation() == 1
         assert all(await asyncio.gather(*(answered(replicas, i) for i in range(12))))
-        assert calls(first) == 12
+        assert predictor_calls(first) == 12
 
         # Up: its readiness check passes and it joins; batches reach it.
         late = simulated_predictor("--call-ms", "150", http_port=late_port)
         await wait_async(lambda: replicas.in_rotation() == 2, "the new replica to pass its readiness check")
         assert all(await asyncio.gather(*(answered(replicas, i) for i in range(12))))
-        assert calls(late) > 0
+        assert predictor_calls(late) > 0
 
         # No longer found while a batch is at it: it leaves the rotation, that batch is answered, no new one reaches it.
         slow = asyncio.ensure_future(asyncio.gather(*(answered(replicas, i) for i in range(2))))  # one at each
@@ -124,9 +122,9 @@ async def test_replicas_a_resolver_finds_join_once_ready_and_those_it_no_longer_
         listed.remove(url(late_port))
         await wait_async(lambda: replicas.in_rotation() == 1, "the vanished replica to leave the rotation")
         assert all(await slow)
-        late_calls = calls(late)
+        late_calls = predictor_calls(late)
         assert all(await asyncio.gather(*(answered(replicas, i) for i in range(12))))
-        assert calls(late) == late_calls
+        assert predictor_calls(late) == late_calls
         assert replicas.addresses() == [url(first)] and len(replicas.replicas) == 1  # closed once its batch returned
 
         # A resolver that fails, or finds nothing, keeps the replicas there are.
