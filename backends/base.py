@@ -61,6 +61,12 @@ class Backend(ABC):
         (called before every batch: it must be cheap)."""
         return 1
 
+    def batches_leaving(self) -> int:
+        """Batches still at replicas that have left the rotation (no longer listed): the
+        batcher counts them apart from the slots of those in rotation (called before every
+        batch: it must be cheap). One predictor never leaves."""
+        return 0
+
     async def update_replicas(self, addresses: tuple[str, ...]) -> bool:
         """Take a new list of replica addresses in place, if this client can (a replica set
         can; a single predictor's client cannot: it is replaced). True if it did."""

@@ -16,7 +16,10 @@ Semantics
   probe that returns an unreachable one); an address no longer listed leaves the
   rotation at once, finishes the batches it has in flight, and is closed after them. No
   batch is lost either way: a batch is sent only to a replica in rotation, and one that
-  fails Unavailable on a leaving replica is retried on another.
+  fails Unavailable on a leaving replica is retried on another. The batches a leaving
+  replica still has are counted apart (`batches_leaving`): they hold none of the slots of
+  the replicas in rotation, so a hung replica taken off the list (an autoscaler's
+  scale-down) does not stall the model; its batches' requests get their deadline error.
 * The addresses known when the set starts are in rotation at once, as a single predictor
   is: the gateway's own readiness already waits for them.
 * Discovery (`resolve`, e.g. `backends.discovery.dns_addresses`): the set asks it for the
@@ -82,6 +85,7 @@ class ReplicaSet(Backend):
         self._refresher: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()  # leaving replicas' clients being closed
         self._serving = 0  # replicas in rotation: read before every batch, so kept, not counted
+        self._leaving_batches = 0  # batches at leaving replicas: the same
         self._recount()
 
     async def start(self) -> None:
@@ -114,8 +118,10 @@ class ReplicaSet(Backend):
                 self._take_out(replica)
             finally:
                 replica.inflight -= 1
-                if replica.leaving and replica.inflight == 0:
-                    self._close_later(replica)
+                if replica.leaving:
+                    self._leaving_batches -= 1
+                    if replica.inflight == 0:
+                        self._close_later(replica)
 
     def _pick(self, tried: set[Replica]) -> Replica | None:
         """The untried replica in rotation with the fewest batches in flight; if none is in
@@ -160,6 +166,7 @@ class ReplicaSet(Backend):
         for address, replica in current.items():
             if address not in wanted:
                 replica.leaving = True
+                self._leaving_batches += replica.inflight
                 log.warning("replica %s is no longer listed: it leaves the rotation", replica.address)
                 if replica.inflight == 0:
                     self._close_later(replica)
@@ -218,6 +225,9 @@ class ReplicaSet(Backend):
 
     def in_rotation(self) -> int:
         return self._serving
+
+    def batches_leaving(self) -> int:
+        return self._leaving_batches
 
     def addresses(self) -> list[str]:
         """The listed replicas' addresses (not the leaving ones), in the order they joined."""

@@ -101,7 +101,7 @@ class InferenceService:
         """Serve a model; `replacing_within_s`: it replaces one of the same name, whose
         queue finishes what it holds (in the old form, on the old predictor) within it."""
         served = served_model(model_config, await self._backend(model_config))
-        replicas = served.backend.in_rotation
+        replicas = served.backend  # its replicas, as the queue's slots read them
         if replacing_within_s is None:
             self.scheduler.add_model(served.name, served.executor, model_config.batching, served.form, replicas)
         else:
@@ -146,7 +146,7 @@ class InferenceService:
             if dataclasses.replace(before, batching=after.batching) == after and \
                     before.batching.padding == after.batching.padding:
                 served.config = after
-                self.scheduler.add_model(name, served.executor, after.batching, served.form, served.backend.in_rotation)
+                self.scheduler.add_model(name, served.executor, after.batching, served.form, served.backend)
                 if before.batching != after.batching:
                     changes["retuned"].append(name)
                 continue

@@ -164,3 +164,43 @@ def test_a_reload_that_lists_other_replicas_takes_them_in_place_with_nothing_los
             predictor.stop()
     log = process.log_text()
     assert log.count("replicas ['demo']") == 2 and "replaced" not in log
+
+
+def test_a_hung_replica_taken_off_the_list_does_not_stall_its_model(tmp_path):
+    """An autoscaler's scale-down while a replica hangs: two replicas at one batch in flight
+    each (max_inflight's default), the first hung with a batch at it, then a reload lists
+    the healthy one alone. The hung batch is counted apart from the slots of the replicas
+    in rotation: requests are answered by the healthy replica while it is still out, and
+    its own request gets its deadline error, not a hang."""
+    hung, healthy = simulated_predictor("--call-ms", "5"), simulated_predictor("--call-ms", "5")
+    urls = [f"http://127.0.0.1:{p.fields['http']}" for p in (hung, healthy)]
+
+    def config(listed: list[str]) -> str:
+        return (f'[[models]]\nname = "demo"\nbackend = "kserve"\napi = "v1"\nurl = {listed!r}\n'
+                '[[models.inputs]]\nname = "INPUT0"\ndatatype = "FP32"\n'
+                '[[models.outputs]]\nname = "OUTPUT0"\ndatatype = "FP32"\n'
+                '[models.batching]\ntimeout_s = 10\n')
+
+    path = tmp_path / "gateway.toml"
+    path.write_text(config(urls))
+    process = gateway_process(path)
+    url = "http://" + process.fields["http"]
+    try:
+        assert http_json("POST", f"{urls[0]}/control", {"extra_delay_ms": 3_600_000})[0] == 200
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            stuck = pool.submit(predict, url, "demo")  # both idle: the first listed, the hung one, takes it
+            wait_for(lambda: scraped(url, "gateway_batches_in_flight", "demo") == 1, "a batch at the hung replica")
+            assert predictor_calls(healthy) == 0
+            path.write_text(config(urls[1:]))
+            process.signal(signal.SIGHUP)
+            wait_for(lambda: scraped(url, "gateway_predictor_replicas", "demo") == 1,
+                     "the hung replica to leave the rotation")
+            answered = [predict(url, "demo") for _ in range(8)]  # one after another: one batch each
+            still_out = not stuck.done()
+            assert answered == [200] * 8 and predictor_calls(healthy) == 8
+            assert still_out, "the healthy replica answered only after the hung batch was given up"
+            assert stuck.result(timeout=60) == 504  # its deadline error: nothing is lost
+    finally:
+        process.kill()
+        for predictor in (hung, healthy):
+            predictor.stop()

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from gateway.batching import padding as pad
 from gateway.batching.config import PaddingConfig
@@ -50,13 +51,31 @@ from wire.tracing import BatchContext, current_batch
 log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
 
 Executor = Callable[[list[Tensor]], Awaitable[list[Tensor]]]
-Replicas = Callable[[], int]
-"""How many predictor replicas an executor has in rotation now: a queue's slots are per replica."""
 
 
-def one_replica() -> int:
-    """A single predictor's count (and a test stub's)."""
-    return 1
+class Replicas(Protocol):
+    """An executor's predictor replicas, as a queue's slots read them (a model's backend).
+    Both are called before every batch: they must be cheap."""
+
+    def in_rotation(self) -> int:
+        """Replicas in rotation now: a queue's slots are per replica in rotation."""
+
+    def batches_leaving(self) -> int:
+        """Batches still at replicas that have left the rotation: counted apart, they hold
+        no slot of the replicas in rotation (a hung one must not stall the model)."""
+
+
+class OneReplica:
+    """A single predictor (and a test stub): one replica, always in rotation."""
+
+    def in_rotation(self) -> int:
+        return 1
+
+    def batches_leaving(self) -> int:
+        return 0
+
+
+one_replica = OneReplica()
 
 Outcome = list[Tensor] | GatewayError
 """A group's merged outputs, or the error to answer each of its requests with."""

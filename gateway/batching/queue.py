@@ -9,8 +9,11 @@ Semantics
   priority order, oldest first within a level.
 * At most `max_inflight` batches per predictor replica in rotation are at the executor at
   once (with "auto", as many as `inflight.InflightTuner` has learned, per replica): a
-  replica that joins adds its slots, one that leaves takes them away. Whenever a slot is
-  free and a live request waits, the policy decides: ship now, or wait until a given time.
+  replica that joins adds its slots, one that leaves takes them away. A batch still at a
+  replica that left holds none of the slots of those in rotation: it is counted apart until
+  it returns (a hung replica removed from the list must not stall the model). Whenever a
+  slot is free and a live request waits, the policy decides: ship now, or wait until a
+  given time.
 * When a batch returns, its slot is freed and the next batch is shipped *before* the
   finished batch's requests are answered, so the predictor never idles behind our own
   bookkeeping.
@@ -69,7 +72,7 @@ class ModelQueue:
                  replicas: Replicas = one_replica) -> None:
         self.name = name
         self.executor = executor
-        self.replicas = replicas  # the executor's predictor replicas in rotation now
+        self.replicas = replicas  # the executor's predictor replicas: how many in rotation now, ...
         self.config = config
         self.policy = make_policy(config)
         self.pending: deque[Part] = deque()
@@ -96,8 +99,10 @@ class ModelQueue:
     @property
     def inflight_limit(self) -> int:
         """Batches this model may have at the executor now: its slots on every replica in
-        rotation (on one while none is: the executor tries them all the same)."""
-        return self.slots_per_replica * max(self.replicas(), 1)
+        rotation (on one while none is: the executor tries them all the same), beside the
+        batches still at replicas that left the rotation (counted apart)."""
+        replicas = self.replicas
+        return self.slots_per_replica * max(replicas.in_rotation(), 1) + replicas.batches_leaving()
 
     def retune(self, executor: Executor, config: BatchingConfig, replicas: Replicas) -> None:
         """New settings for the same model. What the policy has learned is kept while the

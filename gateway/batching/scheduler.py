@@ -5,7 +5,8 @@ Semantics
 * Models are added (or re-tuned) and removed at run time; each has its own queue,
   executor and settings (see `queue` for what a queue guarantees), and may tell how many
   predictor replicas its executor has in rotation (`replicas`): its in-flight limit is per
-  replica, and its load signal (`load`) counts them.
+  replica (batches still at replicas that left are counted apart), and its load signal
+  (`load`) counts them.
 * Removing a model stops its intake at once; what it has queued and in flight gets a grace
   period, the rest is answered Unavailable.
 * Closing stops all intake (Unavailable); queued and in-flight work gets a grace period,
@@ -83,8 +84,9 @@ class BatchScheduler:
     def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "",
                   replicas: Replicas = one_replica) -> None:
         """Register (or re-tune) a model. Call on the scheduler's loop. `form`: an opaque name
-        of the batch form its requests come in (see `replace_model`); `replicas`: how many
-        predictor replicas the executor has in rotation now."""
+        of the batch form its requests come in (see `replace_model`); `replicas`: the
+        executor's predictor replicas (how many are in rotation now, and the batches still
+        at those that left)."""
         if config.policy not in policy_names():
             raise ValueError(f"unknown batching policy {config.policy!r}")
         existing = self._queues.get(name)
@@ -141,7 +143,7 @@ class BatchScheduler:
         figures = snapshot or self.snapshot(name)
         config = queue.config
         capacity = replica_capacity(figures.profile, config.max_batch_size, queue.slots_per_replica, config.slo_s)
-        return LoadSignal(capacity, figures.demand_rows_per_second, queue.replicas())
+        return LoadSignal(capacity, figures.demand_rows_per_second, queue.replicas.in_rotation())
 
     def queue_depth(self, name: str) -> int:
         return self._queues[name].queued_rows

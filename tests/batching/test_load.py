@@ -52,15 +52,28 @@ def test_the_load_is_the_demand_over_the_fleet_and_a_fleet_with_none_in_rotation
     assert LoadSignal(400.0, 200.0, 0).load == pytest.approx(0.5)
 
 
+class Fleet:
+    """Replicas as a queue reads them, changed by the test."""
+
+    def __init__(self) -> None:
+        self.serving, self.leaving = 1, 0
+
+    def in_rotation(self) -> int:
+        return self.serving
+
+    def batches_leaving(self) -> int:
+        return self.leaving
+
+
 async def test_the_scheduler_reads_the_demand_the_profile_and_the_replicas_of_a_model():
-    replicas = [1]
+    replicas = Fleet()
 
     async def executor(inputs: list[Tensor]) -> list[Tensor]:
         await asyncio.sleep(0.002)
         return inputs
 
     scheduler = BatchScheduler(asyncio.get_running_loop())
-    scheduler.add_model("m", executor, BatchingConfig(max_batch_size=8, max_inflight=2), replicas=lambda: replicas[0])
+    scheduler.add_model("m", executor, BatchingConfig(max_batch_size=8, max_inflight=2), replicas=replicas)
     before = scheduler.load("m")
     assert (before.capacity_rows_per_second, before.demand_rows_per_second, before.replicas) == (None, 0.0, 1)
     rows = np.ones((4, 1), dtype=np.float32)
@@ -68,8 +81,10 @@ async def test_the_scheduler_reads_the_demand_the_profile_and_the_replicas_of_a_
     signal = scheduler.load("m")
     assert signal.demand_rows_per_second > 0 and signal.capacity_rows_per_second is not None
     assert scheduler.inflight_limit("m") == 2 and scheduler.slots_per_replica("m") == 2
-    replicas[0] = 3  # two replicas joined: three times the slots, a third of the load
+    replicas.serving = 3  # two replicas joined: three times the slots, a third of the load
     assert scheduler.inflight_limit("m") == 6 and scheduler.load("m").replicas == 3
+    replicas.serving, replicas.leaving = 2, 1  # one left with a batch still at it: counted apart
+    assert scheduler.inflight_limit("m") == 5 and scheduler.load("m").replicas == 2
     await scheduler.close()
 
 
