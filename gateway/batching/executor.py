@@ -5,9 +5,9 @@ tensors with one row per input row (a backend's `infer`, a test's stub).
 
 Semantics
 ---------
-* One call per batch: its parts' inputs concatenated, one numpy.concatenate per input; or,
-  for a model that pads, padded to the batch's length with the generated inputs added
-  (`padding.pad_batch`), and the outputs that follow the padded length checked.
+* One call per batch: its inputs are what the parts' row layout makes of them (one
+  numpy.concatenate per input; padded to the batch's length, for a model that pads: see
+  `layouts`), and its answer is checked by that layout beside one row per input row.
 * A call still running when every member's deadline has passed is given up for its
   members (the queue answers each at its deadline: a hung predictor costs a request at
   most its deadline) and the latency profile learns at once that it took at least that
@@ -38,9 +38,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from gateway.batching import padding as pad
-from gateway.batching.config import PaddingConfig
-from gateway.batching.merge import concatenate
+from gateway.batching.layouts import RowLayout
 from gateway.batching.observer import NO_OBSERVATION, BatchObservation
 from gateway.batching.request import Part
 from gateway.batching.stats import ModelStats
@@ -82,8 +80,7 @@ Outcome = list[Tensor] | GatewayError
 
 
 async def execute(executor: Executor, parts: list[Part], batch_id: str, model: str, stats: ModelStats,
-                  padding: PaddingConfig | None = None,
-                  observation: BatchObservation = NO_OBSERVATION,
+                  layout: RowLayout, observation: BatchObservation = NO_OBSERVATION,
                   ) -> list[tuple[list[Part], Outcome]]:
     """Run the live parts as one executor call. If the predictor rejects the merged batch
     as bad input, bisect it, so that only the offending request fails and the others
@@ -91,29 +88,23 @@ async def execute(executor: Executor, parts: list[Part], batch_id: str, model: s
     live = [part for part in parts if part.live]
     if not live:
         return []
-    outcome = await call(executor, live, batch_id, model, stats, padding, observation)
+    outcome = await call(executor, live, batch_id, model, stats, layout, observation)
     if isinstance(outcome, (PredictorRejected, HandlerFailed)) and len({id(p.request) for p in live}) > 1:
         stats.bisected()
         middle = len(live) // 2
-        return (await execute(executor, live[:middle], batch_id, model, stats, padding, observation)
-                + await execute(executor, live[middle:], batch_id, model, stats, padding, observation))
+        return (await execute(executor, live[:middle], batch_id, model, stats, layout, observation)
+                + await execute(executor, live[middle:], batch_id, model, stats, layout, observation))
     return [(live, outcome)]
 
 
 async def call(executor: Executor, parts: list[Part], batch_id: str, model: str, stats: ModelStats,
-               padding: PaddingConfig | None = None,
-               observation: BatchObservation = NO_OBSERVATION) -> Outcome:
+               layout: RowLayout, observation: BatchObservation = NO_OBSERVATION) -> Outcome:
     """One executor call; every failure comes back as the GatewayError to answer."""
     loop = asyncio.get_running_loop()
     rows = sum(part.size for part in parts)
     token = None
     try:
-        shapes = [part.shape for part in parts if part.shape is not None]
-        if padding is None or len(shapes) < len(parts):  # parts queued before a reload set padding travel as before
-            padding = None
-            inputs = concatenate([part.inputs for part in parts])
-        else:
-            inputs = pad.pad_batch([part.inputs for part in parts], shapes, padding)
+        inputs = layout.batch_inputs(parts)
         started = loop.time()
         with observation.predictor_call(rows) as traceparent:
             # The backend reads the batch's ids and trace from here (see wire.tracing).
@@ -135,8 +126,7 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
                 raise BadPredictorAnswer(
                     f"predictor returned {len(tensor.data)} rows of '{tensor.name}' for a batch of {rows}"
                 )
-        if padding is not None:
-            pad.check_outputs(outputs, pad.batch_length(shapes), padding)
+        layout.check_outputs(outputs, parts)
         stats.call_answered(rows, elapsed, len({id(part.request) for part in parts}), loop.time())
         return outputs
     except GatewayError as exc:

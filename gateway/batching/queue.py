@@ -27,12 +27,10 @@ Semantics
   Overloaded. A request whose caller goes away (its awaiting task is cancelled) is
   dropped from the queue and its rows are never sent; a request answered early leaves
   its parts behind, skipped when met.
-* A model with padded inputs (`config.padding`) merges requests that differ only in their
-  length, within one bucket if it has buckets; each batch is padded, and capped at
-  `max_batch_cost` padded elements beside `max_batch_size` rows (see `padding`). A
-  request of several texts is sorted by length and cut by bucket (`padding.text_parts`):
-  each part batches with texts of its own bucket, and the answer is put back in the
-  request's order.
+* What a row is belongs to the model's row layout (`layouts`), chosen with its settings:
+  how a request is cut into parts and what they must agree on, what a batch costs (rows,
+  padded elements or tokens beside `max_batch_size`), its inputs, the check of its
+  outputs and each part's answer. A request keeps the layout that cut it across a reload.
 * Abandoning the queue (model removed, gateway shutting down) answers everything queued
   with the given error and cancels batches in flight, whose requests get Unavailable.
 * What becomes of each request and batch is told to the model's `stats.ModelStats`, one
@@ -48,20 +46,20 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 
-from gateway.batching import padding as pad
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, Replicas, execute, one_replica
 from gateway.batching.inflight import InflightTuner
-from gateway.batching.merge import slice_result, split_request, take_oldest_group
+from gateway.batching.layouts import layout_for
+from gateway.batching.merge import slice_result
 from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import make_policy
 from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequest
 from gateway.batching.stats import DecayingRate, ModelStats
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.request import format_ms
-from wire.tensors import Tensor, signature_key
+from wire.tensors import Tensor
 
 log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
 
@@ -75,6 +73,7 @@ class ModelQueue:
         self.replicas = replicas  # the executor's predictor replicas: how many in rotation now, ...
         self.config = config
         self.policy = make_policy(config)
+        self.layout = layout_for(config)  # what a row is: how requests are cut, merged and answered
         self.pending: deque[Part] = deque()
         self.queued_rows = 0  # rows of live requests not yet taken into a batch
         self.rows_by_level: dict[int, int] = {}  # the same, by priority level (kept only when there are levels)
@@ -118,6 +117,7 @@ class ModelQueue:
         else:
             self.tuner.set_ceiling(config.inflight_ceiling)  # what it has learned stays
         self.executor, self.config, self.replicas = executor, config, replicas
+        self.layout = layout_for(config)  # for new requests: those queued keep the layout that cut them
         self.stats.demand_rows.time_constant_s = config.demand_smoothing_s
         self.pump()
 
@@ -137,12 +137,35 @@ class ModelQueue:
         size = len(inputs[0].data)
         if size == 0 or any(len(t.data) != size for t in inputs):
             raise InvalidInput("every input must have the same, non-zero, batch dimension")
-        config = self.config
-        shape = pad.measure(inputs, config.padding, request.lengths) if config.padding is not None else None
+        parameters = request.parameters  # part of what must agree for requests to share a batch
+        layout = self.layout
+        cut = layout.cut(inputs, request.lengths, tuple(sorted(parameters.items())) if parameters else ())
         level = self._level(request.priority)
         loop = self._loop
         now = loop.time()
         self.stats.arrived(level, size, now)
+        deadline, budget = self._admit(request, size, level, now)
+        queued = QueuedRequest(cut.signatures[0], size, deadline, loop.create_future(), len(cut.pieces), layout,
+                               request.client, now, parameters, level, cut.restore)
+        if level:
+            self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
+        self.stats.admitted(level, size, now)
+        for index, (piece, shape, signature) in enumerate(zip(cut.pieces, cut.shapes, cut.signatures, strict=True)):
+            self.pending.append(Part(queued, index, piece, len(piece[0].data), now, shape, signature))
+        self.queued_rows += size
+        queued.timer = loop.call_at(deadline, self._expire, queued, budget)
+        latest_start = self.policy.latest_start(self, size, deadline)
+        if latest_start is not None:
+            queued.start_timer = loop.call_at(max(latest_start, now), self._drop_if_unsent, queued)
+        queued.future.add_done_callback(lambda _f: self._finished(queued))
+        self.policy.on_arrival(now)
+        self.pump()
+        return queued.future
+
+    def _admit(self, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
+        """Whether `size` rows of `level` may join the queue now: their deadline on the loop's
+        clock and the budget it was counted from; raises the refusal (counted) otherwise."""
+        config = self.config
         if size > config.max_queue:
             # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
             raise PayloadTooLarge(
@@ -171,54 +194,7 @@ class ModelQueue:
                 f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}, batching.max_queue); "
                 "try again later"
             )
-        # Parameters are part of what must agree for requests to share a batch.
-        parameters = request.parameters
-        agreed = tuple(sorted(parameters.items())) if parameters else ()
-
-        def signature(piece: list[Tensor], piece_shape: pad.RowShape | None) -> Hashable:
-            tensors_key = pad.signature(piece, config.padding, piece_shape) if config.padding and piece_shape \
-                else signature_key(piece)
-            return (tensors_key, agreed) if parameters else tensors_key
-
-        order = None
-        part_shapes: list[pad.RowShape | None] = []
-        if shape is not None and config.padding is not None and not config.padding.inputs and size > 1:
-            # Texts: sorted by length and cut by bucket, each part batching with its own kind.
-            order, shapes = pad.text_parts(shape.lengths, config.padding, config.max_batch_size, config.max_batch_cost)
-            if order is not None:
-                inputs = [Tensor(t.name, t.datatype, t.data[order]) for t in inputs]
-            pieces, start = [], 0
-            for part_shape in shapes:
-                rows = len(part_shape.lengths)
-                pieces.append([Tensor(t.name, t.datatype, t.data[start:start + rows]) for t in inputs])
-                part_shapes.append(part_shape)
-                start += rows
-            signatures = [signature(piece, part_shape) for piece, part_shape in zip(pieces, part_shapes, strict=True)]
-        else:
-            pieces = split_request(inputs, pad.rows_per_part(shape.padded if shape else 1, config.max_batch_size,
-                                                              config.max_batch_cost))
-            offset = 0
-            for piece in pieces:
-                rows = len(piece[0].data)
-                part_shapes.append(shape.rows(offset, rows) if shape else None)
-                offset += rows
-            signatures = [signature(inputs, shape)] * len(pieces)  # the parts of one request all agree
-        queued = QueuedRequest(signatures[0], size, deadline, loop.create_future(), len(pieces), request.client, now,
-                               parameters, level, order)
-        if level:
-            self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
-        self.stats.admitted(level, size, now)
-        for index, (piece, piece_shape, piece_signature) in enumerate(zip(pieces, part_shapes, signatures, strict=True)):
-            self.pending.append(Part(queued, index, piece, len(piece[0].data), now, piece_shape, piece_signature))
-        self.queued_rows += size
-        queued.timer = loop.call_at(queued.deadline, self._expire, queued, budget)
-        latest_start = self.policy.latest_start(self, size, queued.deadline)
-        if latest_start is not None:
-            queued.start_timer = loop.call_at(max(latest_start, now), self._drop_if_unsent, queued)
-        queued.future.add_done_callback(lambda _f: self._finished(queued))
-        self.policy.on_arrival(now)
-        self.pump()
-        return queued.future
+        return deadline, budget
 
     def _expire(self, request: QueuedRequest, timeout: float) -> None:
         if request.done:
@@ -291,10 +267,7 @@ class ModelQueue:
         assert leader is not None  # pump ships only when a live part waits
         policy_limit = self.policy.batch_limit(self, now)
         limit = max(policy_limit, leader.size)
-        padding = self.config.padding
-        parts = take_oldest_group(self.pending, limit, leader, self.config.max_batch_cost,
-                                  by_level=bool(self.config.priority_levels),
-                                  summed=padding is not None and padding.summed)
+        parts = leader.request.layout.take(self.pending, limit, leader, bool(self.config.priority_levels))
         for part in parts:
             part.request.sent = True
             self._unqueue(part.request, part.size)
@@ -395,17 +368,15 @@ class ModelQueue:
         batch_id = self._next_batch_id()
         departed_unix_ns = time.time_ns()
         rows = sum(part.size for part in parts)
-        padding = self.config.padding
-        shapes = [part.shape for part in parts if part.shape is not None]
-        padded, real = pad.elements(shapes, padding is not None and padding.summed) if shapes else (0, 0)
+        layout = parts[0].request.layout  # parts share a signature, so a layout
+        elements = layout.elements(parts)
         requests = list({id(part.request): part.request for part in parts}.values())
         observation = self.observer.batch_left(self.name, batch_id, [r.client for r in requests], rows, reason,
-                                               padded, real)
+                                               *(elements or (0, 0)))
         started = self._loop.time()
-        self.stats.batch_left(rows, reason, [started - part.enqueued_at for part in parts],
-                              (padded, real) if shapes else None)
+        self.stats.batch_left(rows, reason, [started - part.enqueued_at for part in parts], elements)
         try:
-            outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats, padding, observation)
+            outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats, layout, observation)
         except asyncio.CancelledError:
             for part in parts:
                 part.request.fail(Unavailable("the gateway is shutting down"))
@@ -426,17 +397,20 @@ class ModelQueue:
                     part.request.fail(outcome)
             else:
                 for part, part_outputs in zip(group, slice_result(outcome, [p.size for p in group]), strict=True):
-                    if padding is not None and part.shape is not None:
-                        part_outputs = pad.trim(part_outputs, part.shape.length, padding)
-                    part.request.answer_part(part.index, part_outputs, batch_id, departed_unix_ns)
+                    part.request.answer_part(part.index, layout.part_outputs(part, part_outputs), batch_id,
+                                             departed_unix_ns)
         if log.isEnabledFor(logging.DEBUG):
-            failed = [type(o).__name__ for _, o in outcomes if isinstance(o, GatewayError)]
-            log.debug("batch %s model=%s rows=%d requests=%d outcome=%s", batch_id, self.name, rows, len(parts),
-                      ",".join(failed) or "ok",
-                      extra={"batch_id": batch_id, "model": self.name, "rows": rows,
-                             "request_ids": [p.request.client.request_id for p in parts
-                                             if p.request.client.request_id][:32],
-                             "outcome": failed or "ok"})
+            self._log_batch(batch_id, rows, parts, outcomes)
+
+    def _log_batch(self, batch_id: str, rows: int, parts: list[Part],
+                   outcomes: list[tuple[list[Part], list[Tensor] | GatewayError]]) -> None:
+        failed = [type(o).__name__ for _, o in outcomes if isinstance(o, GatewayError)]
+        log.debug("batch %s model=%s rows=%d requests=%d outcome=%s", batch_id, self.name, rows, len(parts),
+                  ",".join(failed) or "ok",
+                  extra={"batch_id": batch_id, "model": self.name, "rows": rows,
+                         "request_ids": [p.request.client.request_id for p in parts
+                                         if p.request.client.request_id][:32],
+                         "outcome": failed or "ok"})
 
     # -- the end -------------------------------------------------------------------------
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from gateway.batching.padding import RowShape
 from wire.errors import GatewayError
 from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
+
+if TYPE_CHECKING:
+    from gateway.batching.layouts import RowLayout
 
 NO_PARAMETERS: Mapping[str, Any] = MappingProxyType({})
 
@@ -85,12 +88,12 @@ class BatchResult:
 
 class QueuedRequest:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows", "answers", "batch_ids",
-                 "departures", "sent", "client", "arrived", "parameters", "start_timer", "level", "order")
+                 "departures", "sent", "client", "arrived", "parameters", "start_timer", "level", "layout", "restore")
 
     def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
-                 parts: int, client: ClientContext = NO_CONTEXT, arrived: float = 0.0,
+                 parts: int, layout: RowLayout, client: ClientContext = NO_CONTEXT, arrived: float = 0.0,
                  parameters: Mapping[str, Any] = NO_PARAMETERS, level: int = 0,
-                 order: np.ndarray | None = None) -> None:
+                 restore: Callable[[list[Tensor]], list[Tensor]] | None = None) -> None:
         self.client = client
         self.parameters = parameters  # forwarded with its batch (part of its signature)
         self.arrived = arrived  # loop time
@@ -106,8 +109,10 @@ class QueuedRequest:
         self.batch_ids: list[str] = []  # in the order its parts were answered
         self.departures: list[int] = []  # when each of those batches left (wall clock, ns)
         self.sent = False  # some part of it reached the executor
-        # Its rows travel in this order (texts sorted by length: padding.text_parts); None: as sent.
-        self.order = order
+        # The row layout that cut it: its batches are merged and cut back by that layout, even
+        # after a reload gave its model another (see gateway.batching.layouts).
+        self.layout = layout
+        self.restore = restore  # puts its answer back in the client's row order (None: as sent)
 
     @property
     def done(self) -> bool:
@@ -122,10 +127,8 @@ class QueuedRequest:
         self.departures.append(departed_unix_ns)
         whole = self.answers.add(index, outputs)
         if whole is not None:
-            if self.order is not None:  # back in the request's own order
-                inverse = np.empty_like(self.order)
-                inverse[self.order] = np.arange(len(self.order))
-                whole = [Tensor(t.name, t.datatype, t.data[inverse]) for t in whole]
+            if self.restore is not None:
+                whole = self.restore(whole)
             self.future.set_result(BatchResult(whole, self.batch_ids, self.departures))
 
     def fail(self, error: GatewayError) -> None:

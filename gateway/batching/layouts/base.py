@@ -1,0 +1,67 @@
+"""What every row layout answers (`RowLayout`), and the shape of a request cut into parts
+(`Cut`). The package's docstring says what each question means; this module holds only
+the vocabulary the layouts and the queue share. It must not know any layout.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from gateway.batching.padding import RowShape
+from gateway.batching.request import Part
+from wire.tensors import Tensor
+
+Restore = Callable[[list[Tensor]], list[Tensor]]
+"""A request's joined answer, put back in the order its client sent the rows."""
+
+
+@dataclass(slots=True)
+class Cut:
+    """A request cut into parts: part k is `pieces[k]`, of lengths `shapes[k]` (None where
+    the layout measures nothing) and signature `signatures[k]`; `restore` undoes the
+    layout's reordering of the rows (None: they travel as sent)."""
+    pieces: list[list[Tensor]]
+    shapes: list[RowShape | None]
+    signatures: list[Hashable]
+    restore: Restore | None = None
+
+
+class RowLayout(Protocol):
+    """What the queue and the executor ask of a model's rows (see the package)."""
+
+    def cut(self, inputs: list[Tensor], lengths: np.ndarray | None, agreed: tuple) -> Cut:
+        """`inputs` (rows first, at least one) cut into parts; `lengths`: each row's own
+        length where the model layer measured it; `agreed`: what else must be equal for
+        two requests to share a batch (their parameters), () for nothing."""
+        ...
+
+    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool) -> list[Part]:
+        """Remove and return the next batch's parts from `pending`, formed around `leader`,
+        at most `limit` rows (`by_level`: in priority order; see `merge.take_oldest_group`)."""
+        ...
+
+    def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:
+        """The one call's input tensors for these parts, their rows in part order."""
+        ...
+
+    def check_outputs(self, outputs: list[Tensor], parts: Sequence[Part]) -> None:
+        """Raise BadPredictorAnswer for an answer this layout cannot cut back per part (the
+        executor has already checked one row per input row)."""
+        ...
+
+    def part_outputs(self, part: Part, outputs: list[Tensor]) -> list[Tensor]:
+        """`part`'s own outputs, from its rows of the batch's outputs."""
+        ...
+
+    def elements(self, parts: Sequence[Part]) -> tuple[int, int] | None:
+        """A batch's (padded, real) elements along its padded length; None if not measured."""
+        ...
+
+
+def with_agreed(key: Hashable, agreed: tuple) -> Hashable:
+    """A part's signature: its tensors' `key`, joined by what else must agree, if anything."""
+    return (key, agreed) if agreed else key

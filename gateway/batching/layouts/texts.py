@@ -1,0 +1,91 @@
+"""`TextRows`: one text a row (an embedding model's BYTES input), each measured in tokens.
+
+The model layer measured each text (`BatchRequest.lengths`); nothing is padded here, the
+predictor's tokenizer pads or packs the batch itself. A request of several texts is sorted
+by length and cut by bucket (`padding.text_parts`), so that each part batches with other
+requests' texts of its own bucket and a list's short texts never pay for its long ones;
+its answer is put back in the client's order once every part is in. A batch costs its
+rows x its longest text (`token_cost = "longest"`) or its texts' tokens added up
+(`"sum"`), within `max_batch_tokens`: one text longer than that can never be sent and is
+refused (413) naming that key, before any bucket is looked up.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.batching import padding as pad
+from gateway.batching.config import PaddingConfig
+from gateway.batching.layouts.base import Cut, Restore, with_agreed
+from gateway.batching.merge import concatenate, take_oldest_group
+from gateway.batching.request import Part
+from wire.errors import InvalidInput, PayloadTooLarge
+from wire.tensors import Tensor
+
+TOKENS_KEY = "batching.max_batch_tokens"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TextRows:
+    padding: PaddingConfig
+    max_batch_size: int
+    max_batch_cost: int  # tokens (the model's max_batch_tokens)
+
+    def cut(self, inputs: list[Tensor], lengths: np.ndarray | None, agreed: tuple) -> Cut:
+        if lengths is None or len(lengths) != len(inputs[0].data):
+            raise InvalidInput("the request's texts were not measured in tokens")
+        longest = int(lengths.max())
+        if self.max_batch_cost and longest > self.max_batch_cost:
+            raise PayloadTooLarge(f"a text of {longest} tokens is longer than a whole batch may hold ({TOKENS_KEY} = "
+                                  f"{self.max_batch_cost}): send shorter texts")
+        if len(lengths) == 1:
+            shape = pad.measure(inputs, self.padding, lengths)
+            pad.rows_per_part(shape.padded, self.max_batch_size, self.max_batch_cost)
+            return Cut([inputs], [shape], [self._signature(inputs, shape, agreed)])
+        order, shapes = pad.text_parts(lengths, self.padding, self.max_batch_size, self.max_batch_cost)
+        restore: Restore | None = None
+        if order is not None:
+            inputs = [Tensor(t.name, t.datatype, t.data[order]) for t in inputs]
+            restore = _restore_order(order)
+        pieces, start = [], 0
+        for shape in shapes:
+            rows = len(shape.lengths)
+            pieces.append([Tensor(t.name, t.datatype, t.data[start:start + rows]) for t in inputs])
+            start += rows
+        signatures = [self._signature(piece, shape, agreed) for piece, shape in zip(pieces, shapes, strict=True)]
+        return Cut(pieces, list(shapes), signatures, restore)
+
+    def _signature(self, piece: list[Tensor], shape: pad.RowShape, agreed: tuple) -> object:
+        # The layout joins it: parts cut under other settings (before a reload) never share a batch.
+        return with_agreed((self, pad.signature(piece, self.padding, shape)), agreed)
+
+    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool) -> list[Part]:
+        return take_oldest_group(pending, limit, leader, self.max_batch_cost, by_level=by_level,
+                                 summed=self.padding.summed)
+
+    def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:
+        return concatenate([part.inputs for part in parts])  # the predictor's tokenizer pads
+
+    def check_outputs(self, outputs: list[Tensor], parts: Sequence[Part]) -> None:
+        return None  # one vector per text: nothing follows a padded length
+
+    def part_outputs(self, part: Part, outputs: list[Tensor]) -> list[Tensor]:
+        return outputs
+
+    def elements(self, parts: Sequence[Part]) -> tuple[int, int] | None:
+        shapes = [part.shape for part in parts if part.shape is not None]
+        return pad.elements(shapes, self.padding.summed)
+
+
+def _restore_order(order: np.ndarray) -> Restore:
+    """The answer's rows, travelled in `order`, put back in the order they were sent."""
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+
+    def restore(whole: list[Tensor]) -> list[Tensor]:
+        return [Tensor(t.name, t.datatype, t.data[inverse]) for t in whole]
+
+    return restore
