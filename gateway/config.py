@@ -20,7 +20,14 @@ from backends.settings import Cost, PredictorProtocol, PredictorSettings
 from gateway.batching import policies
 from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
 from gateway.config_keys import names as keys_in
-from gateway.tokens import TokenCounter, TokenizerUnavailable
+from gateway.tokens import (
+    DEFAULT_TOKEN_ENCODING,
+    TOKEN_ENCODINGS,
+    EncodingUnavailable,
+    TokenCounter,
+    TokenizerUnavailable,
+    token_decoder,
+)
 from wire.codecs.limits import Limits
 from wire.tensors import NUMPY_DTYPES, ModelSignature, TensorSpec, is_wire_datatype
 
@@ -44,6 +51,10 @@ class EmbeddingsConfig:
     input: str = ""          # the BYTES input the texts travel in ("" = the only input, else "text")
     output: str = ""         # the FP32 output holding the vectors ("" = the only FP32 output)
     deduplicate: bool = True  # identical texts in one batch are sent once
+    # An OpenAI client's token ids: decoded back to text in this tiktoken encoding
+    # (gateway.tokens), or TOKEN_IDS_AS_IS: sent to an OpenAI-compatible predictor as they are.
+    token_ids: str = DEFAULT_TOKEN_ENCODING
+    token_ids_file: str = ""  # the encoding's .tiktoken file ("" = tiktoken's cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +380,7 @@ def _tensor_specs(raw: Any, key: str, allowed: Set[str]) -> tuple[TensorSpec, ..
 SIMULATED_TASKS = ("double", "embed")
 TOKEN_KEYS = frozenset({"max_batch_tokens", "token_cost"})  # of [models.batching], read by _token_budget
 TOKEN_COSTS = ("longest", "sum")
+TOKEN_IDS_AS_IS = "as_is"  # [models.embeddings] token_ids: the predictor's own vocabulary, passed on
 DEFAULT_MAX_BATCH_TOKENS = 16384  # TEI's default: 32 rows of 512 tokens
 # KServe's: its route prefix (KSERVE_OPENAI_ROUTE_PREFIX, default /openai) and /v1.
 DEFAULT_BASE_PATH = "/openai/v1"
@@ -407,13 +419,37 @@ def _embeddings(raw: dict, key: str, protocol: PredictorProtocol, simulated_task
     tokenizer = _file(table, table_key, "tokenizer")
     config = EmbeddingsConfig(tokenizer=tokenizer, input=_str(table, table_key, "input"),
                               output=_str(table, table_key, "output"),
-                              deduplicate=_bool(table, table_key, "deduplicate", True))
+                              deduplicate=_bool(table, table_key, "deduplicate", True),
+                              token_ids=_choice(table, table_key, "token_ids", (*TOKEN_ENCODINGS, TOKEN_IDS_AS_IS),
+                                                DEFAULT_TOKEN_ENCODING),
+                              token_ids_file=_file(table, table_key, "token_ids_file"))
     if tokenizer:
         try:
             TokenCounter(tokenizer)
         except TokenizerUnavailable as exc:
             raise ConfigError(f"{table_key}.tokenizer", str(exc)) from None
+    _token_ids(table, table_key, config, protocol)
     return config
+
+
+def _token_ids(table: dict, key: str, config: EmbeddingsConfig, protocol: PredictorProtocol) -> None:
+    """`token_ids` and `token_ids_file`: an encoding named here must be readable now; the
+    default one is looked for when the model starts, and token ids are refused without it."""
+    if config.token_ids == TOKEN_IDS_AS_IS:
+        if protocol is not PredictorProtocol.OPENAI_HTTP:
+            raise ConfigError(f"{key}.token_ids", "only an OpenAI-compatible predictor (api = \"openai\") takes "
+                                                  "token ids; this one takes texts: name the tiktoken encoding "
+                                                  "the ids are decoded in")
+        if config.token_ids_file:
+            raise ConfigError(f"{key}.token_ids_file", "token ids passed as they are are not decoded: "
+                                                       "no encoding file is read")
+        return
+    if "token_ids" in table or "token_ids_file" in table:
+        try:
+            token_decoder(config.token_ids, config.token_ids_file)
+        except EncodingUnavailable as exc:
+            raise ConfigError(f"{key}.{'token_ids_file' if config.token_ids_file else 'token_ids'}",
+                              str(exc)) from None
 
 
 def _token_budget(key: str, batching_raw: dict, batching: BatchingConfig) -> BatchingConfig:

@@ -152,6 +152,13 @@ KEYS: tuple[Key, ...] = (
     Key("models[].embeddings", "input", "string", "the only input, else text", "The BYTES input the texts travel in."),
     Key("models[].embeddings", "output", "string", "the only FP32 output", "The FP32 output holding the vectors."),
     Key("models[].embeddings", "deduplicate", "boolean", "true", "Identical texts in one batch are sent once."),
+    Key("models[].embeddings", "token_ids", "string", "cl100k_base",
+        "What an OpenAI client's token ids (LangChain's default) mean: a tiktoken encoding (cl100k_base, "
+        "o200k_base, o200k_harmony, p50k_base, p50k_edit, r50k_base) they are decoded in, back to their text; "
+        "as_is: the predictor's own ids, sent to it as they are (api = \"openai\")."),
+    Key("models[].embeddings", "token_ids_file", "string", "tiktoken's cache",
+        "The encoding's .tiktoken file; unset: tiktoken's cache (TIKTOKEN_CACHE_DIR, else its default). Never "
+        "downloaded."),
 )
 
 

@@ -9,32 +9,42 @@ predictor) is a tensor model whose batch form is one BYTES tensor of texts, shap
   "text"); OIP clients that send BYTES texts, and KServe v1 clients whose instances are
   texts (each a string, or a list of one), land in the same batches; a v1 client is
   answered one vector per instance;
+- an OpenAI client's token ids (LangChain's default) are decoded back to their texts in the
+  model's tiktoken encoding (`token_ids`, `gateway.tokens.TokenDecoder`) and batched as
+  texts; a model of an OpenAI-compatible predictor configured with `token_ids = "as_is"`
+  sends them on as they are instead, in batches of their own (`wire.embeddings.TOKEN_IDS_INPUT`);
 - every request's rows are measured in tokens (`gateway.tokens`), whatever its protocol,
   so that the scheduler can cap a batch by `max_batch_tokens` and group similar lengths
-  by bucket (`gateway.batching.padding`: texts pad nothing in the gateway);
+  by bucket (`gateway.batching.padding`: texts pad nothing in the gateway); a text that
+  alone costs more than `max_batch_tokens` is refused here (413), naming that key;
 - identical texts within one batch are sent once and their vector copied back
   (`deduplicate`, on by default), since an encoder's answer depends on the text alone;
-- the vectors are read from the output configured, else the only FP32 output.
+- the vectors are read from the output configured, else the only FP32 output; a vector
+  holding NaN or an infinity is the predictor's bad answer (502), never a JSON null.
 
 It knows no wire format (the OpenAI codec decodes before it and encodes after it), no
 predictor protocol beyond the backend interface, and nothing of the scheduler.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import numpy as np
 
 from backends.base import Backend
 from gateway.batching.executor import Executor
-from gateway.config import EmbeddingsConfig, ModelConfig
+from gateway.config import TOKEN_IDS_AS_IS, EmbeddingsConfig, ModelConfig
 from gateway.models import BatchInputs, ClientRequest, TensorModel
-from gateway.tokens import TokenCounter
-from wire.embeddings import EmbeddingsRequest
-from wire.errors import BadPredictorAnswer, InvalidInput
+from gateway.tokens import EncodingUnavailable, TokenCounter, UndecodableTokens, token_decoder
+from wire.embeddings import TOKEN_IDS_INPUT, EmbeddingsRequest, pack_token_ids
+from wire.errors import BadPredictorAnswer, InvalidInput, PayloadTooLarge
 from wire.tensors import Tensor
 
 DEFAULT_TEXT_INPUT = "text"
+
+log = logging.getLogger(__name__)
 
 
 class EmbeddingModel(TensorModel):
@@ -44,10 +54,23 @@ class EmbeddingModel(TensorModel):
         super().__init__(config, backend)
         self.settings: EmbeddingsConfig = config.embeddings or EmbeddingsConfig()
         self.tokens = TokenCounter(self.settings.tokenizer)
+        self._warming: asyncio.Future | None = None
 
     @property
     def embeds_texts(self) -> bool:
         return True
+
+    def start(self) -> None:
+        super().start()
+        if self.settings.token_ids != TOKEN_IDS_AS_IS:
+            # Read the encoding in a thread now (about 0.2 s), not on the loop at the first token ids.
+            self._warming = asyncio.ensure_future(asyncio.to_thread(self._warm_token_decoder))
+
+    def _warm_token_decoder(self) -> None:
+        try:
+            token_decoder(self.settings.token_ids, self.settings.token_ids_file)
+        except EncodingUnavailable as exc:
+            log.info("model '%s' will refuse token ids: %s", self.name, exc)
 
     @property
     def text_input(self) -> str:
@@ -67,17 +90,50 @@ class EmbeddingModel(TensorModel):
         return batch
 
     def _from_embeddings_request(self, request: EmbeddingsRequest) -> BatchInputs:
-        if request.token_ids is not None:
-            raise InvalidInput(f"model '{self.name}' takes texts: its predictor tokenizes them itself; "
-                               f"send 'input' as a string or a list of strings")
         parameters = {}
         if request.dimensions is not None:
             if not self.backend.takes_dimensions:
                 raise InvalidInput(f"model '{self.name}': its predictor returns vectors of one size; 'dimensions' "
                                    f"is passed only to an OpenAI-compatible predictor (api = \"openai\")")
             parameters["dimensions"] = request.dimensions
-        return BatchInputs([self._texts_tensor(request.texts)], self.tokens.count(request.texts),
-                           parameters=parameters)
+        if request.token_ids is None:
+            texts = request.texts
+        elif self.settings.token_ids == TOKEN_IDS_AS_IS:
+            column = np.empty((len(request.token_ids), 1), dtype=object)
+            column[:, 0] = [pack_token_ids(ids) for ids in request.token_ids]
+            lengths = self._within_budget(np.array([len(ids) for ids in request.token_ids], dtype=np.int64))
+            return BatchInputs([Tensor(TOKEN_IDS_INPUT, "BYTES", column)], lengths, parameters=parameters)
+        else:
+            texts = self._decode(request.token_ids)
+        return BatchInputs([self._texts_tensor(texts)], self._count(texts), parameters=parameters)
+
+    def _decode(self, rows: list[list[int]]) -> list[str]:
+        """Token ids back to the texts they were made from (see gateway.tokens)."""
+        try:
+            decoder = token_decoder(self.settings.token_ids, self.settings.token_ids_file)
+        except EncodingUnavailable as exc:
+            raise InvalidInput(f"model '{self.name}' cannot read token ids: {exc}; send 'input' as texts") from None
+        texts = []
+        for index, ids in enumerate(rows):
+            try:
+                texts.append(decoder.decode(ids))
+            except UndecodableTokens as exc:
+                raise InvalidInput(f"'input[{index}]' of model '{self.name}': {exc}") from None
+        return texts
+
+    def _count(self, texts: list[str]) -> np.ndarray:
+        """Each text's tokens, refused when one alone is over the budget."""
+        return self._within_budget(self.tokens.count(texts))
+
+    def _within_budget(self, lengths: np.ndarray) -> np.ndarray:
+        budget = self.config.batching.max_batch_cost
+        if budget and len(lengths) and lengths.max() > budget:
+            index = int(lengths.argmax())
+            counted = "counted by the model's tokenizer" if self.tokens.exact else "estimated"
+            raise PayloadTooLarge(f"text {index} of the request is {int(lengths[index])} tokens ({counted}), more "
+                                  f"than a whole batch of model '{self.name}' may hold (batching.max_batch_tokens "
+                                  f"= {budget}): send shorter texts")
+        return lengths
 
     def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
         """A KServe v1 (or TorchServe JSON) client's instances: each a text, or a list of one."""
@@ -88,7 +144,7 @@ class EmbeddingModel(TensorModel):
                 raise InvalidInput(f"instance {index}: model '{self.name}' embeds texts: each instance is a string "
                                    f"(or a list of one string), got {type(instance).__name__}")
             texts.append(text)
-        return BatchInputs([self._texts_tensor(texts)], self.tokens.count(texts))
+        return BatchInputs([self._texts_tensor(texts)], self._count(texts))
 
     def _texts_tensor(self, texts: list[str]) -> Tensor:
         """The texts as the BYTES input, [rows, 1]."""
@@ -112,7 +168,7 @@ class EmbeddingModel(TensorModel):
         except UnicodeDecodeError as exc:
             raise InvalidInput(f"input '{self.text_input}' of model '{self.name}': a text is not UTF-8 ({exc.reason} "
                                f"at byte {exc.start})") from None
-        return self.tokens.count(texts)
+        return self._count(texts)
 
     # -- out of the answer --------------------------------------------------------------
 
@@ -135,7 +191,13 @@ class EmbeddingModel(TensorModel):
         if vectors.ndim != 2 or vectors.dtype.kind != "f":
             raise BadPredictorAnswer(f"model '{self.name}': output '{candidates[0].name}' is not one vector per "
                                      f"row (shape {list(vectors.shape)}, {candidates[0].datatype})")
-        return vectors.astype(np.float32, copy=False)
+        vectors = vectors.astype(np.float32, copy=False)
+        finite = np.isfinite(vectors).all(axis=1)
+        if not finite.all():
+            raise BadPredictorAnswer(f"model '{self.name}': its predictor ({self.config.predictor.server}) answered "
+                                     f"a vector with NaN or infinite values (row {int(np.argmin(finite))} of the "
+                                     f"request): not an embedding")
+        return vectors
 
     # -- the predictor call --------------------------------------------------------------
 

@@ -13,13 +13,29 @@ Semantics
   (`max_batch_tokens`), so an error shifts a batch's size, never its answers; `usage`
   reports it as it is (the docs say so).
 
-It knows no wire format, no batching and no model beyond its tokenizer file.
+And how an OpenAI client's token ids become text again (`TokenDecoder`): LangChain's
+`OpenAIEmbeddings`, by default, tokenizes each text with tiktoken (`cl100k_base` for a model
+name it does not know) and sends the ids. A tiktoken encoding is a byte-level BPE: each id
+stands for a fixed byte string, so the text is the ids' bytes joined, exactly (lossless),
+and the predictor then tokenizes that text as its own. The encoding's `.tiktoken` file is
+read from a configured path or from tiktoken's own cache (`TIKTOKEN_CACHE_DIR`, else
+`DATA_GYM_CACHE_DIR`, else `<tmp>/data-gym-cache`, where tiktoken keeps what it fetched),
+checked against tiktoken's hash for it, and never downloaded; the encoding's special tokens
+are tiktoken's own (`tiktoken_ext.openai_public`).
+
+It knows no wire format, no batching and no model beyond its tokenizer and encoding files.
 """
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
 import math
 import os
-from collections.abc import Sequence
+import tempfile
+import threading
+import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +89,122 @@ def _load(path: str) -> Any:  # the `tokenizers` Tokenizer (an optional import)
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
+
+
+# -- token ids back to text ------------------------------------------------------------------
+
+DEFAULT_TOKEN_ENCODING = "cl100k_base"  # what LangChain and OpenAI's cookbook fall back to
+# tiktoken's encodings whose vocabulary is a .tiktoken file (gpt2's is another format).
+TOKEN_ENCODINGS = ("cl100k_base", "o200k_base", "o200k_harmony", "p50k_base", "p50k_edit", "r50k_base")
+
+
+class EncodingUnavailable(RuntimeError):
+    """A tiktoken encoding cannot be read here (not installed, no file, the wrong file)."""
+
+
+class UndecodableTokens(ValueError):
+    """Token ids that are not text in the encoding (the model layer names the row)."""
+
+
+class TokenDecoder:
+    """Token ids of one tiktoken encoding back to their text: the bytes each id stands for,
+    joined (ids of special tokens become the tokens' own text, e.g. `<|endoftext|>`)."""
+
+    def __init__(self, encoding: str, table: list[bytes | None]) -> None:
+        self.encoding = encoding
+        self._table = table  # id -> its bytes (None: an id the encoding does not assign)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        try:
+            pieces = [self._table[token] for token in ids]
+            text = b"".join(pieces)  # type: ignore[arg-type]  # a None (an unassigned id) raises TypeError
+        except (IndexError, TypeError):
+            unknown = next(t for t in ids if t >= len(self._table) or self._table[t] is None)
+            raise UndecodableTokens(f"token id {unknown} is not in {self.encoding} (its ids are 0 to "
+                                    f"{len(self._table) - 1})") from None
+        try:
+            return text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # A byte-level BPE can split a character between two tokens: a list cut between them.
+            raise UndecodableTokens(f"its ids decode in {self.encoding} to bytes that are not UTF-8 text "
+                                    f"({exc.reason} at byte {exc.start}): was a text cut inside a character?") \
+                from None
+
+
+_loading = threading.Lock()  # one load of an encoding at a time: a warm-up thread and the loop may both ask
+
+
+def token_decoder(encoding: str, file: str = "") -> TokenDecoder:
+    """The decoder of `encoding` (one of TOKEN_ENCODINGS), from `file` or tiktoken's cache,
+    read once per process (about 0.2 s for cl100k_base). Raises EncodingUnavailable."""
+    with _loading:
+        return _token_decoder(encoding, file, None if file else tiktoken_cache())
+
+
+@functools.cache  # a failure is not cached: the file may be put in place later
+def _token_decoder(encoding: str, file: str, cache: Path | None) -> TokenDecoder:
+    if encoding not in TOKEN_ENCODINGS:
+        raise EncodingUnavailable(f"{encoding!r} is not a tiktoken encoding the gateway reads; "
+                                  f"choose one of {', '.join(TOKEN_ENCODINGS)}")
+    try:
+        from tiktoken_ext import openai_public  # the optional `embeddings` extra
+    except ImportError:
+        raise EncodingUnavailable("decoding token ids needs the `tiktoken` package "
+                                  "(pip install 'batching-gateway[embeddings]')") from None
+    constructor = _offline(openai_public,
+                           lambda url, expected_hash=None: _ranks(encoding, url, expected_hash, file, cache))
+    spec = constructor[encoding]()
+    ranks: dict[bytes, int] = spec["mergeable_ranks"]
+    special: dict[str, int] = spec["special_tokens"]
+    table: list[bytes | None] = [None] * (max(max(ranks.values()), *special.values()) + 1)
+    for piece, rank in ranks.items():
+        table[rank] = piece
+    for name, rank in special.items():
+        table[rank] = name.encode("utf-8")
+    return TokenDecoder(encoding, table)
+
+
+def _offline(module: types.ModuleType, read: Callable[..., dict[bytes, int]]) -> dict[str, Callable[[], dict]]:
+    """tiktoken's encoding constructors, each reading its vocabulary with `read` instead of
+    `load_tiktoken_bpe` (which fetches over the network on a cache miss): the same functions
+    in a copy of their module's namespace, so the URLs, hashes, patterns and special tokens
+    stay tiktoken's own, written once there."""
+    namespace = dict(vars(module), load_tiktoken_bpe=read)
+    constructors = module.ENCODING_CONSTRUCTORS
+    for function in constructors.values():
+        namespace[function.__name__] = types.FunctionType(function.__code__, namespace, function.__name__,
+                                                          function.__defaults__, function.__closure__)
+    return {name: namespace[function.__name__] for name, function in constructors.items()}
+
+
+def tiktoken_cache() -> Path | None:
+    """Where tiktoken keeps the files it fetched (None: its cache is turned off), as it decides."""
+    directory = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    if directory is None:
+        return Path(tempfile.gettempdir()) / "data-gym-cache"
+    return Path(directory) if directory else None
+
+
+def _ranks(encoding: str, url: str, expected_hash: str | None, file: str, cache: Path | None) -> dict[bytes, int]:
+    """A .tiktoken file's ranks, from `file`, else from tiktoken's `cache` (named by the
+    SHA-1 of the url it came from), checked against the hash tiktoken expects."""
+    if file:
+        path = Path(file)
+    else:
+        if cache is None:
+            raise EncodingUnavailable(f"no {encoding} file: tiktoken's cache is turned off (TIKTOKEN_CACHE_DIR is "
+                                      f"empty) and no token_ids_file is configured")
+        path = cache / hashlib.sha1(url.encode()).hexdigest()
+    try:
+        contents = path.read_bytes()
+    except OSError as exc:
+        where = "" if file else " (tiktoken's cache; nothing is downloaded: configure token_ids_file)"
+        raise EncodingUnavailable(f"no {encoding} file at {path}{where}: {exc.strerror}") from None
+    if expected_hash and hashlib.sha256(contents).hexdigest() != expected_hash:
+        raise EncodingUnavailable(f"{path} is not tiktoken's {encoding} file: its SHA-256 is not {expected_hash}")
+    ranks = {}
+    for line in contents.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks

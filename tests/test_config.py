@@ -253,6 +253,38 @@ def test_embedding_keys_are_read(tmp_path):
     assert simulated.embeddings is not None and simulated.predictor.simulated_task == "embed"
 
 
+def test_token_ids_keys_are_read_and_an_encoding_named_is_read_at_once():
+    from tests.test_tokens import cl100k_file
+
+    default = config.parse({"models": [OPENAI]}).models[0].embeddings
+    assert (default.token_ids, default.token_ids_file) == ("cl100k_base", "")  # looked for when it starts
+    named = config.parse({"models": [{**OPENAI, "embeddings": {"token_ids_file": cl100k_file()}}]}).models[0]
+    assert (named.embeddings.token_ids, named.embeddings.token_ids_file) == ("cl100k_base", cl100k_file())
+    as_is = config.parse({"models": [{**OPENAI, "embeddings": {"token_ids": "as_is"}}]}).models[0]
+    assert as_is.embeddings.token_ids == "as_is"
+
+
+def test_token_ids_errors_name_the_key(tmp_path, monkeypatch):
+    from tests.test_tokens import cl100k_file
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty: nothing is downloaded
+    cases = [
+        ({"token_ids": "gpt2"}, "token_ids", "must be one of cl100k_base"),
+        ({"token_ids": "o200k_base"}, "token_ids", "no o200k_base file at"),
+        ({"token_ids": "o200k_base", "token_ids_file": cl100k_file()}, "token_ids_file",
+         "is not tiktoken's o200k_base file"),
+        ({"token_ids_file": str(tmp_path / "absent.tiktoken")}, "token_ids_file", "no such file"),
+        ({"token_ids": "as_is", "token_ids_file": cl100k_file()}, "token_ids_file", "are not decoded"),
+    ]
+    for embeddings, key, problem in cases:
+        with pytest.raises(config.ConfigError) as error:
+            config.parse({"models": [{**OPENAI, "embeddings": embeddings}]})
+        assert error.value.key == f"models[0].embeddings.{key}" and problem in str(error.value), error.value
+    with pytest.raises(config.ConfigError) as error:
+        config.parse({"models": [{"name": "s", "simulated": {"task": "embed"}, "embeddings": {"token_ids": "as_is"}}]})
+    assert error.value.key == "models[0].embeddings.token_ids" and "only an OpenAI-compatible predictor" in str(error.value)
+
+
 @pytest.mark.parametrize("model, key, problem", [
     ({**OPENAI, "backend": "triton"}, "models[0].api", "use it with backend = \"kserve\""),
     ({**OPENAI, "protocol": "grpc", "url": "127.0.0.1:1"}, "models[0].api", "over HTTP"),

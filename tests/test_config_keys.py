@@ -48,6 +48,7 @@ def test_the_other_stated_defaults():
     assert _default("models[].batching", "max_batch_tokens") == str(config.DEFAULT_MAX_BATCH_TOKENS)
     assert _default("models[]", "base_path") == config.DEFAULT_BASE_PATH
     assert _default("models[].embeddings", "deduplicate") == str(config.EmbeddingsConfig().deduplicate).lower()
+    assert _default("models[].embeddings", "token_ids") == config.EmbeddingsConfig().token_ids
 
 
 def test_a_key_nobody_declared_is_refused_naming_it():

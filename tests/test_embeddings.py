@@ -1,7 +1,9 @@
 """Embedding models (gateway/embeddings.py): each text one row measured in tokens, batches
 capped by `max_batch_tokens` and grouped by bucket, `usage` exact with the model's
 tokenizer, identical texts sent once (unless told otherwise), and the vectors read from
-the one FP32 output or the one configured."""
+the one FP32 output or the one configured (and never NaN); an OpenAI client's token ids
+decoded back to their texts, or passed on as they are where configured; a text over the
+token budget a 413 naming `max_batch_tokens`; `GET /v1/models/<m>` OpenAI's model object."""
 from __future__ import annotations
 
 import asyncio
@@ -17,7 +19,8 @@ from backends.simulated.encoder import vector
 from gateway.config import EmbeddingsConfig, ModelConfig
 from gateway.embeddings import EmbeddingModel
 from tests.harness import config_for, held_slot, http, queued, running_gateway, wait_for
-from tests.test_tokens import wordpiece_file
+from tests.http_stub import JsonHandler, serving
+from tests.test_tokens import cl100k, cl100k_file, wordpiece_file
 from wire.embeddings import EmbeddingsRequest
 from wire.errors import BadPredictorAnswer, InvalidInput
 from wire.request import OipRequest
@@ -201,3 +204,103 @@ def test_a_kserve_v1_client_sends_texts_as_instances_and_gets_one_vector_each():
         for bad in ([[1.0, 2.0]], [{"text": "a"}], [["a", "b"]]):
             status, _, body = http("POST", f"{gw.http_url}/v1/models/encoder:predict", {"instances": bad})
             assert status == 400 and b"each instance is a string" in body, body
+
+
+# -- token ids (LangChain's default): decoded back to texts, or passed on as they are ----------
+
+def test_token_ids_are_decoded_back_to_their_texts_and_answered_as_the_texts():
+    texts = ["the cat sat", "Ünïcödé 日本語 🦜", "def f(x):\n    return x"]
+    ids = [cl100k().encode_ordinary(text) for text in texts]
+    model = {**encoder(), "embeddings": {"token_ids": "cl100k_base", "token_ids_file": cl100k_file()}}
+    with running_gateway(config_for(model)) as gw:
+        as_texts = embed(gw, texts)
+        as_ids = embed(gw, ids)  # type: ignore[arg-type]  # a list of token-id lists
+        one = embed(gw, ids[1])  # type: ignore[arg-type]  # a flat list: one text's ids
+    assert as_ids["data"] == as_texts["data"] and as_ids["usage"] == as_texts["usage"]
+    assert one["data"][0]["embedding"] == as_texts["data"][1]["embedding"]
+    np.testing.assert_allclose([item["embedding"] for item in as_ids["data"]],
+                               [vector(text.encode()) for text in texts], rtol=1e-6)
+
+
+def test_token_ids_without_the_encoding_file_or_outside_it_are_refused_saying_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache: nothing is downloaded
+    with running_gateway(config_for(encoder())) as gw:
+        status, _, body = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": [[9906]]})
+        assert status == 400 and b"cannot read token ids: no cl100k_base file at" in body, body
+        assert b"nothing is downloaded" in body and b"send 'input' as texts" in body
+    model = {**encoder(), "embeddings": {"token_ids_file": cl100k_file()}}
+    with running_gateway(config_for(model)) as gw:
+        status, _, body = http("POST", f"{gw.http_url}/v1/embeddings",
+                               {"model": "encoder", "input": [[9906], [9906, 100261]]})
+        assert status == 400 and b"'input[1]' of model 'encoder': token id 100261 is not in cl100k_base" in body
+        np.testing.assert_allclose(embed(gw, [[9906]])["data"][0]["embedding"], vector(b"Hello"), rtol=1e-6)
+
+
+class OpenAIPredictor(JsonHandler):
+    """An OpenAI-compatible predictor that takes texts or token-id lists, as KServe's does:
+    each row's vector is [its length, 1]; the bodies it got are recorded."""
+    received: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.read_json()
+        type(self).received.append(body)
+        data = [{"object": "embedding", "index": i, "embedding": [float(len(row)), 1.0]}
+                for i, row in enumerate(body["input"])]
+        self.answer_json({"object": "list", "data": data, "model": body["model"]})
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.answer_json({"object": "list", "data": [{"id": "bge", "object": "model"}]})
+
+
+def test_a_model_configured_to_take_token_ids_as_they_are_sends_them_on_in_batches_of_their_own():
+    handler = type("Predictor", (OpenAIPredictor,), {"received": []})
+    with serving(handler) as url:
+        model = {"name": "encoder", "backend": "kserve", "api": "openai", "url": url, "backend_model": "bge",
+                 "base_path": "", "embeddings": {"token_ids": "as_is"}}
+        with running_gateway(config_for(model)) as gw:
+            answer = embed(gw, [[101, 7, 102], [101, 102]])  # type: ignore[list-item]
+            assert embed(gw, ["abcd"])["data"][0]["embedding"] == [4.0, 1.0]
+    assert [item["embedding"] for item in answer["data"]] == [[3.0, 1.0], [2.0, 1.0]]
+    assert answer["usage"]["prompt_tokens"] == 5  # the ids are the predictor's own tokens
+    # One call for the ids (in the batch's order: shortest first), one for the text.
+    assert [body["input"] for body in handler.received] == [[[101, 102], [101, 7, 102]], ["abcd"]]
+
+
+# -- the token budget, the predictor's vectors, the model object ---------------------------------
+
+@pytest.mark.parametrize("buckets", [None, [16, 64]])
+def test_a_text_over_max_batch_tokens_is_a_413_naming_it_with_or_without_buckets(buckets):
+    batching = {"max_batch_tokens": 60, **({"buckets": buckets} if buckets else {})}
+    with running_gateway(config_for(encoder(**batching))) as gw:
+        for texts in (["x" * 400], ["short", "y" * 400]):  # 102 estimated tokens
+            status, _, body = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": texts})
+            assert status == 413, body
+            assert f"text {len(texts) - 1} of the request is 102 tokens (estimated)".encode() in body, body
+            assert b"(batching.max_batch_tokens = 60)" in body
+        status, _, body = http("POST", f"{gw.http_url}/v2/models/encoder/infer", {"inputs": [
+            {"name": "text", "datatype": "BYTES", "shape": [1, 1], "data": ["z" * 400]}]})
+        assert status == 413 and b"batching.max_batch_tokens = 60" in body, body
+        assert len(embed(gw, ["short"])["data"]) == 1
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_vector_with_nan_or_infinity_is_the_predictors_bad_answer_never_a_json_null(bad):
+    vectors = Tensor("EMBEDDING", "FP32", np.array([[1, 2, 3], [4, bad, 6]], np.float32))
+    with pytest.raises(BadPredictorAnswer, match=r"model 'm': its predictor \(triton\) answered a vector with NaN "
+                                                 r"or infinite values \(row 1 of the request\)"):
+        served([]).embeddings_from_outputs([vectors])
+
+
+def test_get_v1_models_id_is_openais_model_object_for_an_embedding_model_and_kserves_status_too():
+    import openai
+
+    with running_gateway(config_for(encoder(), {"name": "demo"})) as gw:
+        with openai.OpenAI(base_url=f"{gw.http_url}/v1", api_key="unused", max_retries=0,
+                           http_client=openai.DefaultHttpxClient(trust_env=False)) as client:
+            model = client.models.retrieve("encoder")
+            assert (model.id, model.object, model.owned_by) == ("encoder", "model", "batching-gateway")
+        status, _, body = http("GET", f"{gw.http_url}/v1/models/encoder")
+        document = orjson.loads(body)
+        assert status == 200 and (document["name"], document["ready"], document["id"]) == ("encoder", True, "encoder")
+        status, _, body = http("GET", f"{gw.http_url}/v1/models/demo")  # not an embedding model: KServe v1's alone
+        assert status == 200 and orjson.loads(body) == {"name": "demo", "ready": True}

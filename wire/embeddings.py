@@ -1,14 +1,23 @@
 """An embeddings request as the OpenAI front end decodes it: the texts (or token ids) to
-embed and how the client wants the vectors back.
+embed and how the client wants the vectors back; and how token ids that go to the predictor
+as they are travel in a batch (`TOKEN_IDS_INPUT`: one BYTES row each, the ids packed as
+little-endian uint32), which the served embedding model packs and an OpenAI-compatible
+predictor's client unpacks.
 
-It knows no wire format and nothing of batching; `wire.codecs.openai` builds it and the
-served embedding model (`gateway.embeddings`) reads it.
+It knows no wire format and nothing of batching; `wire.codecs.openai` builds the request and
+the served embedding model (`gateway.embeddings`) reads it.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 ENCODING_FORMATS = ("float", "base64")
+# The input of a batch of token-id rows (its name keeps them out of batches of texts).
+TOKEN_IDS_INPUT = "token_ids"
+_TOKEN_ID = np.dtype("<u4")  # wire.codecs.openai refuses an id beyond 32 bits
 
 
 @dataclass(slots=True)
@@ -24,3 +33,12 @@ class EmbeddingsRequest:
     @property
     def rows(self) -> int:
         return len(self.token_ids) if self.token_ids is not None else len(self.texts)
+
+
+def pack_token_ids(ids: Sequence[int]) -> bytes:
+    """One row of token ids as a BYTES element of TOKEN_IDS_INPUT."""
+    return np.asarray(ids, dtype=_TOKEN_ID).tobytes()
+
+
+def unpack_token_ids(row: bytes) -> list[int]:
+    return np.frombuffer(row, dtype=_TOKEN_ID).tolist()

@@ -47,6 +47,12 @@ def test_token_ids_are_rows_too_a_flat_list_being_one():
     ({"model": "m", "input": [True]}, "mixes strings and token ids"),
     ({"model": "m", "input": {"text": "x"}}, "'input' must be"),
     ({"model": "m", "input": "x", "encoding_format": "int8"}, "'encoding_format' must be one of float, base64"),
+    ({"model": "m", "input": "x", "encoding_format": 0}, "'encoding_format' must be one of float, base64, got 0"),
+    ({"model": "m", "input": "x", "encoding_format": False}, "must be one of float, base64, got false"),
+    ({"model": "m", "input": "x", "encoding_format": ""}, "must be one of float, base64, got \"\""),
+    ({"model": "m", "input": [[1, 2.5]]}, "'input[0][1]' is 2.5: 'input[0]' must be a non-empty list"),
+    ({"model": "m", "input": [7, 2 ** 32]}, "'input[1]' = 4294967296 is out of range"),
+    ({"model": "m", "input": "x", "user": False}, "'user' must be a string"),
     ({"model": "m", "input": "x", "dimensions": 0}, "'dimensions' must be a positive integer"),
     ({"model": "m", "input": "x", "dimensions": True}, "'dimensions' must be a positive integer"),
     ({"model": "m", "input": "x", "user": 3}, "'user' must be a string"),
@@ -55,6 +61,14 @@ def test_token_ids_are_rows_too_a_flat_list_being_one():
 def test_bad_requests_are_refused_saying_what_is_wrong(document, message):
     with pytest.raises(InvalidInput, match=message.replace("[", r"\[").replace("]", r"\]")):
         decode(document)
+
+
+def test_a_token_id_past_64_bits_is_out_of_range_not_a_string():
+    # JSON parsers read 2**64 as a float; it is an integer the client wrote, too large for an id.
+    with pytest.raises(InvalidInput, match=r"'input\[0\]\[1\]' = 18446744073709551616 is out of range: "
+                                           r"'input\[0\]' must be a non-empty list of non-negative integer "
+                                           r"token ids \(at most 4294967295\)"):
+        openai.decode_request(b'{"model": "m", "input": [[1, 18446744073709551616]]}')
 
 
 def test_bodies_are_bounded_before_parsing_and_lists_by_the_instance_limit():

@@ -33,6 +33,7 @@ from wire.errors import InvalidInput
 SEND_FEWER_TEXTS = "send the texts in several requests"  # OpenAI's API has no binary form
 REQUEST_KEYS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
 LITTLE_ENDIAN_F32 = np.dtype("<f4")
+MAX_TOKEN_ID = 2 ** 32 - 1  # any vocabulary's ids fit in 32 bits (the largest, o200k_harmony's, is 201,087)
 
 # OpenAI's error `type` by HTTP status: what its clients (and their retry logic) read.
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -56,14 +57,19 @@ def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> EmbeddingsRe
     model = document.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidInput("'model' is required: the name of the embedding model, a non-empty string")
-    encoding_format = document.get("encoding_format") or "float"
-    if encoding_format not in ENCODING_FORMATS:
-        raise InvalidInput(f"'encoding_format' must be one of {', '.join(ENCODING_FORMATS)}, got {encoding_format!r}")
+    encoding_format = document.get("encoding_format")
+    if encoding_format is None:  # absent or null: OpenAI's default; 0, false or "" are not a format
+        encoding_format = "float"
+    elif not isinstance(encoding_format, str) or encoding_format not in ENCODING_FORMATS:
+        raise InvalidInput(f"'encoding_format' must be one of {', '.join(ENCODING_FORMATS)}, "
+                           f"got {orjson.dumps(encoding_format).decode()}")
     dimensions = document.get("dimensions")
     if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
         raise InvalidInput(f"'dimensions' must be a positive integer, got {dimensions!r}")
-    user = document.get("user") or ""
-    if not isinstance(user, str):
+    user = document.get("user")
+    if user is None:
+        user = ""
+    elif not isinstance(user, str):
         raise InvalidInput("'user' must be a string")
     texts, token_ids = _inputs(document.get("input"), limits)
     return EmbeddingsRequest(model, texts, token_ids, encoding_format, dimensions, user)
@@ -83,18 +89,30 @@ def _inputs(value: Any, limits: Limits) -> tuple[list[str], list[list[int]] | No
             if not text:
                 raise InvalidInput(f"'input[{index}]' is an empty string: there is nothing to embed")
         return value, None
-    if all(_is_token_id(item) for item in value):
-        return [], [value]
+    if all(_is_number(item) for item in value):
+        return [], [_token_ids(value, "input")]
     if all(isinstance(item, list) for item in value):
-        for index, row in enumerate(value):
-            if not row or not all(_is_token_id(token) for token in row):
-                raise InvalidInput(f"'input[{index}]' must be a non-empty list of non-negative integer token ids")
-        return [], value
+        return [], [_token_ids(row, f"input[{index}]") for index, row in enumerate(value)]
     raise InvalidInput("'input' mixes strings and token ids: send a list of strings, or a list of token-id lists")
 
 
-def _is_token_id(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _token_ids(row: list[Any], where: str) -> list[int]:
+    """One row of token ids, each an integer from 0 to MAX_TOKEN_ID."""
+    rule = f"'{where}' must be a non-empty list of non-negative integer token ids (at most {MAX_TOKEN_ID})"
+    if not row:
+        raise InvalidInput(rule)
+    for position, token in enumerate(row):
+        if isinstance(token, int) and not isinstance(token, bool) and 0 <= token <= MAX_TOKEN_ID:
+            continue
+        if _is_number(token) and float(token).is_integer() and token > MAX_TOKEN_ID:
+            # orjson reads an integer past 64 bits as a float: name it as the client wrote it
+            raise InvalidInput(f"'{where}[{position}]' = {int(token)} is out of range: {rule}")
+        raise InvalidInput(f"'{where}[{position}]' is {orjson.dumps(token).decode()}: {rule}")
+    return row
 
 
 def encode_answer(model: str, vectors: np.ndarray, encoding_format: str, prompt_tokens: int) -> bytes:
@@ -127,10 +145,10 @@ def error_document(message: str, status: int) -> dict[str, Any]:
 
 # -- the predictor's side --------------------------------------------------------------------
 
-def encode_request(model: str, texts: list[str], dimensions: int | None = None) -> bytes:
-    """One call for a whole batch: its texts as `input`, answered in base64 (a quarter of
-    the JSON numbers' size, and decoded without parsing floats)."""
-    document: dict[str, Any] = {"model": model, "input": texts, "encoding_format": "base64"}
+def encode_request(model: str, rows: list[str] | list[list[int]], dimensions: int | None = None) -> bytes:
+    """One call for a whole batch: its texts (or token-id lists) as `input`, answered in
+    base64 (a quarter of the JSON numbers' size, and decoded without parsing floats)."""
+    document: dict[str, Any] = {"model": model, "input": rows, "encoding_format": "base64"}
     if dimensions is not None:
         document["dimensions"] = dimensions
     return orjson.dumps(document)
