@@ -89,13 +89,17 @@ def reading_answer(model: str) -> Iterator[None]:
 
 
 def _detail(body: bytes) -> str:
-    """The predictor's own error text: {"error": ...} (Triton, KServe) or {"detail": ...}."""
+    """The predictor's own error text: {"error": "..."} (Triton, KServe), {"error": {"message":
+    "..."}} (OpenAI's shape), {"detail": ...} or {"message": ...}; anything else as its JSON."""
     try:
         document = orjson.loads(body)
-        if isinstance(document, dict):
-            text = document.get("error") or document.get("detail") or document.get("message") or document
-        else:
-            text = document
     except orjson.JSONDecodeError:
-        text = body.decode("utf-8", errors="replace")
-    return str(text)[:_MAX_DETAIL] or "no detail"
+        return body.decode("utf-8", errors="replace")[:_MAX_DETAIL] or "no detail"
+    for _ in range(2):  # {"error": {"message": ...}}: one level down
+        if not isinstance(document, dict):
+            break
+        document = next((document[key] for key in ("error", "detail", "message") if document.get(key)), document)
+        if isinstance(document, str):
+            break
+    text = document if isinstance(document, str) else orjson.dumps(document).decode()
+    return text[:_MAX_DETAIL] or "no detail"

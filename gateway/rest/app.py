@@ -17,7 +17,7 @@ def make_app(service: InferenceService, limits: Limits, auth_token: str = "") ->
     context = {"service": service, "limits": limits, "auth_token": auth_token}
     routes = [
         (rf"/v1/models/{MODEL}:predict", v1.V1PredictHandler),
-        (rf"/v1/models/{MODEL}", v1.V1ModelHandler),
+        (rf"/v1/models/{MODEL}", openai.SharedModelHandler),  # KServe v1's, and OpenAI's for an embedding model
         (r"/metrics", operations.MetricsHandler),
         (r"/dashboard", dashboard.DashboardPageHandler),  # the live page of the batching
         (r"/dashboard/dashboard\.js", dashboard.DashboardScriptHandler),
@@ -35,7 +35,7 @@ def make_app(service: InferenceService, limits: Limits, auth_token: str = "") ->
         (r"/ping", ts.PingHandler),
         (r"(?:/openai)?/v1/embeddings", openai.EmbeddingsHandler),  # OpenAI's (KServe's prefix too)
         (r"(?:/openai)?/v1/models", openai.ModelsHandler),
-        (rf"/openai/v1/models/{MODEL}", openai.ModelsHandler),  # /v1/models/<m> is KServe v1's
+        (rf"/openai/v1/models/{MODEL}", openai.ModelsHandler),
     ]
     return tornado.web.Application(
         [(pattern, handler, context) for pattern, handler in routes],

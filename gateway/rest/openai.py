@@ -7,13 +7,16 @@ row of the model's batches, through `InferenceService.infer` like every other cl
 a list of texts larger than `max_batch_size` is split across batches and reassembled in
 its order. Errors carry OpenAI's shape (`wire.codecs.openai.error_document`) with the
 status of the gateway error. Only embedding models (`gateway.embeddings`) are listed and
-answered; any other model is a 404 in OpenAI's words.
+answered; any other model is a 404 in OpenAI's words. `GET /v1/models/<m>` is KServe v1's
+route too: an embedding model answers there with OpenAI's model object and KServe's status
+in one document (`SharedModelHandler`), any other model with KServe's alone.
 """
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from gateway.rest import v1
 from gateway.rest.base import BaseHandler, BodyHandler
 from gateway.service import InferenceService
 from wire.codecs import openai
@@ -68,3 +71,18 @@ class ModelsHandler(_OpenAIErrors):
 
 def embedding_models(service: InferenceService) -> list[str]:
     return [name for name, served in service.models.items() if served.embeds_texts]
+
+
+class SharedModelHandler(v1.V1ModelHandler):
+    """`GET /v1/models/<m>`: OpenAI's `models.retrieve` reads `id`, `object`, `created` and
+    `owned_by`; KServe v1's clients read `name` and `ready` (and the status, 503 until ready).
+    An embedding model has clients of both, so it answers both in one document."""
+
+    async def get(self, model: str) -> None:
+        served = self.service.model(model)
+        if not served.embeds_texts:
+            await super().get(model)
+            return
+        ready = await served.ready()
+        self.write_json({**openai.model_document(model, _STARTED, OWNED_BY), **v1.model_status(model, ready)},
+                        200 if ready else 503)

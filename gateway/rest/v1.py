@@ -5,6 +5,8 @@ Bodies follow `wire.codecs.v1`; a request's instances go through
 """
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.rest.base import BaseHandler, BodyHandler
 from wire.codecs import v1
 
@@ -26,4 +28,9 @@ class V1PredictHandler(BodyHandler):
 class V1ModelHandler(BaseHandler):
     async def get(self, model: str) -> None:
         ready = await self.service.model(model).ready()
-        self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
+        self.write_json(model_status(model, ready), 200 if ready else 503)
+
+
+def model_status(model: str, ready: bool) -> dict[str, Any]:
+    """KServe v1's answer to `GET /v1/models/<m>`."""
+    return {"name": model, "ready": ready}

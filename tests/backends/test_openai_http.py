@@ -13,6 +13,7 @@ import pytest
 
 from backends.openai_http import OpenAIEmbeddingsBackend
 from tests.http_stub import JsonHandler, serving
+from wire.embeddings import TOKEN_IDS_INPUT, pack_token_ids
 from wire.errors import BadPredictorAnswer, PredictorFailed, PredictorRejected
 from wire.tensors import Tensor
 from wire.tracing import BatchContext, current_batch
@@ -141,3 +142,35 @@ def test_texts_that_are_not_utf8_are_refused_before_any_call(server):
     with pytest.raises(PredictorRejected, match="UTF-8 texts"):
         run(go())
     assert handler.received == []
+
+
+def test_a_predictors_refusal_in_openais_shape_is_told_by_its_message_not_a_dict(server):
+    handler, url = server
+    handler.status, handler.answer = 400, {"error": {"message": "input is too long", "type": "BadRequestError"}}
+
+    async def go():
+        backend = OpenAIEmbeddingsBackend(url, "bge")
+        try:
+            await backend.infer(texts("a"))
+        finally:
+            await backend.close()
+
+    with pytest.raises(PredictorRejected) as error:
+        run(go())
+    assert str(error.value) == "model 'bge': the predictor rejected the batch (400: input is too long)"
+
+
+def test_a_batch_of_token_ids_goes_as_lists_of_ids(server):
+    handler, url = server
+    data = np.empty((2, 1), dtype=object)
+    data[:, 0] = [pack_token_ids([101, 7, 102]), pack_token_ids([101, 102])]
+
+    async def go():
+        backend = OpenAIEmbeddingsBackend(url, "bge")
+        try:
+            return await backend.infer([Tensor(TOKEN_IDS_INPUT, "BYTES", data)])
+        finally:
+            await backend.close()
+
+    assert run(go())[0].data[:, 0].tolist() == [3, 2]
+    assert handler.received[0][1]["input"] == [[101, 7, 102], [101, 102]]
