@@ -6,6 +6,8 @@ for clients: they say what was wrong and never carry stack traces or internal ad
 """
 from __future__ import annotations
 
+import math
+
 import grpc
 
 MAX_MESSAGE = 2048  # characters of an error's message; the rest is cut
@@ -71,6 +73,13 @@ class Unauthenticated(GatewayError):
     http_headers = {"WWW-Authenticate": "Bearer"}  # RFC 6750
 
 
+class PermissionDenied(GatewayError):
+    """The request's key is known, but its tenant may not call this model (`models` of its
+    `[[tenants]]` table)."""
+    http_status = 403
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class NotFound(GatewayError):
     """No such endpoint."""
     http_status = 404
@@ -100,6 +109,22 @@ class Overloaded(GatewayError):
     """The model's queue is full: refused at once rather than queued without bound."""
     http_status = 429
     grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class RateLimited(GatewayError):
+    """The request's tenant is over a quota (requests per second, tokens per minute, or
+    requests at once): refused before it is queued, with when to try again (`Retry-After`,
+    whole seconds, at least 1)."""
+    http_status = 429
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.http_headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))}
+
+    @property
+    def retry_after_s(self) -> int:
+        return int(self.http_headers["Retry-After"])
 
 
 class Unavailable(GatewayError):

@@ -60,3 +60,18 @@ class PaddingConfig:
     # A batch's cost: rows x its longest padded length (a predictor that pads), or, `summed`,
     # the sum of its rows' own lengths (one that does not, e.g. packed sequences).
     summed: bool = False
+
+
+# -- tenants (see gateway.batching.tenants for what the scheduler does with them) -------------
+
+@dataclass(frozen=True, slots=True)
+class TenantPolicy:
+    """What the scheduler knows of one tenant (a `[[tenants]]` table): its name, never its
+    keys; the priority level of its requests and its share among the tenants of a level; its
+    quotas, held for the whole gateway at the scheduler (None: no limit)."""
+    name: str
+    priority: int = 0                         # its requests' level (0: the model's default); a request may ask lower
+    weight: float = 1.0                       # its share of a batch among the tenants queued at one level
+    requests_per_second: float | None = None  # a bucket of at most this many requests, refilled at this rate
+    tokens_per_minute: float | None = None    # likewise in tokens (text models) or rows (tensor models)
+    max_concurrent: int | None = None         # requests it may have in the scheduler at once

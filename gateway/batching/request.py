@@ -56,6 +56,7 @@ class BatchRequest:
     parameters: Mapping[str, Any] = field(default_factory=lambda: NO_PARAMETERS)  # travel with its batch (part of what must agree)
     lengths: np.ndarray | None = None  # each row's real length along padded dims (ragged v1 instances)
     form: str = ""  # the batch form it was converted to (its model's, when it was; see replace_model)
+    tenant: str = ""  # the name of the tenant whose key it came with ("": none declared)
 
     @classmethod
     def arriving(cls, model: str, inputs: list[Tensor], *, timeout_s: float | None = None, priority: int = 0,

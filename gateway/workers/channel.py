@@ -136,12 +136,15 @@ def _encode(message: Message, blobs: list[bytes | memoryview], now: float) -> li
                 None if client is NO_CONTEXT else [client.request_id, client.traceparent],
                 dict(request.parameters) if request.parameters else None,
                 [_tensor_header(t, blobs) for t in request.inputs], _lengths_header(request.lengths, blobs),
-                request.form]
+                request.form, request.tenant]
     if isinstance(message, Result):
         return ["result", message.id, message.result.batch_ids,
                 [_tensor_header(t, blobs) for t in message.result.outputs], message.result.departed_unix_ns]
     if isinstance(message, Failure):
-        return ["failure", message.id, type(message.error).__name__, message.error.message]
+        error = message.error
+        # Headers of its own (a quota's Retry-After) travel with it; the class's go without saying.
+        own = error.http_headers if error.http_headers is not type(error).http_headers else None
+        return ["failure", message.id, type(error).__name__, error.message, own]
     if isinstance(message, Cancel):
         return ["cancel", message.id]
     if isinstance(message, ViewQuestion):
@@ -194,12 +197,16 @@ def _lengths(header: list[Any] | None, blobs: _Blobs) -> np.ndarray | None:
     return np.frombuffer(blobs.take(size), np.dtype(dtype)).reshape(shape)
 
 
-def _error(name: str, message: str) -> GatewayError:
-    """The error the other side raised, as its own class (a GatewayError of wire.errors)."""
+def _error(name: str, message: str, headers: dict[str, str] | None) -> GatewayError:
+    """The error the other side raised, as its own class (a GatewayError of wire.errors),
+    with the HTTP headers of its own it carried."""
     kind = getattr(errors, name, None)
     if not (isinstance(kind, type) and issubclass(kind, GatewayError)):
         kind = GatewayError
-    return kind(message)
+    error = kind(message)
+    if headers:
+        error.http_headers = headers
+    return error
 
 
 def _unvalue(value: dict[str, Any]) -> Any:
@@ -209,16 +216,16 @@ def _unvalue(value: dict[str, Any]) -> Any:
 def _decode(fields: list[Any], blobs: _Blobs, now: float) -> Message:
     kind, message_id = fields[0], fields[1]
     if kind == "submit":
-        model, age_s, remaining_s, priority, client, parameters, tensors, lengths, form = fields[2:]
+        model, age_s, remaining_s, priority, client, parameters, tensors, lengths, form, tenant = fields[2:]
         inputs = [_tensor(header, blobs) for header in tensors]
         return Submit(message_id, BatchRequest(
             model, inputs, now - age_s, None if remaining_s is None else now + remaining_s, priority,
             ClientContext(*client) if client is not None else NO_CONTEXT, parameters or NO_PARAMETERS,
-            _lengths(lengths, blobs), form))
+            _lengths(lengths, blobs), form, tenant))
     if kind == "result":
         return Result(message_id, BatchResult([_tensor(header, blobs) for header in fields[3]], fields[2], fields[4]))
     if kind == "failure":
-        return Failure(message_id, _error(fields[2], fields[3]))
+        return Failure(message_id, _error(fields[2], fields[3], fields[4]))
     if kind == "cancel":
         return Cancel(message_id)
     if kind == "view":
