@@ -15,8 +15,7 @@ predictor) is a tensor model whose batch form is one BYTES tensor of texts, shap
   sends them on as they are instead, in batches of their own (`wire.embeddings.TOKEN_IDS_INPUT`);
 - every request's rows are measured in tokens (`gateway.tokens`), whatever its protocol,
   so that the scheduler can cap a batch by `max_batch_tokens` and group similar lengths
-  by bucket (`gateway.batching.padding`: texts pad nothing in the gateway); a text that
-  alone costs more than `max_batch_tokens` is refused here (413), naming that key;
+  by bucket (`gateway.batching.padding`: texts pad nothing in the gateway);
 - identical texts within one batch are sent once and their vector copied back
   (`deduplicate`, on by default), since an encoder's answer depends on the text alone;
 - the vectors are read from the output configured, else the only FP32 output; a vector
@@ -39,7 +38,7 @@ from gateway.config import TOKEN_IDS_AS_IS, EmbeddingsConfig, ModelConfig
 from gateway.models import BatchInputs, ClientRequest, TensorModel
 from gateway.tokens import EncodingUnavailable, TokenCounter, UndecodableTokens, token_decoder
 from wire.embeddings import TOKEN_IDS_INPUT, EmbeddingsRequest, pack_token_ids
-from wire.errors import BadPredictorAnswer, InvalidInput, PayloadTooLarge
+from wire.errors import BadPredictorAnswer, InvalidInput
 from wire.tensors import Tensor
 
 DEFAULT_TEXT_INPUT = "text"
@@ -101,11 +100,11 @@ class EmbeddingModel(TensorModel):
         elif self.settings.token_ids == TOKEN_IDS_AS_IS:
             column = np.empty((len(request.token_ids), 1), dtype=object)
             column[:, 0] = [pack_token_ids(ids) for ids in request.token_ids]
-            lengths = self._within_budget(np.array([len(ids) for ids in request.token_ids], dtype=np.int64))
+            lengths = np.array([len(ids) for ids in request.token_ids], dtype=np.int64)
             return BatchInputs([Tensor(TOKEN_IDS_INPUT, "BYTES", column)], lengths, parameters=parameters)
         else:
             texts = self._decode(request.token_ids)
-        return BatchInputs([self._texts_tensor(texts)], self._count(texts), parameters=parameters)
+        return BatchInputs([self._texts_tensor(texts)], self.tokens.count(texts), parameters=parameters)
 
     def _decode(self, rows: list[list[int]]) -> list[str]:
         """Token ids back to the texts they were made from (see gateway.tokens)."""
@@ -121,20 +120,6 @@ class EmbeddingModel(TensorModel):
                 raise InvalidInput(f"'input[{index}]' of model '{self.name}': {exc}") from None
         return texts
 
-    def _count(self, texts: list[str]) -> np.ndarray:
-        """Each text's tokens, refused when one alone is over the budget."""
-        return self._within_budget(self.tokens.count(texts))
-
-    def _within_budget(self, lengths: np.ndarray) -> np.ndarray:
-        budget = self.config.batching.max_batch_cost
-        if budget and len(lengths) and lengths.max() > budget:
-            index = int(lengths.argmax())
-            counted = "counted by the model's tokenizer" if self.tokens.exact else "estimated"
-            raise PayloadTooLarge(f"text {index} of the request is {int(lengths[index])} tokens ({counted}), more "
-                                  f"than a whole batch of model '{self.name}' may hold (batching.max_batch_tokens "
-                                  f"= {budget}): send shorter texts")
-        return lengths
-
     def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
         """A KServe v1 (or TorchServe JSON) client's instances: each a text, or a list of one."""
         texts = []
@@ -144,7 +129,7 @@ class EmbeddingModel(TensorModel):
                 raise InvalidInput(f"instance {index}: model '{self.name}' embeds texts: each instance is a string "
                                    f"(or a list of one string), got {type(instance).__name__}")
             texts.append(text)
-        return BatchInputs([self._texts_tensor(texts)], self._count(texts))
+        return BatchInputs([self._texts_tensor(texts)], self.tokens.count(texts))
 
     def _texts_tensor(self, texts: list[str]) -> Tensor:
         """The texts as the BYTES input, [rows, 1]."""
@@ -168,7 +153,7 @@ class EmbeddingModel(TensorModel):
         except UnicodeDecodeError as exc:
             raise InvalidInput(f"input '{self.text_input}' of model '{self.name}': a text is not UTF-8 ({exc.reason} "
                                f"at byte {exc.start})") from None
-        return self._count(texts)
+        return self.tokens.count(texts)
 
     # -- out of the answer --------------------------------------------------------------
 

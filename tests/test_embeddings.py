@@ -275,8 +275,8 @@ def test_a_text_over_max_batch_tokens_is_a_413_naming_it_with_or_without_buckets
         for texts in (["x" * 400], ["short", "y" * 400]):  # 102 estimated tokens
             status, _, body = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": texts})
             assert status == 413, body
-            assert f"text {len(texts) - 1} of the request is 102 tokens (estimated)".encode() in body, body
-            assert b"(batching.max_batch_tokens = 60)" in body
+            assert b"a text of 102 tokens is longer than a whole batch may hold (batching.max_batch_tokens = 60)" \
+                in body, body
         status, _, body = http("POST", f"{gw.http_url}/v2/models/encoder/infer", {"inputs": [
             {"name": "text", "datatype": "BYTES", "shape": [1, 1], "data": ["z" * 400]}]})
         assert status == 413 and b"batching.max_batch_tokens = 60" in body, body
