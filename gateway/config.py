@@ -86,6 +86,9 @@ class ServerConfig:
     idle_timeout_s: float = 75.0     # a kept-alive connection's next head (nginx; above cloud LBs' 60 s)
     max_connections: int = 0         # per front end; 0: from the open-files limit (gateway.server)
     max_concurrent_streams: int = 256  # gRPC calls at once on one connection (Go's bound is 250)
+    # Completed connections the kernel holds until accepted: gRPC's (somaxconn), not Tornado's 128,
+    # which a burst of a few hundred connects overflows (each SYN dropped then waits 1 s to retry).
+    http_listen_backlog: int = 4096
     workers: int = 1                 # protocol processes batching as one (gateway.workers); "auto": the cores
 
 
@@ -296,11 +299,14 @@ def _server(raw: dict) -> ServerConfig:
         max_connections=_number(raw, "server", "max_connections", default.max_connections, integer=True, minimum=0),
         max_concurrent_streams=_number(raw, "server", "max_concurrent_streams", default.max_concurrent_streams,
                                        integer=True, minimum=1),
+        http_listen_backlog=_number(raw, "server", "http_listen_backlog", default.http_listen_backlog,
+                                    integer=True, minimum=1, maximum=MAX_LISTEN_BACKLOG),
         workers=workers(raw.get("workers", default.workers), "server.workers"),
     )
 
 
 MAX_WORKERS = 64
+MAX_LISTEN_BACKLOG = 65535  # listen() takes an int; Linux caps it at net.core.somaxconn anyway
 
 
 def workers(value: Any, key: str) -> int:

@@ -44,6 +44,9 @@ KEYS: tuple[Key, ...] = (
     Key("server", "max_connections", "integer", "0", "HTTP client connections per front end; 0: what the open-files "
                                                      "limit allows."),
     Key("server", "max_concurrent_streams", "integer", "256", "gRPC calls at once on one connection."),
+    Key("server", "http_listen_backlog", "integer", "4096", "Connections the kernel completes and holds for the "
+                                                            "HTTP front end until it accepts them (listen's "
+                                                            "backlog; Linux caps it at net.core.somaxconn)."),
     Key("server", "workers", "integer or \"auto\"", "1", "Protocol processes that batch as one (`auto`: the "
                                                           "machine's cores)."),
     Key("server.tls", "cert_file", "string", "", "The server certificate (PEM); with key_file."),

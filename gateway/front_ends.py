@@ -48,7 +48,8 @@ class FrontEnds:
             ssl_options=_server_ssl_context(server))
         self.service.metrics.watch_connections(self.http_server.stats)
         # Several workers serve one port (gateway.workers): the kernel spreads connections.
-        sockets = tornado.netutil.bind_sockets(server.http_port, server.host, reuse_port=server.workers > 1)
+        sockets = tornado.netutil.bind_sockets(server.http_port, server.host, backlog=server.http_listen_backlog,
+                                               reuse_port=server.workers > 1)
         self.http_server.add_sockets(sockets)
         self.http_port = sockets[0].getsockname()[1]
         grpc_server, self._health = build_server(self.service, limits, server, self.max_connections, self._streams)

@@ -44,9 +44,11 @@ REQUEST_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 
 @dataclass(slots=True)
 class ConnectionStats:
-    """What the HTTP front end's connection layer refused or closed since start
-    (`gateway.rest.connections` counts; /metrics exports)."""
+    """What the HTTP front end's connection layer holds now, and has accepted, refused or
+    closed since start (`gateway.rest.connections` counts; /metrics exports)."""
+    accepted: int = 0
     open: int = 0
+    lingering: int = 0             # closed, still reading what the client sends: counted against the cap
     refused_over_capacity: int = 0
     accept_failures: int = 0
     timed_out: int = 0             # closed by the header, idle or body timeout
@@ -292,6 +294,12 @@ class _ConnectionCollector:
     def collect(self) -> Iterator[Metric]:
         stats = self.stats
         yield GaugeMetricFamily("gateway_http_connections", "HTTP client connections open", value=stats.open)
+        # Beside the requests, how often clients keep their connections (nginx's `accepts`).
+        yield CounterMetricFamily("gateway_http_connections_accepted", "HTTP client connections accepted and served",
+                                  value=stats.accepted)
+        yield GaugeMetricFamily("gateway_http_connections_lingering",
+                                "HTTP connections closed after an early answer, still reading what their client "
+                                "sends (counted against server.max_connections)", value=stats.lingering)
         refused = CounterMetricFamily("gateway_http_connections_refused", "HTTP connections refused at accept",
                                       labels=["reason"])
         refused.add_metric(["max_connections"], stats.refused_over_capacity)

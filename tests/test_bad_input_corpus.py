@@ -1,18 +1,22 @@
 """A corpus of bad inputs across v1 HTTP, OIP JSON, OIP binary, OIP gRPC and TorchServe's
 uploads (raw bodies, multipart and url-encoded forms, gRPC input maps). Each gets a
 4xx / INVALID_ARGUMENT (or the documented code) with a message naming the problem, and
-never a 200, while good requests keep flowing through the same gateway the whole time."""
+never a 200, while good requests keep flowing through the same gateway the whole time;
+after each bad HTTP input, its keep-alive connection serves the next request (or the
+refusal said `Connection: close`)."""
 from __future__ import annotations
 
 import struct
 import threading
 import time
+from http.client import HTTPConnection
 
 import grpc
 import numpy as np
 import orjson
 import pytest
 
+from gateway.rest.connections import DRAIN_BYTES
 from tests.harness import config_for, http, http_json, running_gateway
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
@@ -178,6 +182,27 @@ def test_bad_http_input(gw, good_traffic, case_id, path, body, status, message):
     error = orjson.loads(payload)["error"]
     assert message in error
     assert "Traceback" not in error
+
+
+@pytest.mark.parametrize("case_id, path, body, status, message", HTTP_CASES, ids=[c[0] for c in HTTP_CASES])
+def test_after_a_bad_http_input_its_connection_serves_the_next_request(gw, good_traffic, case_id, path, body, status,
+                                                                        message):
+    """A keep-alive client sends its next request on the same connection: it is served there,
+    unless the refusal came before a body over DRAIN_BYTES and said `Connection: close`."""
+    host, port = gw.http_url.removeprefix("http://").rsplit(":", 1)
+    client = HTTPConnection(host, int(port), timeout=30)
+    try:
+        client.request("POST", path, body, {"Content-Type": "application/json"})
+        refused = client.getresponse()
+        refused.read()
+        assert refused.status == status
+        closing, sock = refused.getheader("Connection") == "close", client.sock
+        client.request("POST", V1, j({"instances": [[1, 2]]}))  # on a new connection if closing
+        answer = client.getresponse()
+        assert answer.status == 200 and orjson.loads(answer.read())["predictions"] == [[2, 4]]
+        assert (closing, client.sock is sock) == ((True, False) if len(body) > DRAIN_BYTES else (False, True))
+    finally:
+        client.close()
 
 
 def binary_body(header: dict, tail: bytes) -> tuple[bytes, dict[str, str]]:

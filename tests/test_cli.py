@@ -65,3 +65,6 @@ def test_check_config(tmp_path):
     path.write_text('[[models]]\nname = "m"\nbackend = "nope"\n')
     bad = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "models[0].backend" in bad.stderr
+    path.write_text('[server]\nhttp_listen_backlog = 0\n\n[[models]]\nname = "m"\n')
+    bad = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "server.http_listen_backlog" in bad.stderr and ">= 1" in bad.stderr

@@ -46,11 +46,12 @@ def test_connection_limits_have_production_defaults_and_can_be_set():
     assert (defaults.header_timeout_s, defaults.body_timeout_s, defaults.idle_timeout_s) == (10.0, 60.0, 75.0)
     assert defaults.max_connections == 0  # from the open-files limit
     assert defaults.max_concurrent_streams == 256
+    assert defaults.http_listen_backlog == 4096  # somaxconn's usual value and gRPC's, not Tornado's 128
     server = config.parse({"models": [{"name": "m"}], "server": {
         "header_timeout_s": 2, "body_timeout_s": 30.5, "idle_timeout_s": 5, "max_connections": 100,
-        "max_concurrent_streams": 64}}).server
+        "max_concurrent_streams": 64, "http_listen_backlog": 512}}).server
     assert (server.header_timeout_s, server.body_timeout_s, server.idle_timeout_s) == (2, 30.5, 5)
-    assert (server.max_connections, server.max_concurrent_streams) == (100, 64)
+    assert (server.max_connections, server.max_concurrent_streams, server.http_listen_backlog) == (100, 64, 512)
 
 
 @pytest.mark.parametrize("document, key, problem", [
@@ -89,6 +90,9 @@ def test_connection_limits_have_production_defaults_and_can_be_set():
     ({"models": [{"name": "m"}], "server": {"body_timeout_s": "1m"}}, "server.body_timeout_s", "a number"),
     ({"models": [{"name": "m"}], "server": {"max_connections": -1}}, "server.max_connections", ">= 0"),
     ({"models": [{"name": "m"}], "server": {"max_concurrent_streams": 0}}, "server.max_concurrent_streams", ">= 1"),
+    ({"models": [{"name": "m"}], "server": {"http_listen_backlog": 0}}, "server.http_listen_backlog", ">= 1"),
+    ({"models": [{"name": "m"}], "server": {"http_listen_backlog": 1 << 20}}, "server.http_listen_backlog", "<= 65535"),
+    ({"models": [{"name": "m"}], "server": {"http_listen_backlog": "4k"}}, "server.http_listen_backlog", "an integer"),
     ({"models": [{"name": "m"}], "extra": 1}, "extra", "unknown key"),
 ])
 def test_errors_name_the_key_and_the_problem(document, key, problem):

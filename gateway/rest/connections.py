@@ -11,11 +11,19 @@ Tornado's HTTPServer, with the guards a production proxy puts in front of an app
   `idle_timeout_s` of its last answer; a body must arrive within `body_timeout_s` of its
   headers. One sweep over the connections enforces all three, so a request pays for no
   timer of its own (Tornado's body timeout costs one per request);
-- an answer sent before the request's body was read (an early 413, a 414 or 431) is not
-  lost to a client that writes its whole body before it reads: the connection is closed
-  as nginx's `lingering_close` does, its sending side first, then what the client still
-  sends is read and dropped, for at most `LINGER_S` and `LINGER_BYTES`, before the close
-  (a close with unread data would send a reset, which discards the answer);
+- an answer sent before the request's body was read (a refusal from the head alone: an
+  unknown model's 404, a 413, a 401, ...) keeps the connection when the body still to come
+  is small: a declared `Content-Length` of at most `DRAIN_BYTES` is read and dropped, and
+  the connection serves the next request, as it would after reading the body. Otherwise (a
+  larger or chunked body, `Expect: 100-continue`, a 414 or 431) the answer says
+  `Connection: close`, and the connection is closed;
+- such a close is not lost to a client that writes its whole body before it reads: it
+  lingers as nginx's `lingering_close` does, its sending side first, then what the client
+  still sends is read and dropped, for at most `LINGER_S` and `LINGER_BYTES`, before the
+  close (a close with unread data would send a reset, which discards the answer). A
+  lingering socket counts against `max_connections` until it closes; a connection accepted
+  at the cap closes the oldest lingering socket at once rather than be refused, so
+  descriptors stay bounded by the cap;
 - a request head is judged before routing: a request target over 8 KiB gets 414, a header
   block over 64 KiB gets 431, and an absolute-form target (`POST http://host/path`, which
   RFC 9112 says servers must accept) is served as its path.
@@ -29,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import re
 import socket
 import time
 from collections.abc import Awaitable
@@ -36,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import tornado.http1connection
 import tornado.httpserver
 import tornado.httputil
 import tornado.ioloop
@@ -54,6 +64,10 @@ MAX_HEADER_BYTES = 64 * 1024          # 431 beyond (Tornado's own default)
 # the client gets 431 or 414; beyond it the connection is closed unanswered (Go's default
 # bound on a request head).
 HEAD_READ_LIMIT = 1024 * 1024
+# An answer sent before its request's body: a body declared up to this is read and dropped and the
+# connection kept (about what a client has already sent with its head: the socket buffers of a
+# loopback or LAN connection, and more than the small JSON requests whose refusals are common).
+DRAIN_BYTES = 64 * 1024
 LINGER_S = 5.0                        # a closed connection's unread body is drained this long at most
 LINGER_BYTES = 256 * 1024 * 1024      # and this much at most (the largest bodies clients send, refused)
 SWEEP_INTERVAL_S = 0.25               # how often timeouts are checked: their resolution
@@ -62,6 +76,7 @@ BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 1.0
 # accept() failing for want of a resource, which retrying at once cannot fix.
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,12}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +112,7 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
         self.limits = limits
         self.stats = ConnectionStats()
         self._deadlines: dict[object, _Deadline] = {}   # by Tornado's server connection
+        self._lingering = _LingeringSockets(self.stats)
         self._listeners: dict[int, socket.socket] = {}
         self._accepting = False
         self._backoff_s = BACKOFF_FIRST_S
@@ -149,12 +165,15 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
                     raise
                 self._back_off(error)
                 return
-            if self.stats.open >= self.limits.max_connections:
+            # A lingering socket is still a descriptor: at the cap, the oldest makes room (its
+            # answer has had the longest to arrive) before a new client is refused.
+            if (self.stats.open + self.stats.lingering >= self.limits.max_connections
+                    and not self._lingering.close_oldest()):
                 self._refuse(connection)
                 continue
             if self.ssl_options is None:
                 # A plain connection's stream lingers at its close (see _LingeringStream).
-                self.handle_stream(_LingeringStream(connection, max_buffer_size=self.max_buffer_size,
+                self.handle_stream(_LingeringStream(connection, self._lingering, max_buffer_size=self.max_buffer_size,
                                                     read_chunk_size=self.read_chunk_size), address)
             else:
                 # Tornado's own path from an accepted socket to a TLS stream; it calls
@@ -185,6 +204,7 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
     # -- connections and their timeouts ---------------------------------------------------
 
     def handle_stream(self, stream: tornado.iostream.IOStream, address: tuple) -> None:
+        self.stats.accepted += 1
         self.stats.open += 1
         super().handle_stream(stream, address)
 
@@ -203,6 +223,11 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
             deadline = self._deadlines[server_conn] = _Deadline(stream, now + self.limits.header_timeout_s)
         else:
             deadline.at = now + self.limits.idle_timeout_s
+        _body_unread(deadline.stream, False)  # a body drained after an early answer ends unannounced
+        if type(request_conn) is tornado.http1connection.HTTP1Connection:
+            # Tornado makes each request's connection itself (HTTP1ServerConnection's request
+            # loop), with no factory to ask for another class: this one only adds behaviour.
+            request_conn.__class__ = _EarlyAnswerConnection
         return _GuardedRequest(super().start_request(server_conn, request_conn), request_conn, deadline,
                                self.limits.body_timeout_s, self.stats)
 
@@ -215,12 +240,59 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
                 deadline.stream.close()  # Tornado then ends the connection and calls on_close
 
 
+class _EarlyAnswerConnection(tornado.http1connection.HTTP1Connection):
+    """Tornado's exchange of one request and its answer on a connection, but for an answer
+    that goes before the request's body is read. Tornado closes the connection then (the
+    only way it knows not to read the body), without saying so in the answer, and a client
+    that sends its next request on it fails. Here the connection is kept when the rest of
+    the body is small (`_drainable`): Tornado reads it past the handler and drops it, then
+    serves the next request; otherwise the answer says `Connection: close` (see the module)."""
+
+    def write_headers(self, start_line: tornado.httputil.RequestStartLine | tornado.httputil.ResponseStartLine,
+                      headers: tornado.httputil.HTTPHeaders, chunk: bytes | None = None) -> Any:
+        if not self._read_finished and not self._disconnect_on_finish and not self.is_client:
+            assert self._request_headers is not None  # a server writes an answer after a head
+            if headers.get("Connection", "").lower() == "close" or not _drainable(self._request_headers):
+                self._disconnect_on_finish = True  # Tornado adds `Connection: close` for it
+        return super().write_headers(start_line, headers, chunk)
+
+    def finish(self) -> None:
+        if self._read_finished or self._disconnect_on_finish:
+            super().finish()
+            return
+        # Answered before a body write_headers found small: Tornado's finish closes a connection
+        # whose read is unfinished; told it is finished, it keeps it and reads the body after.
+        self._read_finished = True
+        try:
+            super().finish()
+        finally:
+            self._read_finished = False
+
+
+def _drainable(headers: tornado.httputil.HTTPHeaders) -> bool:
+    """Whether what is left of a request's body when its answer has gone is read and dropped,
+    keeping the connection: no body, or a declared length of at most DRAIN_BYTES. Not a
+    chunked body (its length is unknown when the answer goes), nor one whose client expects
+    `100 Continue` (it is never sent once the answer is out: such a client may not send the
+    body, and its next request would be read as one)."""
+    if "Transfer-Encoding" in headers or "Expect" in headers:
+        return False
+    lengths = headers.get_list("Content-Length")
+    if not lengths:
+        return True
+    return len(lengths) == 1 and _CONTENT_LENGTH.fullmatch(lengths[0]) is not None and int(lengths[0]) <= DRAIN_BYTES
+
+
 class _LingeringStream(tornado.iostream.IOStream):
     """A plain TCP stream whose close, when the client has sent what was not read, lingers
     (see the module): its answer is already in the kernel's send buffer, and a close with
     unread data would reset the connection before the client reads it."""
 
     body_unread = False  # a request's head is in and its body is not (see _GuardedRequest)
+
+    def __init__(self, sock: socket.socket, lingering: _LingeringSockets, **kwargs: Any) -> None:
+        super().__init__(sock, **kwargs)
+        self.lingering = lingering
 
     def close_fd(self) -> None:
         sock = self.socket
@@ -239,7 +311,7 @@ class _LingeringStream(tornado.iostream.IOStream):
             super().close_fd()
             return
         self.socket = None  # type: ignore[assignment]  # Tornado's own close_fd leaves it so
-        _Lingering(sock)
+        self.lingering.add(sock)
 
 
 def _body_unread(stream: tornado.iostream.IOStream, unread: bool) -> None:
@@ -247,21 +319,48 @@ def _body_unread(stream: tornado.iostream.IOStream, unread: bool) -> None:
         stream.body_unread = unread
 
 
-class _Lingering:
-    """Half-close a socket, then read and drop what its client still sends, bounded in time
-    and bytes, then close it."""
+class _LingeringSockets:
+    """A server's sockets lingering at their close, oldest first: each counts against
+    max_connections (`ConnectionStats.lingering`) until it closes."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.left = LINGER_BYTES
-        self.loop = tornado.ioloop.IOLoop.current()
+    def __init__(self, stats: ConnectionStats) -> None:
+        self.stats = stats
+        self._sockets: dict[_Lingering, None] = {}  # in the order they began
+
+    def add(self, sock: socket.socket) -> None:
+        """Half-close `sock` (the answer, then the end of it, reach the client) and let it linger."""
         try:
-            sock.shutdown(socket.SHUT_WR)  # the answer, then the end of it, reach the client
+            sock.shutdown(socket.SHUT_WR)
         except OSError:
             sock.close()
             return
+        self._sockets[_Lingering(sock, self)] = None
+        self.stats.lingering = len(self._sockets)
+
+    def discard(self, lingering: _Lingering) -> None:
+        self._sockets.pop(lingering, None)
+        self.stats.lingering = len(self._sockets)
+
+    def close_oldest(self) -> bool:
+        """Close the socket that has lingered longest, at once; False if none lingers."""
+        oldest = next(iter(self._sockets), None)
+        if oldest is None:
+            return False
+        oldest.close()
+        return True
+
+
+class _Lingering:
+    """A half-closed socket: what its client still sends is read and dropped, bounded in
+    time and bytes, then it is closed."""
+
+    def __init__(self, sock: socket.socket, sockets: _LingeringSockets) -> None:
+        self.sock = sock
+        self.sockets = sockets
+        self.left = LINGER_BYTES
+        self.loop = tornado.ioloop.IOLoop.current()
         self.loop.add_handler(sock, self._drain, tornado.ioloop.IOLoop.READ)
-        self.timer = self.loop.call_later(LINGER_S, self._close)
+        self.timer = self.loop.call_later(LINGER_S, self.close)
 
     def _drain(self, sock: socket.socket, events: int) -> None:
         try:
@@ -272,13 +371,14 @@ class _Lingering:
             return  # all read for now: wait for more, or for the timer
         except OSError:
             pass
-        self.loop.remove_timeout(self.timer)
-        self._close()
+        self.close()
 
-    def _close(self) -> None:
+    def close(self) -> None:
         if self.sock.fileno() != -1:
+            self.loop.remove_timeout(self.timer)
             self.loop.remove_handler(self.sock)
             self.sock.close()
+            self.sockets.discard(self)
 
 
 class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):

@@ -1,23 +1,36 @@
 """The HTTP front end's connection layer (gateway/rest/connections.py): timeouts per phase,
 the connection cap, request heads refused with 414 and 431, absolute-form targets, an
-accept that fails for want of descriptors backing off instead of spinning, and an early
-refusal that reaches a client still sending its body (a lingering close, bounded)."""
+accept that fails for want of descriptors backing off instead of spinning, an early
+refusal that keeps the connection when the body is small (http.client, aiohttp and
+Triton's aio client then send their next request on it) and says `Connection: close`
+otherwise, reaching a client still sending its body (a lingering close, bounded, whose
+sockets count against the cap), and the listen backlog."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import http.client
+import os
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
+import aiohttp
+import numpy as np
 import orjson
 import pytest
 import tornado.netutil
+import tritonclient.http.aio as triton_aio
+from tritonclient.utils import InferenceServerException
 
+from gateway.rest.connections import DRAIN_BYTES
 from tests.harness import RunningGateway, config_for, http_json, running_gateway
+from tests.processes import ServerProcess, gateway
 
 SHORT_S = 0.5          # the timeouts under test
 CLOSED_WITHIN_S = 5.0  # generous: what matters is that it happens, not when
@@ -317,3 +330,197 @@ def test_a_chunked_body_whose_chunk_size_line_is_too_long_gets_400_not_a_reset(g
     assert head.startswith(b"HTTP/1.1 400"), answer[:200]
     assert "chunked body is malformed" in orjson.loads(body)["error"]
     assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1.0]]})[0] == 200
+
+
+# -- an answer before the body: keep-alive, or Connection: close -----------------------------------
+
+SMALL_JSON_LIMIT = 20_000   # max_json_bytes below DRAIN_BYTES: its 413 comes before a body that is drained
+OIP_GOOD = orjson.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
+ROUNDS = 20                 # refused-then-good rounds per client
+
+
+@pytest.fixture(scope="module")
+def early() -> Iterator[RunningGateway]:
+    """The default timeouts (a kept-alive client is never cut off by them here)."""
+    config = config_for({"name": "demo", "backend": "simulated"}, max_json_bytes=SMALL_JSON_LIMIT)
+    with running_gateway(config) as running:
+        yield running
+
+
+def accepted(gw: RunningGateway) -> int:
+    return gw.gateway.front_ends.http_server.stats.accepted
+
+
+EARLY_REFUSALS = [
+    # (id, path, body, headers, status): each refused from the head alone, its body unread
+    ("unknown-model", "/v2/models/absent/infer", OIP_GOOD, {}, 404),
+    ("unknown-version", "/v2/models/demo/versions/9/infer", OIP_GOOD, {}, 404),
+    ("json-over-max_json_bytes", "/v1/models/demo:predict", b" " * (SMALL_JSON_LIMIT + 1), {}, 413),
+    ("bad-timeout-header", "/v2/models/demo/infer", OIP_GOOD, {"X-Request-Timeout-Ms": "soon"}, 400),
+    ("unsupported-content-encoding", "/v2/models/demo/infer", OIP_GOOD, {"Content-Encoding": "br"}, 415),
+    ("no-body", "/v2/models/absent/infer", b"", {}, 404),
+    ("largest-drained-body", "/v2/models/absent/infer", b" " * DRAIN_BYTES, {}, 404),
+]
+
+
+@pytest.mark.parametrize("case_id, path, body, headers, status", EARLY_REFUSALS, ids=[c[0] for c in EARLY_REFUSALS])
+def test_after_a_refusal_before_a_small_body_http_client_sends_its_next_request_on_the_same_connection(
+        early, case_id, path, body, headers, status):
+    """Before, the gateway closed the connection after such an answer without saying so, and
+    http.client's next request on it failed (RemoteDisconnected)."""
+    client = http.client.HTTPConnection(*address(early), timeout=30)
+    try:
+        client.request("POST", path, body, headers)
+        refused = client.getresponse()
+        refused.read()
+        assert refused.status == status
+        assert refused.getheader("Connection") is None  # kept alive
+        sock = client.sock
+        client.request("POST", "/v2/models/demo/infer", OIP_GOOD)
+        answer = client.getresponse()
+        assert answer.status == 200 and orjson.loads(answer.read())["outputs"][0]["data"] == [2, 4]
+        assert client.sock is sock  # the same connection, not a new one
+    finally:
+        client.close()
+
+
+def test_a_drained_body_is_never_read_as_a_request(early):
+    """The body of a refused request is dropped whole, even when it looks like a request."""
+    smuggled = b"GET /metrics HTTP/1.1\r\nHost: gw\r\n\r\n"
+    with connection(early) as sock:
+        sock.sendall(b"POST /v2/models/absent/infer HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(smuggled), smuggled))
+        assert read_response(sock)[0] == 404
+        sock.sendall(predict_request())
+        status, _, body = read_response(sock)
+        assert status == 200 and orjson.loads(body)["predictions"] == [[2, 4]]
+
+
+@pytest.mark.parametrize("case_id, head", [
+    ("body-over-DRAIN_BYTES", b"Content-Length: %d\r\n" % (DRAIN_BYTES + 1)),
+    ("chunked", b"Transfer-Encoding: chunked\r\n"),  # its length is unknown when the answer goes
+    ("expect-100-continue", b"Content-Length: 100\r\nExpect: 100-continue\r\n"),  # it may never be sent
+])
+def test_a_refusal_before_a_large_or_unknown_body_says_connection_close_then_closes(early, case_id, head):
+    with connection(early) as sock:
+        sock.sendall(b"POST /v2/models/absent/infer HTTP/1.1\r\nHost: gw\r\n%s\r\n" % head)
+        status, headers, _ = read_response(sock)
+        assert status == 404 and headers.get("connection") == "close"
+        assert closed_by_server(sock)
+
+
+def test_aiohttp_keeps_its_one_connection_through_refusals(early):
+    """Before, aiohttp's next request after a 404 failed ("Server disconnected") or, when it
+    saw the close in time, went on a new connection."""
+    async def rounds() -> list[str]:
+        outcomes = []
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
+            for _ in range(ROUNDS):
+                for path, expected in (("/v2/models/absent/infer", 404), ("/v2/models/demo/infer", 200)):
+                    try:
+                        async with session.post(early.http_url + path, data=OIP_GOOD) as answer:
+                            await answer.read()
+                            outcomes.append("ok" if answer.status == expected else f"status {answer.status}")
+                    except aiohttp.ClientError as error:
+                        outcomes.append(repr(error))
+        return outcomes
+
+    before = accepted(early)
+    outcomes = asyncio.run(rounds())
+    assert [outcome for outcome in outcomes if outcome != "ok"] == []
+    assert accepted(early) - before == 1
+
+
+def test_tritons_aio_client_keeps_its_one_connection_through_unknown_models(early):
+    """Triton's aio client (tritonclient.http.aio, unmodified), as its example
+    simple_http_aio_infer_client.py uses it: a good request, one for "wrong_model_name", a
+    good one again, on a pool of one connection."""
+    async def rounds() -> None:
+        client = triton_aio.InferenceServerClient(early.http_url.removeprefix("http://"), conn_limit=1)
+        tensor = triton_aio.InferInput("INPUT0", [1, 2], "FP32")
+        tensor.set_data_from_numpy(np.array([[1, 2]], np.float32))
+        try:
+            for _ in range(ROUNDS):
+                result = await client.infer("demo", [tensor])
+                assert result.as_numpy("OUTPUT0").tolist() == [[2, 4]]
+                with pytest.raises(InferenceServerException) as refused:
+                    await client.infer("wrong_model_name", [tensor])
+                assert refused.value.message().startswith("Request for unknown model"), refused.value.message()
+            assert (await client.infer("demo", [tensor])).as_numpy("OUTPUT0").tolist() == [[2, 4]]
+        finally:
+            await client.close()
+
+    before = accepted(early)
+    asyncio.run(rounds())
+    assert accepted(early) - before == 1
+
+
+# -- lingering sockets and max_connections ----------------------------------------------------------
+
+CAP = 20                # max_connections
+HUGE_BODIES = 200       # connections that declare a 10 GB body, read the 413 and stay open
+FD_SLACK = 8            # descriptors beyond the baseline and the cap: a refused connection, a good client's
+
+
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def v1_status(process: ServerProcess) -> int:
+    request = urllib.request.Request(f"{process.http_url}/v1/models/demo:predict", data=PREDICT)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_sockets_lingering_after_early_413s_count_against_max_connections(tmp_path: Path):
+    """Before, a lingering socket no longer counted as open: 200 such clients held about
+    baseline + 200 descriptors with max_connections = 20."""
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[server]\nmax_connections = {CAP}\n\n[[models]]\nname = "demo"\nbackend = "simulated"\n')
+    with gateway(config) as process:
+        host, port = process.http_address.rsplit(":", 1)
+        assert v1_status(process) == 200
+        baseline = descriptors(process.pid)
+        held: list[socket.socket] = []
+        most = baseline
+        try:
+            for _ in range(HUGE_BODIES):
+                sock = socket.create_connection((host, int(port)), timeout=30)
+                held.append(sock)
+                sock.sendall(b"POST /v1/models/demo:predict HTTP/1.1\r\nHost: gw\r\nContent-Length: 10000000000\r\n\r\n")
+                assert sock.recv(65536).startswith(b"HTTP/1.1 413")
+                most = max(most, descriptors(process.pid))
+            assert v1_status(process) == 200  # a good client is served meanwhile
+        finally:
+            for sock in held:
+                sock.close()
+        print(f"descriptors: {baseline} at rest, at most {most} with {HUGE_BODIES} lingering clients, cap {CAP}")
+        assert most <= baseline + CAP + FD_SLACK
+
+
+# -- the listen backlog ------------------------------------------------------------------------------
+
+def listen_backlogs(port: int) -> list[int]:
+    """The backlog of each socket listening on `port`: what `ss` shows as a listening socket's
+    Send-Q (the kernel's sk_max_ack_backlog, which /proc/net/tcp does not show)."""
+    listing = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, timeout=30, check=True)
+    return [int(line.split()[2]) for line in listing.stdout.splitlines()]
+
+
+def somaxconn() -> int:
+    return int(Path("/proc/sys/net/core/somaxconn").read_text())
+
+
+def test_the_http_listen_backlog_defaults_to_somaxconns_usual_4096_not_tornados_128(early):
+    assert listen_backlogs(early.gateway.http_port) == [min(4096, somaxconn())]
+
+
+def test_the_http_listen_backlog_is_a_setting_applied_by_every_worker(tmp_path: Path):
+    config = tmp_path / "gateway.toml"
+    config.write_text('[server]\nhttp_listen_backlog = 1000\n\n[[models]]\nname = "demo"\nbackend = "simulated"\n')
+    with gateway(config, workers=2) as process:
+        port = int(process.http_address.rsplit(":", 1)[1])
+        assert listen_backlogs(port) == [min(1000, somaxconn())] * 2  # one socket per process (SO_REUSEPORT)
