@@ -384,6 +384,23 @@ def test_after_a_refusal_before_a_small_body_http_client_sends_its_next_request_
         client.close()
 
 
+def test_after_a_401_http_client_sends_its_next_request_on_the_same_connection(monkeypatch):
+    monkeypatch.setenv("GATEWAY_TOKEN", "s3cret")
+    with running_gateway(config_for({"name": "demo", "backend": "simulated"},
+                                    server={"auth_token_env": "GATEWAY_TOKEN"})) as gw:
+        client = http.client.HTTPConnection(*address(gw), timeout=30)
+        try:
+            client.request("POST", "/v2/models/demo/infer", OIP_GOOD, {"Authorization": "Bearer wrong"})
+            refused = client.getresponse()
+            refused.read()
+            assert refused.status == 401 and refused.getheader("Connection") is None
+            sock = client.sock
+            client.request("POST", "/v2/models/demo/infer", OIP_GOOD, {"Authorization": "Bearer s3cret"})
+            assert client.getresponse().status == 200 and client.sock is sock
+        finally:
+            client.close()
+
+
 def test_a_drained_body_is_never_read_as_a_request(early):
     """The body of a refused request is dropped whole, even when it looks like a request."""
     smuggled = b"GET /metrics HTTP/1.1\r\nHost: gw\r\n\r\n"
