@@ -65,8 +65,8 @@ MAX_HEADER_BYTES = 64 * 1024          # 431 beyond (Tornado's own default)
 # bound on a request head).
 HEAD_READ_LIMIT = 1024 * 1024
 # An answer sent before its request's body: a body declared up to this is read and dropped and the
-# connection kept (about what a client has already sent with its head: the socket buffers of a
-# loopback or LAN connection, and more than the small JSON requests whose refusals are common).
+# connection kept. A few reads cost less than the client's new connection would (a handshake, TLS's
+# key exchange), and it covers the small JSON requests whose refusals are common (a wrong model name).
 DRAIN_BYTES = 64 * 1024
 LINGER_S = 5.0                        # a closed connection's unread body is drained this long at most
 LINGER_BYTES = 256 * 1024 * 1024      # and this much at most (the largest bodies clients send, refused)
