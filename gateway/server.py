@@ -1,8 +1,8 @@
 """The gateway process: one asyncio loop hosting what decides batches, the service and the
 front ends (`gateway.front_ends`), assembled once for every role (`gateway.roles`: one
 process, the batcher of `--workers`, a worker), with start, graceful stop, reload and the
-signals that drive them; and the process's open-files limit, which bounds how many client
-connections each front end may hold.
+signals that drive them; the process's open-files limit, which bounds how many client
+connections each front end may hold; and its allocator's trimming (`gateway.memory`).
 
 It knows the role interface, not the roles of `gateway.workers`."""
 from __future__ import annotations
@@ -19,6 +19,7 @@ from gateway.batching.scheduler import Scheduler
 from gateway.config import ConfigError, GatewayConfig
 from gateway.config import load as load_config
 from gateway.front_ends import FrontEnds
+from gateway.memory import Trimmer
 from gateway.roles import Role, SingleProcess
 from gateway.service import InferenceService
 from gateway.telemetry import NO_TELEMETRY, Telemetry
@@ -117,11 +118,11 @@ async def reload_models(service: InferenceService, path: str) -> GatewayConfig |
     Server and limits changes need a restart: they are kept as they are."""
     try:
         fresh = load_config(path)
+        fresh = dataclasses.replace(fresh, server=service.config.server, limits=service.config.limits)
+        changes = await service.reconfigure(fresh, service.config.server.grace_s)  # its tenants' keys read first
     except ConfigError as error:
         log.error("reload: config error, keeping the running config: %s", error)
         return None
-    fresh = dataclasses.replace(fresh, server=service.config.server, limits=service.config.limits)
-    changes = await service.reconfigure(fresh, service.config.server.grace_s)
     log.info("reload: %s", ", ".join(f"{kind} {names}" for kind, names in changes.items() if names) or "no changes")
     return fresh
 
@@ -170,6 +171,8 @@ async def serve(config: GatewayConfig, config_path: str | None = None, role: Rol
     gracefully; a second signal hurries the stop. SIGHUP reloads `config_path` (models
     added, removed, re-tuned); a bad file is logged and the running config kept."""
     raise_open_files_limit()
+    trimmer = Trimmer()  # in every role: each process gives back what large messages left (gateway.memory)
+    trimmer.start()
     gateway = Gateway(config, role)
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
@@ -196,6 +199,7 @@ async def serve(config: GatewayConfig, config_path: str | None = None, role: Rol
         log.info("stopping: %s (grace %s s)", gateway.role.drains, config.server.grace_s)
     finally:
         await gateway.stop()
+        await trimmer.stop()
 
 
 def install_signals(loop: asyncio.AbstractEventLoop, stopping: asyncio.Event, hurry: Callable[[], None],

@@ -1,6 +1,7 @@
 """The README's quick-start commands work as written against `batching-gateway serve`
 (only the ports are changed, to the free ones the test's gateway got; hey runs 1 s), served
-by one process and by `--workers 2`.
+by one process and by `--workers 2`; the project's load generator as the quick start's
+`.venv/bin/python` runs it (here with the test venv's interpreter, from the clone's root).
 ghz is not packaged for this machine, so its command is the one not run here."""
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.processes import python_module
+from tests.processes import ROOT, python_module
 from tests.readme import commands_after
 from tools.client_tools import perf_analyzer
 
@@ -25,7 +26,7 @@ def quick_start_commands() -> list[str]:
 @pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "workers-2"])
 def test_quick_start_commands_work_as_written(tmp_path, workers):
     commands = quick_start_commands()
-    assert {c.split()[0] for c in commands} >= {"curl", "grpcurl", "hey", "perf_analyzer"}
+    assert {c.split()[0] for c in commands} >= {"curl", "grpcurl", "hey", "perf_analyzer", ".venv/bin/python"}
     gateway = python_module("gateway", "serve", "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING",
                             "--workers", workers)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
@@ -43,7 +44,9 @@ def test_quick_start_commands_work_as_written(tmp_path, workers):
             if tool == "perf_analyzer":  # installed by the project (tools/client_tools.py)
                 installed = perf_analyzer()
                 argv, run_env = installed.argv(*argv[1:]), {**env, **installed.env()}
-            result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=run_env)
+            elif tool == ".venv/bin/python":  # the quick start's venv; this one has all it has
+                argv[0] = sys.executable
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=run_env, cwd=ROOT)
             assert result.returncode == 0, (command, result.stderr)
             if tool == "curl":
                 body = orjson.loads(result.stdout)
@@ -56,5 +59,7 @@ def test_quick_start_commands_work_as_written(tmp_path, workers):
                 assert "Concurrency: 16" in result.stdout, result.stdout
             elif tool == "hey":
                 assert "[200]" in result.stdout and "Error distribution" not in result.stdout
+            elif tool == ".venv/bin/python":  # tools.loadgen over gRPC
+                assert "[OK]" in result.stdout and "Error distribution" not in result.stdout, result.stdout
     finally:
         assert gateway.stop() == 0

@@ -290,11 +290,7 @@ class ServerProcess:
 
     def rss_kb(self) -> int:
         """The server's resident memory (VmRSS), in KiB."""
-        with open(f"/proc/{self.pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        raise RuntimeError(f"no VmRSS for {self.name}")
+        return process_rss_kb(self.pid)
 
     def cpu_seconds(self) -> float:
         """The CPU time the server has used so far (user + system), in seconds."""
@@ -340,6 +336,26 @@ def pids_in_group(pgid: int) -> list[int]:
         if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
             pids.append(int(entry))
     return pids
+
+
+def child_pids(pid: int) -> list[int]:
+    """PIDs of the processes `pid` started that still run (Linux /proc), wherever their
+    process group is (a gateway's workers run in sessions of their own)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def process_rss_kb(pid: int) -> int:
+    """A process's resident memory (VmRSS), in KiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 def process_cpu_seconds(pid: int) -> float:
