@@ -15,8 +15,11 @@ and its own process group (`tools.processes`, the one launcher), on free ports:
 Triton starts as soon as the archive exists, while TorchServe's workers load. Once both answer,
 it writes `gateway.toml` (model `image`: Triton over gRPC; `image_torchserve`: TorchServe over
 HTTP) and a picture, `kitten.png` (the tests' `images.png(1)`, made by the TorchServe venv's
-Pillow), into `--workdir`, prints the config and the two commands to type next, and runs until
-Ctrl-C or SIGTERM, when it stops both servers by PID. It exits 1 if either dies on its own.
+Pillow), into its folder, prints the config and the two commands to type next, with that
+folder's path, and runs until Ctrl-C or SIGTERM, when it stops both servers by PID. It exits 1
+if either dies on its own. Its folder is `--workdir`, or else a new one for this run in the
+temporary directory (`batching-gateway-demo-XXXXXXXX`, `tempfile.mkdtemp`: the user's alone,
+never another run's), removed when the demo stops.
 
 It must not know the gateway's code (it writes a config for it) nor the tests' (it runs their
 scripts and model files by path, never imports them).
@@ -29,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import zipfile
@@ -38,7 +42,7 @@ from tools.predictor_envs import ensure_env
 from tools.processes import ROOT, ServerProcess, ServerStartError, free_port
 from tools.triton_direct import command_and_env
 
-DEFAULT_WORKDIR = Path("/tmp/batching-gateway-demo")  # short: TorchServe's worker sockets live under it
+WORKDIR_PREFIX = "batching-gateway-demo-"  # in the temporary directory: TorchServe's worker sockets live under it
 PREDICTORS = ROOT / "tests" / "predictors"
 TORCHSERVE_SCRIPT = PREDICTORS / "torchserve_server.py"
 TRITON_MODEL = PREDICTORS / "from_torchserve" / "model_repository" / "image"
@@ -131,10 +135,25 @@ def _wait_for(path: Path, server: ServerProcess, timeout: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR,
-                        help=f"where the servers run and gateway.toml and kitten.png go (default {DEFAULT_WORKDIR})")
+    parser.add_argument("--workdir", type=Path,
+                        help="where the servers run and gateway.toml and kitten.png go (default: a new folder "
+                             f"{WORKDIR_PREFIX}XXXXXXXX in the temporary directory, removed when the demo stops)")
     args = parser.parse_args(argv)
-    workdir: Path = args.workdir.resolve()
+    workdir = args.workdir.resolve() if args.workdir is not None else run_folder()
+    try:
+        return run(workdir)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_folder() -> Path:
+    """A new folder for this run, in the temporary directory, readable by this user alone."""
+    return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX)).resolve()
+
+
+def run(workdir: Path) -> int:
+    """Start both servers in `workdir`, write the config and picture, wait for Ctrl-C."""
     for old in ("torchserve", "triton", "gateway.toml"):  # a previous run's, never reused
         shutil.rmtree(workdir / old, ignore_errors=True)
     (workdir / "gateway.toml").unlink(missing_ok=True)

@@ -1,8 +1,11 @@
 """tools/demo.py, the README's "Coming from TorchServe" walk, run as a user types it: its three
-commands (only the demo's folder and the gateway's ports changed, to a fresh folder and free
-ones) start the real TorchServe and Triton, the gateway on the config the demo printed, and
-upload the demo's picture with curl; Triton's answer, through the gateway, is TorchServe's own
-for that picture; Ctrl-C's signal stops the demo and, by their PIDs, both servers."""
+commands (the demo's folder, which the README shows as `/tmp/batching-gateway-demo-XXXXXXXX`,
+and the gateway's ports changed, to a fresh folder and free ones) start the real TorchServe
+and Triton, the gateway on the config the demo printed, and upload the demo's picture with
+curl; Triton's answer, through the gateway, is TorchServe's own for that picture (the same
+document; each route's bytes and Content-Type as docs/from-torchserve.md says); Ctrl-C's
+signal stops the demo and, by their PIDs, both servers. Without `--workdir`, each run's
+folder is its own."""
 from __future__ import annotations
 
 import base64
@@ -17,6 +20,7 @@ import sys
 import tempfile
 import time
 import tomllib
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -26,9 +30,10 @@ from tests.predictors.harness import http_post_json
 from tests.predictors.torchserve_clients import CURL_ENV
 from tests.processes import gateway
 from tests.readme import commands_after
+from tools.demo import WORKDIR_PREFIX, run_folder
 from tools.processes import ServerProcess, is_alive
 
-DEFAULT_WORKDIR = "/tmp/batching-gateway-demo"
+SHOWN_WORKDIR = f"/tmp/{WORKDIR_PREFIX}XXXXXXXX"  # the README's stand-in for the folder a run makes
 
 
 @pytest.fixture
@@ -45,8 +50,8 @@ def workdir() -> Iterator[pathlib.Path]:
 def test_the_readme_walk_from_torchserve_runs_as_typed(workdir: pathlib.Path) -> None:
     start_demo, serve, upload = commands_after("## Coming from TorchServe")
     assert start_demo == ".venv/bin/python -m tools.demo"
-    assert serve == f".venv/bin/batching-gateway serve --config {DEFAULT_WORKDIR}/gateway.toml"
-    assert upload == f"curl -T {DEFAULT_WORKDIR}/kitten.png localhost:8080/predictions/image"
+    assert serve == f".venv/bin/batching-gateway serve --config {SHOWN_WORKDIR}/gateway.toml"
+    assert upload == f"curl -T {SHOWN_WORKDIR}/kitten.png localhost:8080/predictions/image"
 
     log = workdir / "demo.log"
     demo = ServerProcess([sys.executable, *shlex.split(start_demo)[1:], "--workdir", str(workdir)], name="demo",
@@ -74,11 +79,17 @@ def test_the_readme_walk_from_torchserve_runs_as_typed(workdir: pathlib.Path) ->
         server = gateway(config_path)
         try:
             address = server.http_address
-            command = upload.replace(DEFAULT_WORKDIR, str(workdir)).replace("localhost:8080", address)
+            command = upload.replace(SHOWN_WORKDIR, str(workdir)).replace("localhost:8080", address)
             done = subprocess.run(shlex.split(command), capture_output=True, env=CURL_ENV, timeout=60, check=True)
             from_triton = json.loads(done.stdout)
             via_torchserve = subprocess.run(shlex.split(command.replace("/image", "/image_torchserve")),
                                             capture_output=True, env=CURL_ENV, timeout=60, check=True).stdout
+            # The same document, not the same bytes (docs/from-torchserve.md says which): Triton's
+            # route answers the moved model's text as it wrote it, TorchServe's compact JSON.
+            shown = {route: content_type(f"{server.http_url}/predictions/{route}", images.png(1))
+                     for route in ("image", "image_torchserve")}
+            assert shown == {"image": "text/plain; charset=utf-8", "image_torchserve": "application/json"}
+            assert done.stdout == json.dumps(from_triton, indent=2).encode() and b"\n" not in via_torchserve
         finally:
             assert server.stop() == 0
         # TorchServe itself (its kserve envelope, at the address the config names), without the gateway;
@@ -94,3 +105,25 @@ def test_the_readme_walk_from_torchserve_runs_as_typed(workdir: pathlib.Path) ->
         demo.stop()
     assert code == 0 and "Stopping TorchServe and Triton." in demo.log_text()
     assert not [pid for pid in pids if is_alive(pid)]
+
+
+def content_type(url: str, upload: bytes) -> str:
+    """The Content-Type of the answer to `curl -T` (a PUT of the file; urllib would declare it a
+    form, curl declares none: a raw body either way)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+    request = urllib.request.Request(url, data=upload, method="PUT", headers={"Content-Type": "application/octet-stream"})
+    with opener.open(request, timeout=60) as answer:
+        return answer.headers["Content-Type"]
+
+
+def test_each_run_gets_a_folder_of_its_own_that_only_its_user_can_read():
+    """Without --workdir: a new folder in the temporary directory, never a fixed one that
+    every user of the machine shares (the demo removes it when it stops)."""
+    first, second = run_folder(), run_folder()
+    try:
+        assert first != second and first.name.startswith(WORKDIR_PREFIX)
+        assert first.parent == pathlib.Path(tempfile.gettempdir()).resolve()
+        assert first.stat().st_mode & 0o777 == 0o700
+    finally:
+        for folder in (first, second):
+            shutil.rmtree(folder, ignore_errors=True)
