@@ -18,6 +18,7 @@ import pytest
 
 from gateway.rest.connections import DRAIN_BYTES
 from tests.harness import config_for, http, http_json, running_gateway
+from tests.test_tokens import cl100k_file
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.generated.torchserve import inference_pb2 as ts_pb
@@ -33,7 +34,7 @@ def gw():
     demo = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 5}}
     text = {"name": "text", "backend": "simulated", "inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [-1]}]}
     encoder = {"name": "encoder", "backend": "simulated", "simulated": {"task": "embed"},
-               "batching": {"max_batch_tokens": 1000}}
+               "batching": {"max_batch_tokens": 1000}, "embeddings": {"token_ids_file": cl100k_file()}}
     with running_gateway(config_for(demo, text, encoder, **LIMITS)) as running:
         yield running
 
@@ -402,13 +403,26 @@ OPENAI_CASES = [
     ("openai-input-object", EMBEDDINGS, j({"model": "encoder", "input": {"a": 1}}), 400, "'input' must be"),
     ("openai-input-mixed", EMBEDDINGS, j({"model": "encoder", "input": ["a", 3]}), 400, "mixes strings"),
     ("openai-input-nested-strings", EMBEDDINGS, j({"model": "encoder", "input": [["a"]]}), 400, "token ids"),
-    ("openai-token-ids-to-a-text-model", EMBEDDINGS, j({"model": "encoder", "input": [[1, 2]]}), 400, "takes texts"),
+    ("openai-token-id-not-in-the-encoding", EMBEDDINGS, j({"model": "encoder", "input": [[9906, 100261]]}), 400,
+     "token id 100261 is not in cl100k_base"),
+    ("openai-token-ids-cut-inside-a-character", EMBEDDINGS, j({"model": "encoder", "input": [[9468, 99]]}), 400,
+     "not UTF-8 text"),  # the first two of 🦜's three ids
+    ("openai-token-id-past-64-bits", EMBEDDINGS, b'{"model": "encoder", "input": [[1, 18446744073709551616]]}', 400,
+     "= 18446744073709551616 is out of range"),
+    ("openai-token-id-past-32-bits", EMBEDDINGS, j({"model": "encoder", "input": [4294967296]}), 400, "out of range"),
+    ("openai-token-id-a-float", EMBEDDINGS, j({"model": "encoder", "input": [[1, 2.5]]}), 400, "is 2.5"),
     ("openai-negative-token-id", EMBEDDINGS, j({"model": "encoder", "input": [[1, -2]]}), 400, "non-negative"),
     ("openai-too-many-texts", EMBEDDINGS, j({"model": "encoder", "input": ["a"] * 101}), 400, "at most 100"),
     ("openai-text-over-the-token-budget", EMBEDDINGS, j({"model": "encoder", "input": "x" * 4000}), 413,
-     "more than a whole batch may"),
+     "(batching.max_batch_tokens = 1000)"),
     ("openai-bad-encoding", EMBEDDINGS, j({"model": "encoder", "input": "x", "encoding_format": "hex"}), 400,
      "'encoding_format' must be one of"),
+    ("openai-encoding-zero", EMBEDDINGS, j({"model": "encoder", "input": "x", "encoding_format": 0}), 400,
+     "must be one of float, base64, got 0"),
+    ("openai-encoding-false", EMBEDDINGS, j({"model": "encoder", "input": "x", "encoding_format": False}), 400,
+     "must be one of float, base64, got false"),
+    ("openai-encoding-empty", EMBEDDINGS, j({"model": "encoder", "input": "x", "encoding_format": ""}), 400,
+     "must be one of float, base64, got \"\""),
     ("openai-bad-dimensions", EMBEDDINGS, j({"model": "encoder", "input": "x", "dimensions": -1}), 400,
      "'dimensions' must be"),
     ("openai-dimensions-unsupported", EMBEDDINGS, j({"model": "encoder", "input": "x", "dimensions": 8}), 400,
