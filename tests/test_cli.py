@@ -2,6 +2,7 @@
 (`tools.processes`), stopped by PID."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -55,6 +56,22 @@ def test_a_config_error_exits_2_naming_the_key(tmp_path):
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert "models[0].batching.max_batch_size" in result.stderr and ">= 1" in result.stderr
+
+
+def test_check_config_reads_a_named_token_encoding_and_refuses_one_it_cannot_read(tmp_path):
+    from tests.test_tokens import cl100k_file
+
+    path = tmp_path / "gateway.toml"
+    model = '[[models]]\nname = "e"\n[models.simulated]\ntask = "embed"\n[models.embeddings]\n'
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty")}  # nothing is downloaded
+    path.write_text(model + f'token_ids_file = "{cl100k_file()}"\n')
+    ok = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], capture_output=True, text=True,
+                        timeout=30, env=env)
+    assert ok.returncode == 0 and "ok" in ok.stdout, ok.stderr
+    path.write_text(model + 'token_ids = "o200k_base"\n')
+    bad = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], capture_output=True, text=True,
+                         timeout=30, env=env)
+    assert bad.returncode == 2 and "models[0].embeddings.token_ids: no o200k_base file at" in bad.stderr, bad.stderr
 
 
 def test_check_config(tmp_path):
