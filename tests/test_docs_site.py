@@ -1,6 +1,8 @@
 """The documentation site (mkdocs.yml, docs/) builds with `mkdocs build --strict`: a broken
-link, a missing page or a page left out of the nav fails it; and its reference pages are
-what the code generates now (`python -m tools.gen_docs`), never stale hand edits."""
+link, a missing page or a page left out of the nav fails it; its reference pages are what
+the code generates now (`python -m tools.gen_docs`), never stale hand edits; and long names
+in inline code break after `_`, `.` and `/` (tools/mkdocs_hooks.py, docs/stylesheets/extra.css),
+never mid-word."""
 from __future__ import annotations
 
 import os
@@ -9,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tools import gen_docs
+from tools.mkdocs_hooks import with_break_points
 from tools.processes import ROOT
 
 
@@ -28,3 +31,14 @@ def test_the_site_builds_strictly(tmp_path):
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "errors" / "index.html").exists()
+    metrics = (tmp_path / "site" / "reference" / "metrics" / "index.html").read_text()
+    assert "<code>gateway_<wbr>batch_<wbr>cost</code>" in metrics and "stylesheets/extra.css" in metrics
+
+
+def test_inline_code_breaks_after_underscores_dots_and_slashes_and_code_blocks_are_left_alone():
+    page = ('<p><code>models[].batching.max_batch_cost</code> and <code>_s</code>, <code>a/b</code></p>'
+            '<pre><span></span><code>serve --config /tmp/x_y.toml</code></pre><code>x_y</code>')
+    assert with_break_points(page) == (
+        '<p><code>models[].<wbr>batching.<wbr>max_<wbr>batch_<wbr>cost</code> and <code>_<wbr>s</code>, '
+        '<code>a/<wbr>b</code></p><pre><span></span><code>serve --config /tmp/x_y.toml</code></pre>'
+        '<code>x_<wbr>y</code>')
