@@ -37,7 +37,7 @@ from gateway.model_kinds import served_model
 from gateway.models import SERVER_NAME, BatchInputs, ClientRequest, ServedModel
 from gateway.telemetry import Telemetry
 from gateway.views import Views
-from wire.errors import ModelNotFound
+from wire.errors import GatewayError, ModelNotFound
 from wire.request import OipRequest
 from wire.tensors import Tensor
 
@@ -241,8 +241,21 @@ class InferenceService:
             submitted = call.batch_request(served.name, batch.tensors, batch.lengths,
                                            client=self.telemetry.request_started(call), parameters=batch.parameters,
                                            timeout_s=own_timeout, priority=own_priority, form=served.form)
-            result = await self.scheduler.submit(submitted)
+            try:
+                result = await self.scheduler.submit(submitted)
+            except GatewayError as error:
+                raise named_as_served(error, served) from None
             self.telemetry.request_batched(call, result)
             return Answer(served, batch, result)
         finally:
             self.active_requests -= 1
+
+
+def named_as_served(error: GatewayError, served: ServedModel) -> GatewayError:
+    """A predictor's error names the model as the predictor knows it (`backend_model`: the
+    backends write "model '<name>'"); its clients know it by the name they used."""
+    at_predictor = served.config.predictor.model
+    if at_predictor != served.name and f"model '{at_predictor}'" in error.message:
+        error.message = error.message.replace(f"model '{at_predictor}'", f"model '{served.name}'")
+        error.args = (error.message,)
+    return error

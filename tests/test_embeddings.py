@@ -304,3 +304,21 @@ def test_get_v1_models_id_is_openais_model_object_for_an_embedding_model_and_kse
         assert status == 200 and (document["name"], document["ready"], document["id"]) == ("encoder", True, "encoder")
         status, _, body = http("GET", f"{gw.http_url}/v1/models/demo")  # not an embedding model: KServe v1's alone
         assert status == 200 and orjson.loads(body) == {"name": "demo", "ready": True}
+
+
+def test_a_predictors_refusal_names_the_model_as_its_client_does_by_its_message():
+    handler = type("Predictor", (OpenAIPredictor,), {"received": []})
+
+    def refuse(self) -> None:
+        self.read_json()
+        self.answer_json({"error": {"message": "input is too long", "type": "BadRequestError"}}, 400)
+
+    handler.do_POST = refuse  # type: ignore[method-assign]
+    with serving(handler) as url:
+        model = {"name": "encoder", "backend": "kserve", "api": "openai", "url": url, "backend_model": "bge",
+                 "base_path": ""}
+        with running_gateway(config_for(model)) as gw:
+            status, _, body = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": "x"})
+    assert status == 400, body
+    assert orjson.loads(body)["error"]["message"] == \
+        "model 'encoder': the predictor rejected the batch (400: input is too long)"
