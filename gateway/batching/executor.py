@@ -17,6 +17,10 @@ Semantics
   deadline would send the next batch to a predictor still busy with the abandoned one: it
   would wait behind it, look slower than it is, overrun in turn, and teach the profile a
   predictor several times slower than it is.
+* The time learned is the predictor's: from when the call was written to when its answer
+  had arrived, as the backend's transport stamps them (`wire.tracing.CallClock`), not the
+  turns of this loop around the call, which grow with the gateway's own load; the loop's
+  time around the call stands in where a transport stamps nothing.
 * An answer with the wrong number of rows is BadPredictorAnswer; any other unexpected
   exception is logged and answered as an internal error: no request is ever lost.
 * One request never fails the others in its batch: if the predictor rejects a merged
@@ -108,9 +112,10 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
         started = loop.time()
         with observation.predictor_call(rows) as traceparent:
             # The backend reads the batch's ids and trace from here (see wire.tracing).
-            token = current_batch.set(BatchContext(batch_id, tuple(part.request.client for part in parts),
-                                                   parts[0].request.parameters,  # the same for every part
-                                                   traceparent))
+            batch = BatchContext(batch_id, tuple(part.request.client for part in parts),
+                                 parts[0].request.parameters,  # the same for every part
+                                 traceparent)
+            token = current_batch.set(batch)
             running = asyncio.ensure_future(executor(inputs))
             try:
                 outputs = await _within(running, max(part.request.deadline for part in parts), started, rows, stats)
@@ -119,7 +124,11 @@ async def call(executor: Executor, parts: list[Part], batch_id: str, model: str,
                     running.cancel()  # abandoned for good, or the queue is shutting down
         if outputs is None:
             return DeadlineExceeded(f"model '{model}': the predictor did not answer within the deadline")
-        elapsed = loop.time() - started
+        # The predictor's time as its transport stamped it, where it can: loop.time() around
+        # the call also counts this loop's turns before the call is written and after its
+        # answer is read, which grow with the queue and would understate the capacity.
+        stamped = batch.clock.seconds
+        elapsed = stamped if stamped is not None else loop.time() - started
         stats.call_returned(elapsed)
         for tensor in outputs:
             if len(tensor.data) != rows:

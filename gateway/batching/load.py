@@ -34,6 +34,11 @@ When it is unreliable
   default) has no such error.
 * Token-capped batches (`max_batch_tokens`, embeddings) may hold fewer rows than
   `max_batch_size`: capacity in rows is then overstated for long texts.
+* ℓ is timed from when a call is written to when its answer has arrived (the transport's
+  `wire.tracing.CallClock`): the turns of the gateway's loop before and after, which grow
+  with its own load, are left out. What is left in is the time an answer waits in the
+  socket until the loop reads it; a gateway short of CPU (deep overload on a crowded
+  machine) still understates the capacity by that much.
 
 Plain arithmetic on the figures it is given: it must not know the event loop, the queue,
 the replicas or Prometheus.

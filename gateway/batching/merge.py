@@ -25,6 +25,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
+from gateway.batching.fairness import FairShare
 from gateway.batching.padding import cost
 from wire.tensors import Tensor
 
@@ -54,7 +55,11 @@ class Mergeable(Protocol):
 
     @property
     def level(self) -> int:
-        """Its request's priority level, 1 the highest (read only `by_level`)."""
+        """Its request's priority level, 1 the highest (read only `by_level`, or `fair`)."""
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose request it is (read only with `fair`)."""
 
 
 PartT = TypeVar("PartT", bound=Mergeable)
@@ -135,6 +140,10 @@ class _Budget:
             return self.elements + part.elements <= self.max_cost
         return cost(self.rows + part.size, max(self.padded, part.padded)) <= self.max_cost
 
+    @property
+    def full(self) -> bool:
+        return self.rows >= self.limit
+
     def take(self, part: Mergeable) -> None:
         self.rows += part.size
         if self.max_cost:
@@ -144,7 +153,8 @@ class _Budget:
 
 
 def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = None,
-                      max_cost: int = 0, by_level: bool = False, summed: bool = False) -> list[PartT]:
+                      max_cost: int = 0, by_level: bool = False, summed: bool = False,
+                      fair: FairShare | None = None) -> list[PartT]:
     """Remove and return the next batch from `pending`: the parts sharing the signature of
     the oldest live part (or of `leader`), oldest first, while they fit in `limit` rows
     (and, if `max_cost`, in that many padded elements, or `summed` elements). `by_level`: the group is taken in
@@ -153,13 +163,20 @@ def take_oldest_group(pending: deque[PartT], limit: int, leader: PartT | None = 
 
     A part of another signature, or one that would overflow the cap, keeps its place in
     the queue (so a later, smaller part of the group may still join); parts that are no
-    longer live are dropped wherever they are met."""
+    longer live are dropped wherever they are met.
+
+    `fair`: when parts of several tenants could join, the batch is filled across them by
+    weighted deficit round robin instead (see `fairness`), level by level."""
     while pending and not pending[0].live:
         pending.popleft()
     if not pending:
         return []
     signature = (leader or pending[0]).signature
     budget = _Budget(limit, max_cost, summed)
+    if fair is not None:
+        group = [index for index, part in enumerate(pending) if part.live and part.signature == signature]
+        if len({pending[index].tenant for index in group}) > 1:
+            return _take_fair(pending, group, budget, fair)
     if by_level:
         return _take_by_level(pending, signature, budget)
     taken: list[PartT] = []
@@ -193,6 +210,25 @@ def _take_by_level(pending: deque[PartT], signature: Hashable, budget: _Budget) 
         if budget.rows >= budget.limit:
             break
     kept = [part for index, part in enumerate(pending) if index not in chosen and part.live]
+    pending.clear()
+    pending.extend(kept)
+    return taken
+
+
+def _take_fair(pending: deque[PartT], group: list[int], budget: _Budget, fair: FairShare) -> list[PartT]:
+    """`take_oldest_group` across tenants (see `fairness`): each level queued, highest first,
+    filled by its round robin from each tenant's parts in queue order."""
+    levels: dict[int, dict[str, deque[PartT]]] = {}
+    for index in group:
+        part = pending[index]
+        levels.setdefault(part.level, {}).setdefault(part.tenant, deque()).append(part)
+    taken: list[PartT] = []
+    for level in sorted(levels):
+        if budget.full:
+            break
+        taken += fair.fill(level, levels[level], budget)
+    chosen = {id(part) for part in taken}
+    kept = [part for part in pending if id(part) not in chosen and part.live]
     pending.clear()
     pending.extend(kept)
     return taken

@@ -1,4 +1,6 @@
-"""A model's latency profile, learned online: ℓ(b), the predictor time of a batch of b rows.
+"""A model's latency profile, learned online: ℓ(b), the predictor time of a batch of b rows
+(from when the call is written to when its answer has arrived, where the transport says: see
+`executor`).
 
 Semantics:
 - ℓ(b) = intercept + per_row × b, fitted by least squares over every successful predictor

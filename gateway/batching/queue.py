@@ -50,6 +50,7 @@ from collections.abc import Callable
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, Replicas, execute, one_replica
+from gateway.batching.fairness import FairShare
 from gateway.batching.inflight import InflightTuner
 from gateway.batching.layouts import layout_for
 from gateway.batching.merge import slice_result
@@ -57,6 +58,7 @@ from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import make_policy
 from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequest
 from gateway.batching.stats import DecayingRate, ModelStats
+from gateway.batching.tenants import Tenants
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.request import format_ms
 from wire.tensors import Tensor
@@ -67,7 +69,7 @@ log = logging.getLogger("gateway.batching.scheduler")  # the logger name operato
 class ModelQueue:
     def __init__(self, name: str, executor: Executor, config: BatchingConfig, loop: asyncio.AbstractEventLoop,
                  next_batch_id: Callable[[], str], observer: BatchObserver = NO_OBSERVER, form: str = "",
-                 replicas: Replicas = one_replica) -> None:
+                 replicas: Replicas = one_replica, tenants: Tenants | None = None) -> None:
         self.name = name
         self.executor = executor
         self.replicas = replicas  # the executor's predictor replicas: how many in rotation now, ...
@@ -77,6 +79,9 @@ class ModelQueue:
         self.pending: deque[Part] = deque()
         self.queued_rows = 0  # rows of live requests not yet taken into a batch
         self.rows_by_level: dict[int, int] = {}  # the same, by priority level (kept only when there are levels)
+        self.rows_by_tenant: dict[str, int] = {}  # the same, by tenant (kept only for requests of a tenant)
+        self.tenants = tenants if tenants is not None else Tenants()  # the scheduler's: weights, levels, usage
+        self.fair = FairShare(self.tenants.weight)  # this queue's round robins across tenants
         self.inflight = 0     # batches at the executor
         self.wake: asyncio.Handle | None = None  # the policy's wake-up, due at `wake_at`
         self.wake_at = 0.0
@@ -140,15 +145,18 @@ class ModelQueue:
         parameters = request.parameters  # part of what must agree for requests to share a batch
         layout = self.layout
         cut = layout.cut(inputs, request.lengths, tuple(sorted(parameters.items())) if parameters else ())
-        level = self._level(request.priority)
+        tenant = request.tenant
+        level = self._level(request.priority, tenant)
         loop = self._loop
         now = loop.time()
         self.stats.arrived(level, size, now)
         deadline, budget = self._admit(request, size, level, now)
         queued = QueuedRequest(cut.signatures[0], size, deadline, loop.create_future(), len(cut.pieces), layout,
-                               request.client, now, parameters, level, cut.restore)
+                               request.client, now, parameters, level, cut.restore, tenant)
         if level:
             self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
+        if tenant:
+            self.rows_by_tenant[tenant] = self.rows_by_tenant.get(tenant, 0) + size
         self.stats.admitted(level, size, now)
         for index, (piece, shape, signature) in enumerate(zip(cut.pieces, cut.shapes, cut.signatures, strict=True)):
             self.pending.append(Part(queued, index, piece, len(piece[0].data), now, shape, signature))
@@ -188,7 +196,7 @@ class ModelQueue:
             self.stats.refused_as_late(level)
             raise refusal
         # Only an admitted request may make room: lower levels never give way for nothing.
-        if self.queued_rows + size > config.max_queue and not self._evict_below(level, size):
+        if self.queued_rows + size > config.max_queue and not self._make_room(level, request.tenant, size):
             self.stats.refused_overloaded(level)
             raise Overloaded(
                 f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}, batching.max_queue); "
@@ -267,7 +275,8 @@ class ModelQueue:
         assert leader is not None  # pump ships only when a live part waits
         policy_limit = self.policy.batch_limit(self, now)
         limit = max(policy_limit, leader.size)
-        parts = leader.request.layout.take(self.pending, limit, leader, bool(self.config.priority_levels))
+        parts = leader.request.layout.take(self.pending, limit, leader, bool(self.config.priority_levels),
+                                           self.fair if self.tenants.shared else None)
         for part in parts:
             part.request.sent = True
             self._unqueue(part.request, part.size)
@@ -288,30 +297,47 @@ class ModelQueue:
         self.queued_rows -= rows
         if request.level:
             self.rows_by_level[request.level] -= rows
+        if request.tenant:
+            self.rows_by_tenant[request.tenant] -= rows
 
-    def _level(self, priority: int) -> int:
-        """The priority level of a request (0 when the model has no levels)."""
+    def _level(self, priority: int, tenant: str) -> int:
+        """The priority level of a request (0 when the model has no levels): its own, else
+        its tenant's, else the model's default; never above its tenant's."""
         levels = self.config.priority_levels
         if not levels:
             return 0
         if priority > levels:
             raise InvalidInput(f"priority {priority} is beyond model '{self.name}'s {levels} levels "
                                f"(batching.priority_levels); 1 is the highest, 0 the default")
-        return priority or self.config.default_priority_level
+        floor = min(self.tenants.policy(tenant).priority, levels) if tenant else 0
+        return max(priority or floor or self.config.default_priority_level, floor)
 
-    def _evict_below(self, level: int, size: int) -> bool:
-        """Make room for `size` rows of priority `level` in a full queue by refusing queued,
-        unsent requests of lower levels, the lowest and newest first. False (and nothing
-        refused) when they cannot free enough."""
-        if not level:
+    def _make_room(self, level: int, tenant: str, size: int) -> bool:
+        """Make room for `size` rows of priority `level` from `tenant` in a full queue by
+        refusing queued, unsent requests: of lower levels first, the lowest and newest
+        first; then, with tenants sharing the queue, those of its level whose tenant is
+        further over its share of the queue than `tenant` would be, the furthest over and
+        newest first. False (and nothing refused) when they cannot free enough."""
+        shared = self.tenants.shared and bool(tenant)
+        if not level and not shared:
             return False
+        weight = self.tenants.weight
+        share = self.rows_by_tenant
+        mine = (share.get(tenant, 0) + size) / weight(tenant) if shared else 0.0
+
+        def over(request: QueuedRequest) -> float:
+            """How far its tenant is over its share (0: not a victim at this level)."""
+            return share.get(request.tenant, 0) / weight(request.tenant) if request.tenant != tenant else 0.0
+
+        candidates = {id(part.request): part.request for part in self.pending
+                      if part.live and not part.request.sent
+                      and ((level and part.request.level > level)
+                           or (shared and part.request.level == level and over(part.request) > mine))}
         needed = self.queued_rows + size - self.config.max_queue
-        lower = {id(part.request): part.request for part in self.pending
-                 if part.live and not part.request.sent and part.request.level > level}
         victims, freed = [], 0
         # Newest by queue order, not by arrival time: two requests can share a loop time
         # (uvloop's clock moves in whole milliseconds, once per pass of the loop).
-        for request in sorted(reversed(lower.values()), key=lambda r: -r.level):
+        for request in sorted(reversed(candidates.values()), key=lambda r: (-r.level, -over(r))):
             if freed >= needed:
                 break
             victims.append(request)
@@ -321,8 +347,9 @@ class ModelQueue:
         for request in victims:
             self.stats.refused_overloaded(request.level)
             self._unqueue(request, request.queued_rows)  # accounted now: the room is needed now
+            why = "one of a higher priority level" if request.level > level else "a tenant further under its share"
             request.fail(Overloaded(f"model '{self.name}': its queue is full and this request gave its place to "
-                                    f"one of a higher priority level; try again later"))
+                                    f"{why}; try again later"))
         return True
 
     def leader(self) -> Part | None:
@@ -375,6 +402,9 @@ class ModelQueue:
                                                *(elements or (0, 0)))
         started = self._loop.time()
         self.stats.batch_left(rows, reason, [started - part.enqueued_at for part in parts], elements)
+        for part in parts:
+            if part.request.tenant:
+                self.tenants.queued_for(part.request.tenant, started - part.enqueued_at)
         try:
             outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats, layout, observation)
         except asyncio.CancelledError:

@@ -61,11 +61,11 @@ class BatchRequest:
     @classmethod
     def arriving(cls, model: str, inputs: list[Tensor], *, timeout_s: float | None = None, priority: int = 0,
                  client: ClientContext = NO_CONTEXT, parameters: Mapping[str, Any] = NO_PARAMETERS,
-                 lengths: np.ndarray | None = None) -> BatchRequest:
+                 lengths: np.ndarray | None = None, tenant: str = "") -> BatchRequest:
         """A request arriving now, whose client gives it `timeout_s` (None: the model's own)."""
         now = time.monotonic()
         return cls(model, inputs, now, None if timeout_s is None else now + timeout_s, priority, client,
-                   parameters, lengths)
+                   parameters, lengths, tenant=tenant)
 
     def deadline_within(self, *timeouts_s: float | None) -> float:
         """The request's deadline (a `time.monotonic()` instant): the client's own, or the
@@ -89,12 +89,13 @@ class BatchResult:
 
 class QueuedRequest:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows", "answers", "batch_ids",
-                 "departures", "sent", "client", "arrived", "parameters", "start_timer", "level", "layout", "restore")
+                 "departures", "sent", "client", "arrived", "parameters", "start_timer", "level", "layout", "restore",
+                 "tenant")
 
     def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
                  parts: int, layout: RowLayout, client: ClientContext = NO_CONTEXT, arrived: float = 0.0,
                  parameters: Mapping[str, Any] = NO_PARAMETERS, level: int = 0,
-                 restore: Callable[[list[Tensor]], list[Tensor]] | None = None) -> None:
+                 restore: Callable[[list[Tensor]], list[Tensor]] | None = None, tenant: str = "") -> None:
         self.client = client
         self.parameters = parameters  # forwarded with its batch (part of its signature)
         self.arrived = arrived  # loop time
@@ -114,6 +115,7 @@ class QueuedRequest:
         # after a reload gave its model another (see gateway.batching.layouts).
         self.layout = layout
         self.restore = restore  # puts its answer back in the client's row order (None: as sent)
+        self.tenant = tenant  # whose it is, for fair batches and the tenant's usage ("": no tenants)
 
     @property
     def done(self) -> bool:
@@ -174,3 +176,7 @@ class Part:
     @property
     def level(self) -> int:
         return self.request.level
+
+    @property
+    def tenant(self) -> str:
+        return self.request.tenant

@@ -12,6 +12,9 @@ Semantics
 * Closing stops all intake (Unavailable); queued and in-flight work gets a grace period,
   which `hurry` ends early (a second SIGTERM); the rest is answered Unavailable.
 * Batch ids are unique per scheduler (a random prefix and a counter), for logs and traces.
+* Tenants (`set_tenants`) are the scheduler's, across its models: a request of a tenant is
+  held to its quotas before it is queued and counted in its usage (`tenants`), and its
+  model's queue fills batches across the tenants queued (`fairness`).
 
 Threading: all state lives on the scheduler's event loop. `submit` may be awaited from any
 event loop in any thread and `submit_threadsafe` called from any thread; both hand the work
@@ -28,9 +31,10 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
+from collections.abc import Sequence
 from typing import Protocol
 
-from gateway.batching.config import BatchingConfig
+from gateway.batching.config import BatchingConfig, TenantPolicy
 from gateway.batching.executor import Executor, Replicas, one_replica
 from gateway.batching.load import LoadSignal, replica_capacity
 from gateway.batching.observer import NO_OBSERVER, BatchObserver
@@ -38,7 +42,8 @@ from gateway.batching.policies import names as policy_names
 from gateway.batching.queue import ModelQueue
 from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.stats import ModelStats, StatsSnapshot
-from wire.errors import ModelNotFound, Unavailable
+from gateway.batching.tenants import Tenants, TenantUsageSnapshot
+from wire.errors import GatewayError, ModelNotFound, Unavailable
 
 __all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Replicas", "Scheduler"]
 
@@ -57,6 +62,9 @@ class Scheduler(Protocol):
 
     async def remove_model(self, name: str, grace_s: float) -> None:
         """Stop taking the model's requests; what it has gets `grace_s` to finish."""
+
+    def set_tenants(self, policies: Sequence[TenantPolicy]) -> None:
+        """The tenants declared from now on: their levels, weights and quotas."""
 
     async def submit(self, request: BatchRequest) -> BatchResult:
         """Queue a request and wait for its rows of its batch's result."""
@@ -78,6 +86,7 @@ class BatchScheduler:
         self._closed = False
         self._hurry = False
         self._retiring: dict[ModelQueue, asyncio.Task[None]] = {}  # replaced queues finishing what they hold
+        self.tenants = Tenants()  # quotas and usage, for every model's queue
 
     # -- models ----------------------------------------------------------------------
 
@@ -94,7 +103,7 @@ class BatchScheduler:
             existing.retune(executor, config, replicas)
             return
         self._queues[name] = ModelQueue(name, executor, config, self._loop, self._next_batch_id, self.observer, form,
-                                        replicas)
+                                        replicas, self.tenants)
 
     def replace_model(self, name: str, executor: Executor, config: BatchingConfig, grace_s: float,
                       form: str = "", replicas: Replicas = one_replica) -> None:
@@ -125,6 +134,15 @@ class BatchScheduler:
         while queue.busy and self._loop.time() < deadline:
             await asyncio.sleep(0.01)
         await queue.abandon(error)
+
+    def set_tenants(self, policies: Sequence[TenantPolicy]) -> None:
+        """The tenants declared from now on (at start and on every reload; on the scheduler's
+        loop): requests already queued keep their levels, buckets keep what they hold."""
+        self.tenants.update(policies, self._loop.time())
+
+    def tenant_usage(self) -> list[TenantUsageSnapshot]:
+        """Every tenant's usage now (see `tenants`)."""
+        return self.tenants.snapshot()
 
     def has_model(self, name: str) -> bool:
         return name in self._queues
@@ -182,22 +200,42 @@ class BatchScheduler:
         priority levels (Triton's `priority`: 1 is the highest, 0 the model's default) a
         batch is filled highest level first."""
         if asyncio.get_running_loop() is self._loop:
-            # The queue's own coroutine, awaited here: no frame of ours between (a queued request holds each).
-            return await self._queue(request).add(request)
+            # The queue's own future, awaited here: no frame of ours between (a queued request holds each).
+            return await self._add(request)
         return await asyncio.wrap_future(self.submit_threadsafe(request))
 
     def enqueue(self, request: BatchRequest) -> asyncio.Future[BatchResult]:
         """`submit` without a coroutine, on the scheduler's own loop: the future of the
         request's rows (cancelling it withdraws the request). For a caller that answers
         from a callback (the workers' batcher), one task fewer per request."""
-        return self._queue(request).add(request)
+        return self._add(request)
 
     def submit_threadsafe(self, request: BatchRequest) -> concurrent.futures.Future[BatchResult]:
         """Queue a request from any thread; returns a concurrent future of its BatchResult."""
         return asyncio.run_coroutine_threadsafe(self._submit(request), self._loop)
 
     async def _submit(self, request: BatchRequest) -> BatchResult:
-        return await self._queue(request).add(request)
+        return await self._add(request)
+
+    def _add(self, request: BatchRequest) -> asyncio.Future[BatchResult]:
+        """Queue the request in its model's queue; a tenant's request is first held to its
+        quotas (given back if the queue refuses it) and counted in its usage."""
+        queue = self._queue(request)
+        tenant = request.tenant
+        if not tenant:
+            return queue.add(request)
+        tenants = self.tenants
+        tokens = queue.layout.tokens(request.rows, request.lengths)
+        tenants.admit(tenant, tokens, self._loop.time())
+        try:
+            future = queue.add(request)
+        except GatewayError as error:
+            tenants.give_back(tenant, tokens)
+            tenants.refused(tenant, type(error).__name__, error.http_status)
+            raise
+        tenants.let_in(tenant, request.rows, tokens)
+        future.add_done_callback(lambda done: tenants.answered(tenant, _status(done)))
+        return future
 
     def _queue(self, request: BatchRequest) -> ModelQueue:
         """The queue of the request's model and form, if it takes requests now."""
@@ -230,3 +268,13 @@ class BatchScheduler:
     def hurry(self) -> None:
         """End a `close` grace period now (a second SIGTERM)."""
         self._hurry = True
+
+
+def _status(answered: asyncio.Future[BatchResult]) -> int:
+    """The HTTP status of a request's outcome, as its tenant's usage counts it."""
+    if answered.cancelled():
+        return 499  # its client went away (nginx's code, as the access log writes it)
+    error = answered.exception()
+    if error is None:
+        return 200
+    return error.http_status if isinstance(error, GatewayError) else 500

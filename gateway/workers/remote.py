@@ -17,11 +17,11 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Backend, BatchForm
-from gateway.batching.config import BatchingConfig
+from gateway.batching.config import BatchingConfig, TenantPolicy
 from gateway.batching.executor import Executor, Replicas, one_replica
 from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.scheduler import Scheduler
@@ -141,6 +141,10 @@ class RemoteScheduler:
 
     async def remove_model(self, name: str, grace_s: float) -> None:
         self._models.discard(name)
+
+    def set_tenants(self, policies: Sequence[TenantPolicy]) -> None:
+        """Nothing here: the batcher's scheduler holds the tenants' quotas for the whole
+        gateway (its own service sets them)."""
 
     async def submit(self, request: BatchRequest) -> BatchResult:
         if request.model not in self._models:

@@ -106,6 +106,7 @@ class Queued:
     level: int = 0
     padded: int = 1    # the length it travels at alone (longest text, in tokens)
     elements: int = 0  # its rows' own lengths added up
+    tenant: str = ""   # whose request (read only by fair batches: tests/batching/test_fairness.py)
 
 
 def names(parts) -> list[str]:

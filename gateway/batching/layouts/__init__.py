@@ -12,8 +12,11 @@ is, so that the queue and the executor ask it instead of testing the model's set
   layout that reorders rows gives the request a `restore`, which puts the joined answer
   back in the client's order. `cut` raises InvalidInput or PayloadTooLarge for what can
   never be batched, before the request is counted or queued.
-* `take`: the next batch from the queued parts, oldest first, within the batch's row
-  limit and the layout's cost (rows alone, padded elements, or tokens).
+* `take`: the next batch from the queued parts, oldest first (or across tenants:
+  `fairness`), within the batch's row limit and the layout's cost (rows alone, padded
+  elements, or tokens).
+* `tokens`: what a request counts against its tenant's `tokens_per_minute` (its texts'
+  tokens, or its rows).
 * `batch_inputs`: the input tensors of the one predictor call for a batch's parts.
 * `check_outputs`: what the predictor's answer must hold beyond one row per input row.
 * `part_outputs`: each part's own outputs, cut from the batch's (trimmed to its length).

@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from gateway.batching.fairness import FairShare
 from gateway.batching.padding import RowShape
 from gateway.batching.request import Part
 from wire.tensors import Tensor
@@ -39,9 +40,16 @@ class RowLayout(Protocol):
         two requests to share a batch (their parameters), () for nothing."""
         ...
 
-    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool) -> list[Part]:
+    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool,
+             fair: FairShare | None = None) -> list[Part]:
         """Remove and return the next batch's parts from `pending`, formed around `leader`,
-        at most `limit` rows (`by_level`: in priority order; see `merge.take_oldest_group`)."""
+        at most `limit` rows (`by_level`: in priority order; `fair`: across tenants; see
+        `merge.take_oldest_group`)."""
+        ...
+
+    def tokens(self, rows: int, lengths: np.ndarray | None) -> int:
+        """What a request of `rows` rows (of real `lengths`) counts against its tenant's
+        `tokens_per_minute`: its texts' tokens for a text model, else its rows."""
         ...
 
     def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:

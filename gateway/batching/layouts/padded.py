@@ -19,6 +19,7 @@ import numpy as np
 
 from gateway.batching import padding as pad
 from gateway.batching.config import PaddingConfig
+from gateway.batching.fairness import FairShare
 from gateway.batching.layouts.base import Cut, with_agreed
 from gateway.batching.merge import split_request, take_oldest_group
 from gateway.batching.request import Part
@@ -41,8 +42,12 @@ class PaddedRows:
         shapes: list[pad.RowShape | None] = [shape.rows(start, rows) for start in range(0, len(shape.lengths), rows)]
         return Cut(pieces, shapes, [signature] * len(pieces))
 
-    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool) -> list[Part]:
-        return take_oldest_group(pending, limit, leader, self.max_batch_cost, by_level=by_level)
+    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool,
+             fair: FairShare | None = None) -> list[Part]:
+        return take_oldest_group(pending, limit, leader, self.max_batch_cost, by_level=by_level, fair=fair)
+
+    def tokens(self, rows: int, lengths: np.ndarray | None) -> int:
+        return rows
 
     def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:
         return pad.pad_batch([part.inputs for part in parts], _shapes(parts), self.padding)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gateway.batching.fairness import FairShare
 from gateway.batching.layouts.base import Cut, with_agreed
 from gateway.batching.merge import concatenate, split_request, take_oldest_group
 from gateway.batching.request import Part
@@ -28,8 +29,12 @@ class PlainRows:
         signature = with_agreed(signature_key(inputs), agreed)  # the parts of one request all agree
         return Cut(pieces, [None] * len(pieces), [signature] * len(pieces))
 
-    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool) -> list[Part]:
-        return take_oldest_group(pending, limit, leader, by_level=by_level)
+    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool,
+             fair: FairShare | None = None) -> list[Part]:
+        return take_oldest_group(pending, limit, leader, by_level=by_level, fair=fair)
+
+    def tokens(self, rows: int, lengths: np.ndarray | None) -> int:
+        return rows
 
     def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:
         return concatenate([part.inputs for part in parts])

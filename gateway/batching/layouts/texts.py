@@ -19,6 +19,7 @@ import numpy as np
 
 from gateway.batching import padding as pad
 from gateway.batching.config import PaddingConfig
+from gateway.batching.fairness import FairShare
 from gateway.batching.layouts.base import Cut, Restore, with_agreed
 from gateway.batching.merge import concatenate, take_oldest_group
 from gateway.batching.request import Part
@@ -62,9 +63,13 @@ class TextRows:
         # The layout joins it: parts cut under other settings (before a reload) never share a batch.
         return with_agreed((self, pad.signature(piece, self.padding, shape)), agreed)
 
-    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool) -> list[Part]:
+    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool,
+             fair: FairShare | None = None) -> list[Part]:
         return take_oldest_group(pending, limit, leader, self.max_batch_cost, by_level=by_level,
-                                 summed=self.padding.summed)
+                                 summed=self.padding.summed, fair=fair)
+
+    def tokens(self, rows: int, lengths: np.ndarray | None) -> int:
+        return int(lengths.sum()) if lengths is not None else rows
 
     def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:
         return concatenate([part.inputs for part in parts])  # the predictor's tokenizer pads

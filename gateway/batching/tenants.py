@@ -1,0 +1,228 @@
+"""Tenants at the scheduler: their quotas, held for the whole gateway, and their usage.
+
+Semantics
+---------
+* The scheduler knows each tenant by name, with its `config.TenantPolicy` (`Tenants.update`,
+  at start and on every reload). A request names its tenant (`BatchRequest.tenant`); a
+  request of no tenant ("", when none are declared) or of one no longer declared has no
+  quota and weight 1.
+* **Quotas** are token buckets, each holding at most one period's worth:
+  `requests_per_second` a bucket of that many requests refilled at that rate, and
+  `tokens_per_minute` one of that many tokens refilled at a sixtieth of it per second. A
+  request costs one request and its tokens: a text model's tokens as the gateway counts
+  them, a tensor model's rows (its row layout says which: `layouts`). `max_concurrent` is
+  how many of its requests may be in the scheduler at once (admitted, not yet answered).
+  A request over any of them is refused before it is queued, with `RateLimited` and the
+  seconds until its buckets would hold it (at least 1); one that costs more tokens than a
+  whole bucket holds could never pass, and is PayloadTooLarge (413) naming the key.
+* A refused request takes nothing from the buckets, and one the queue refuses after its
+  quota was checked (a full queue, a passed deadline) gives back what it took: a quota
+  counts requests the gateway let in.
+* Under `--workers`, the batcher's scheduler holds the one set of buckets: the quota is the
+  gateway's, not a process's.
+* A reload keeps the level of each bucket whose tenant stays (capped at its new size); a
+  new tenant's buckets start full.
+* **Usage**, per tenant: requests by the HTTP status of their outcome, rows and tokens let
+  in, time queued (a histogram, per part), and refusals by reason. Recorded here, on the
+  scheduler's loop; read through `snapshot`.
+
+Nothing here is thread-safe: the scheduler's loop owns it. It knows no keys (the front
+door's, `gateway.tenants`), no HTTP, gRPC or predictor protocols, and no queue.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gateway.batching.config import TenantPolicy
+from gateway.batching.stats import SECONDS_BOUNDS, Histogram, HistogramSnapshot
+from wire.errors import GatewayError, PayloadTooLarge, RateLimited
+
+NO_TENANT = TenantPolicy("")
+
+
+class TokenBucket:
+    """At most `capacity` units, refilled at `rate` per second (a loop time is handed in)."""
+
+    __slots__ = ("capacity", "rate", "level", "at")
+
+    def __init__(self, capacity: float, rate: float, now: float) -> None:
+        self.capacity, self.rate = capacity, rate
+        self.level, self.at = capacity, now
+
+    def refill(self, now: float) -> float:
+        """The units held now."""
+        if now > self.at:
+            self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
+            self.at = now
+        return self.level
+
+    def wait_s(self, units: float, now: float) -> float:
+        """Seconds until `units` are held (0 if they are now)."""
+        return max(units - self.refill(now), 0.0) / self.rate
+
+    def resized(self, capacity: float, rate: float, now: float) -> TokenBucket:
+        """This bucket at a new size and rate, keeping what it holds (up to the new size)."""
+        bucket = TokenBucket(capacity, rate, now)
+        bucket.level = min(self.refill(now), capacity)
+        return bucket
+
+
+@dataclass(slots=True)
+class TenantUsage:
+    """What one tenant's requests did, counted since the gateway started."""
+    statuses: Counter[int] = field(default_factory=Counter)  # requests by their outcome's HTTP status
+    rows: int = 0
+    tokens: int = 0
+    queue_wait_s: Histogram = field(default_factory=lambda: Histogram(SECONDS_BOUNDS))
+    refusals: Counter[str] = field(default_factory=Counter)  # by reason: requests_per_second, overloaded, ...
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUsageSnapshot:
+    """A tenant's usage at one moment (see `TenantUsage`)."""
+    tenant: str
+    statuses: dict[int, int]
+    rows: int
+    tokens: int
+    queue_wait_s: HistogramSnapshot
+    refusals: dict[str, int]
+    concurrent: int
+
+
+class _Quota:
+    """One tenant's buckets and count of requests in the scheduler."""
+
+    __slots__ = ("policy", "requests", "tokens", "concurrent")
+
+    def __init__(self, policy: TenantPolicy, now: float, before: _Quota | None = None) -> None:
+        self.policy = policy
+        self.requests: TokenBucket | None = self._bucket(policy.requests_per_second, 1.0, now,
+                                                         before.requests if before is not None else None)
+        self.tokens: TokenBucket | None = self._bucket(policy.tokens_per_minute, 60.0, now,
+                                                       before.tokens if before is not None else None)
+        self.concurrent: int = before.concurrent if before is not None else 0
+
+    @staticmethod
+    def _bucket(per_period: float | None, period_s: float, now: float,
+                before: TokenBucket | None) -> TokenBucket | None:
+        if per_period is None:
+            return None
+        if before is None:
+            return TokenBucket(per_period, per_period / period_s, now)
+        return before.resized(per_period, per_period / period_s, now)
+
+
+class Tenants:
+    """The tenants a scheduler serves: policies, quotas and usage (see the module)."""
+
+    def __init__(self) -> None:
+        self.policies: dict[str, TenantPolicy] = {}
+        self._quotas: dict[str, _Quota] = {}
+        self.usage: dict[str, TenantUsage] = {}
+
+    def update(self, policies: Iterable[TenantPolicy], now: float) -> None:
+        """The declared tenants from now on (at start, and on every reload)."""
+        self.policies = {policy.name: policy for policy in policies}
+        self._quotas = {name: _Quota(policy, now, self._quotas.get(name)) for name, policy in self.policies.items()}
+
+    @property
+    def shared(self) -> bool:
+        """More than one tenant is declared: batches are filled across them by their weights."""
+        return len(self.policies) > 1
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        return self.policies.get(tenant, NO_TENANT)
+
+    def weight(self, tenant: str) -> float:
+        return self.policies.get(tenant, NO_TENANT).weight
+
+    # -- quotas ---------------------------------------------------------------------------
+
+    def admit(self, tenant: str, tokens: int, now: float) -> None:
+        """Take one request and `tokens` from the tenant's buckets, and count it in; raise
+        RateLimited (counted as a refusal) when it is over a quota."""
+        quota = self._quotas.get(tenant)
+        if quota is None:
+            return
+        policy = quota.policy
+        if policy.max_concurrent is not None and quota.concurrent >= policy.max_concurrent:
+            raise self._refused(tenant, "max_concurrent", RateLimited(
+                f"tenant '{tenant}' has {quota.concurrent} requests in the gateway, its limit (max_concurrent); "
+                "try again when one is answered"))
+        if quota.tokens is not None and tokens > quota.tokens.capacity:
+            raise self._refused(tenant, "tokens_per_minute", PayloadTooLarge(
+                f"the request counts {tokens} tokens, more than tenant '{tenant}' may send in a minute "
+                f"(tokens_per_minute = {policy.tokens_per_minute:g}): send it in smaller requests"))
+        wait_s = max(quota.requests.wait_s(1, now) if quota.requests is not None else 0.0,
+                     quota.tokens.wait_s(tokens, now) if quota.tokens is not None else 0.0)
+        if wait_s > 0:
+            over = "requests_per_second" if quota.requests is not None and quota.requests.level < 1 \
+                else "tokens_per_minute"
+            limit = policy.requests_per_second if over == "requests_per_second" else policy.tokens_per_minute
+            raise self._refused(tenant, over, RateLimited(
+                f"tenant '{tenant}' is over its quota ({over} = {limit:g}); try again in {math.ceil(wait_s)} s",
+                wait_s))
+        if quota.requests is not None:
+            quota.requests.level -= 1
+        if quota.tokens is not None:
+            quota.tokens.level -= tokens
+        quota.concurrent += 1
+
+    def give_back(self, tenant: str, tokens: int) -> None:
+        """Undo `admit` for a request the queue refused after it."""
+        quota = self._quotas.get(tenant)
+        if quota is None:
+            return
+        if quota.requests is not None:
+            quota.requests.level = min(quota.requests.capacity, quota.requests.level + 1)
+        if quota.tokens is not None:
+            quota.tokens.level = min(quota.tokens.capacity, quota.tokens.level + tokens)
+        quota.concurrent = max(quota.concurrent - 1, 0)
+
+    def answered(self, tenant: str, status: int) -> None:
+        """A request let in has its answer (`status`: its HTTP status) and leaves."""
+        quota = self._quotas.get(tenant)
+        if quota is not None:  # a tenant declared by a reload after its request came in counted none
+            quota.concurrent = max(quota.concurrent - 1, 0)
+        self._usage(tenant).statuses[status] += 1
+
+    def _refused(self, tenant: str, reason: str, error: GatewayError) -> GatewayError:
+        self.refused(tenant, reason, error.http_status)
+        return error
+
+    # -- usage ----------------------------------------------------------------------------
+
+    def let_in(self, tenant: str, rows: int, tokens: int) -> None:
+        usage = self._usage(tenant)
+        usage.rows += rows
+        usage.tokens += tokens
+
+    def refused(self, tenant: str, reason: str, status: int) -> None:
+        """A request of `tenant` refused before it was queued, for `reason`."""
+        usage = self._usage(tenant)
+        usage.refusals[reason] += 1
+        usage.statuses[status] += 1
+
+    def queued_for(self, tenant: str, seconds: float) -> None:
+        self._usage(tenant).queue_wait_s.observe(seconds)
+
+    def _usage(self, tenant: str) -> TenantUsage:
+        usage = self.usage.get(tenant)
+        if usage is None:
+            usage = self.usage[tenant] = TenantUsage()
+        return usage
+
+    def snapshot(self) -> list[TenantUsageSnapshot]:
+        """Every tenant's usage now, declared tenants first (with nothing yet: zeros)."""
+        names = [*self.policies, *(name for name in self.usage if name not in self.policies)]
+        out = []
+        for name in names:
+            usage = self.usage.get(name) or TenantUsage()
+            quota = self._quotas.get(name)
+            out.append(TenantUsageSnapshot(name, dict(usage.statuses), usage.rows, usage.tokens,
+                                           usage.queue_wait_s.snapshot(), dict(usage.refusals),
+                                           quota.concurrent if quota is not None else 0))
+        return out
