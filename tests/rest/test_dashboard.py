@@ -152,3 +152,52 @@ def test_behind_a_token_the_page_works_when_every_request_carries_the_header(tmp
                          what="a poll of /dashboard/data")
         assert browser.execute('return document.getElementById("status").dataset.state') == "live"
         assert [entry for entry in browser.console() if entry["level"] == "SEVERE"] == []
+
+
+LAYOUT = """
+const card = document.querySelector('[data-model="demo"]');
+const rows = (grid) => {
+  const tops = new Map();
+  for (const item of grid.children) {
+    if (item.hidden) continue;
+    const top = Math.round(item.getBoundingClientRect().top);
+    tops.set(top, (tops.get(top) || 0) + 1);
+  }
+  return Array.from(tops.entries()).sort((a, b) => a[0] - b[0]).map((entry) => entry[1]);
+};
+const values = [];
+for (const value of card.querySelectorAll('.tile .value')) {
+  if (value.closest('[hidden]')) continue;
+  const range = document.createRange();
+  range.selectNodeContents(value);
+  values.push({field: value.dataset.field, text: value.textContent, lines: range.getClientRects().length,
+               overflows: value.scrollWidth > value.clientWidth});
+}
+return {width: window.innerWidth, polls: Number(document.body.dataset.polls || 0),
+        tiles: rows(card.querySelector('.tiles')), charts: rows(card.querySelector('.charts')), values};
+"""
+
+
+def test_no_tile_or_chart_sits_alone_on_a_row_and_no_value_wraps(tmp_path):
+    """At 1280 px (and wider and narrower), the tiles and charts of a card fill their rows
+    evenly: 9 tiles where 8 fit are 5 + 4, not 8 + 1; and a value such as "0.08 · 1 replica"
+    or "408 / 5,089 × 1" stays on one line, within its tile."""
+    config = config_for({"name": "demo", "backend": "simulated", "simulated": {"call_ms": 3}})
+    with running_gateway(config) as gw, chromium(tmp_path) as browser:
+        browser.get(f"{gw.http_url}/dashboard")
+        for _ in range(100):  # demand and capacity need traffic to be numbers
+            timed_predict(gw, "demo", [1.0, 1.0], timeout=10)
+        browser.wait_for(READ_FIELDS, lambda fields: fields is not None and fields["fleet_load"][0].isdigit(),
+                         timeout=15, what="the predictor load as a number")
+        for width in (1280, 1440, 1024):
+            browser.set_window_size(width, 900)
+            polls = browser.execute(LAYOUT)["polls"]
+            layout = browser.wait_for(LAYOUT, lambda seen, polls=polls: seen["polls"] >= polls + 1, timeout=15,
+                                      what="a poll after the resize")
+            values = {value["field"]: value for value in layout["values"]}
+            assert " replica" in values["fleet_load"]["text"] and " × " in values["demand"]["text"], values
+            for value in layout["values"]:
+                assert value["lines"] == 1 and not value["overflows"], (width, value)
+            for grid in ("tiles", "charts"):
+                rows = layout[grid]
+                assert len(rows) == 1 or min(rows) > 1, (width, grid, rows)

@@ -10,6 +10,7 @@
   const SVG_NS = "http://www.w3.org/2000/svg";
   const COUNTS = ["requests", "answered", "refused", "refused_late", "dropped", "expired", "batches", "instances"];
   const cards = new Map();  // model name -> its card's elements and history
+  const TILE_MIN_PX = 128, CHART_MIN_PX = 300;
   let polls = 0;
 
   // -- small DOM helpers ---------------------------------------------------------------
@@ -39,6 +40,47 @@
     if (size >= 1e6) return decimal(value / 1e6, size >= 1e8 ? 0 : 1) + "M";
     if (size >= 1e4) return decimal(value / 1e3, size >= 1e5 ? 0 : 1) + "k";
     return size >= 10 || value === 0 ? integer(value) : decimal(value, 1);
+  }
+
+  // -- rows without a lone item ------------------------------------------------------------
+
+  // A grid of tiles or charts gets as many columns as fit items at least `minWidth` wide (and
+  // as wide as the widest value, which never wraps), then as few as keep that many rows: 9
+  // tiles where 8 fit are 5 + 4, not 8 + 1. A last row of one item alone is avoided when
+  // another column count can.
+  function balance(grid, minWidth, values) {
+    const items = Array.from(grid.children).filter((item) => !item.hidden);
+    if (!items.length) return;
+    const style = getComputedStyle(grid);
+    const gap = parseFloat(style.columnGap) || 0;
+    let widest = minWidth;
+    for (const value of values || []) {
+      if (value.closest("[hidden]")) continue;
+      const range = document.createRange();
+      range.selectNodeContents(value);  // the text's own width, whatever its column's
+      const tile = value.parentNode;
+      const frame = tile.offsetWidth - tile.clientWidth + parseFloat(getComputedStyle(tile).paddingLeft) +
+        parseFloat(getComputedStyle(tile).paddingRight);
+      widest = Math.max(widest, Math.ceil(range.getBoundingClientRect().width + frame));
+    }
+    const fit = Math.max(1, Math.min(items.length, Math.floor((grid.clientWidth + gap) / (widest + gap))));
+    let best = 1, bestRows = Infinity;
+    for (let columns = 1; columns <= fit; columns++) {
+      const rows = Math.ceil(items.length / columns);
+      const last = items.length - (rows - 1) * columns;
+      const alone = last === 1 && rows > 1 && columns > 1;
+      if (!alone && rows < bestRows) {
+        best = columns;
+        bestRows = rows;
+      }
+    }
+    const template = "repeat(" + best + ", minmax(0, 1fr))";
+    if (grid.style.gridTemplateColumns !== template) grid.style.gridTemplateColumns = template;
+  }
+
+  function layout(card) {
+    balance(card.tiles, TILE_MIN_PX, card.values);
+    balance(card.charts, CHART_MIN_PX);
   }
 
   function decimal(value, digits) {
@@ -118,7 +160,8 @@
     const levels = element("table", {"class": "levels", "data-field": "levels"});
     levels.hidden = true;
     root.appendChild(levels);
-    return {root, fields, tileOf, figures, levels, history: []};
+    const values = TILES.map(([field]) => fields[field]);
+    return {root, fields, tileOf, figures, levels, tiles, charts, values, history: []};
   }
 
   function legend(figure, entries) {
@@ -345,6 +388,7 @@
     drawProfile(card.figures.profile, model);
     drawRates(card.figures.rates, card, now);
     drawLevels(card.levels, model.levels);
+    layout(card);
   }
 
   function render(snapshot) {
@@ -398,5 +442,6 @@
     }
   }
 
+  window.addEventListener("resize", () => { for (const card of cards.values()) layout(card); });
   poll();
 })();
