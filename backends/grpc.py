@@ -15,7 +15,7 @@ import grpc
 
 from backends import errors
 from wire.errors import GatewayError
-from wire.tracing import predictor_headers
+from wire.tracing import current_batch, predictor_headers
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 PROBE_TIMEOUT_S = 2.0
@@ -66,10 +66,18 @@ class GrpcPredictor:
         return getattr(self._stub, name)
 
     async def call(self, method: str, request: Any) -> Any:
-        """Call `method` for a batch: its request ids and trace context go along as metadata
-        (wire.tracing); an RPC failure becomes the matching gateway error."""
+        """Call `method` for a batch: its request ids and trace context go along as metadata,
+        and its clock is stamped (wire.tracing); an RPC failure becomes the matching gateway error."""
+        batch = current_batch.get()
         try:
-            return await self._method(method)(request, metadata=tuple(predictor_headers().items()))
+            call = self._method(method)(request, metadata=tuple(predictor_headers().items()))
+            if batch is not None:
+                # As near the wire as grpc.aio lets us see: the call is started, and its
+                # callbacks run when its answer is in, before the awaiting task resumes.
+                clock = batch.clock
+                clock.leaving()
+                call.add_done_callback(lambda _: clock.arrived())
+            return await call
         except grpc.aio.AioRpcError as error:
             raise self._translate_error(self.model, error) from None
 

@@ -20,7 +20,7 @@ import orjson
 from backends import errors
 from wire.codecs import content_encoding
 from wire.errors import GatewayError, Unavailable
-from wire.tracing import predictor_headers
+from wire.tracing import CallClock, current_batch, predictor_headers
 
 CONNECT_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 2.0
@@ -47,7 +47,7 @@ class _Connection(asyncio.Protocol):
     `exchange` writes a request and returns a future of `(status, headers, body)`; it fails
     with ConnectionError when the predictor closes the connection or answers malformed."""
 
-    __slots__ = ("transport", "buffer", "waiter", "closed", "head", "chunks", "chunk_at")
+    __slots__ = ("transport", "buffer", "waiter", "closed", "head", "chunks", "chunk_at", "clock")
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -58,6 +58,7 @@ class _Connection(asyncio.Protocol):
         self.head: tuple[int, ResponseHeaders, int, int, bool] | None = None
         self.chunks: list[bytes] = []  # a chunked body's chunks so far
         self.chunk_at = 0  # where the next chunk's size line starts
+        self.clock: CallClock | None = None  # the exchange's, stamped when it leaves and when its answer is whole
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -72,10 +73,12 @@ class _Connection(asyncio.Protocol):
         else:
             self._fail("the predictor closed the connection")
 
-    def exchange(self, head: bytes, body: bytes | None) -> asyncio.Future[tuple[int, ResponseHeaders, bytes]]:
+    def exchange(self, head: bytes, body: bytes | None,
+                 clock: CallClock | None = None) -> asyncio.Future[tuple[int, ResponseHeaders, bytes]]:
         assert self.transport is not None and self.waiter is None
         self.waiter = waiter = asyncio.get_running_loop().create_future()
         self.head = None
+        self.clock = clock
         self.buffer.clear()
         if self.closed or self.transport.is_closing():  # closed between connecting and now
             self._fail("the predictor closed the connection")
@@ -86,6 +89,8 @@ class _Connection(asyncio.Protocol):
             self.transport.write(head + body)
         else:
             self.transport.writelines((head, body))  # a large body is not copied into one buffer
+        if clock is not None:
+            clock.leaving()
         return waiter
 
     def data_received(self, data: bytes) -> None:
@@ -165,11 +170,16 @@ class _Connection(asyncio.Protocol):
         self.buffer.clear()
         self.chunks = []
         waiter, self.waiter = self.waiter, None
+        if self.clock is not None:
+            # Here, as the last bytes are read: not when the caller resumes, turns of the loop later.
+            self.clock.arrived()
+            self.clock = None
         if waiter is not None and not waiter.done():
             waiter.set_result((status, headers, body))
 
     def _fail(self, message: str) -> None:
         waiter, self.waiter = self.waiter, None
+        self.clock = None
         self.abort()
         if waiter is not None and not waiter.done():
             waiter.set_exception(ConnectionError(message))
@@ -232,14 +242,16 @@ class HttpPredictor:
 
     async def request(self, method: str, path: str, body: bytes | None = None,
                       headers: Mapping[str, str] | None = None,
-                      timeout_s: float | None = None) -> tuple[int, Mapping[str, str], bytes]:
-        """Send one request; connection failures become Unavailable."""
+                      timeout_s: float | None = None,
+                      clock: CallClock | None = None) -> tuple[int, Mapping[str, str], bytes]:
+        """Send one request; connection failures become Unavailable. `clock`, if given, is
+        stamped when the request is written and when its answer has arrived."""
         head = self._head(method, path, body, headers)
         try:
             async with asyncio.timeout(timeout_s), self._slots:  # the wait for a free connection counts too
                 connection = await self._connection()
                 try:
-                    status, response_headers, payload = await connection.exchange(head, body)
+                    status, response_headers, payload = await connection.exchange(head, body, clock)
                 except BaseException:  # cancelled or failed mid-answer: the connection is not reusable
                     connection.abort()
                     self._open.discard(connection)
@@ -272,8 +284,10 @@ class HttpPredictor:
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[Mapping[str, str], bytes]:
         """POST and require a 200; any other status becomes the matching gateway error.
-        The batch's request ids and trace context go along (wire.tracing)."""
-        status, response_headers, payload = await self.request("POST", path, body, {**headers, **predictor_headers()})
+        The batch's request ids and trace context go along, and its clock is stamped (wire.tracing)."""
+        batch = current_batch.get()
+        status, response_headers, payload = await self.request("POST", path, body, {**headers, **predictor_headers()},
+                                                               clock=batch.clock if batch is not None else None)
         if status != 200:
             raise self._translate_status(self.model, status, payload)
         return response_headers, payload

@@ -10,12 +10,15 @@ W3C `traceparent`. A batch serves many clients, so each predictor call carries:
   new trace when no member sent one.
 The scheduler sets `current_batch` around each predictor call (a ContextVar, so it
 follows the call into the backend without widening the backend interface); backends ask
-`predictor_headers()` for the headers or gRPC metadata to send.
+`predictor_headers()` for the headers or gRPC metadata to send. The same context carries
+the call's `CallClock` back: a transport that can stamps when the call left and when its
+answer had arrived, so the scheduler learns the predictor's time without its own loop's.
 """
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -35,14 +38,39 @@ class ClientContext:
 NO_CONTEXT = ClientContext()
 
 
+@dataclass(slots=True)
+class CallClock:
+    """When one predictor call left (its request handed to the socket) and when its answer
+    had arrived whole, in `time.monotonic()` seconds, stamped by a backend's transport (0:
+    not stamped). Between the two is the predictor's time (and the network's): none of the
+    turns of the gateway's loop before the call is written or after its answer is read,
+    which grow with the gateway's own load and must not be learned as the predictor's."""
+    sent: float = 0.0
+    answered: float = 0.0
+
+    def leaving(self) -> None:
+        self.sent, self.answered = time.monotonic(), 0.0
+
+    def arrived(self) -> None:
+        if self.sent:
+            self.answered = time.monotonic()
+
+    @property
+    def seconds(self) -> float | None:
+        """The call's time at the predictor, or None when the transport stamped no answer."""
+        return self.answered - self.sent if self.answered else None
+
+
 @dataclass(frozen=True, slots=True)
 class BatchContext:
     """What a backend knows of the batch it sends: its id, its members' ids and traces, and
-    the request parameters its members share (requests with different ones never merge)."""
+    the request parameters its members share (requests with different ones never merge);
+    and the clock its transport stamps."""
     batch_id: str
     members: tuple[ClientContext, ...]
     parameters: Mapping[str, Any] = field(default_factory=dict)
     traceparent: str = ""  # the predictor call's own span, when traced
+    clock: CallClock = field(default_factory=CallClock, compare=False)  # the transport stamps it, the scheduler reads it
 
 
 current_batch: ContextVar[BatchContext | None] = ContextVar("current_batch", default=None)

@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+from backends.oip_grpc import OipGrpcBackend
+from backends.oip_http import OipHttpBackend
 from gateway.batching.config import BatchingConfig
 from gateway.batching.load import LoadSignal, batch_within, replica_capacity
 from gateway.batching.scheduler import BatchRequest, BatchScheduler
@@ -100,6 +102,40 @@ async def test_the_demand_follows_the_arrivals_within_a_few_of_its_time_constant
     await asyncio.sleep(0.5)  # five time constants with nothing arriving: under 1% is left
     assert scheduler.load("m").demand_rows_per_second < busy * 0.01
     await scheduler.close()
+
+
+BLOCKED_S = 0.2  # the loop held by other work on each side of a call: far beyond the predictor's 1 ms
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+async def test_the_profile_learns_the_predictors_time_not_the_turns_of_a_busy_loop_around_it(transport):
+    """Deep in overload the gateway's loop is busy (thousands of clients waiting): the
+    scheduler's task starts the call late and resumes late after its answer. That time is
+    the gateway's, not the predictor's: the profile, and the capacity read from it, learn
+    the call from when it left to when its answer arrived (wire.tracing.CallClock)."""
+    predictor = simulated_predictor("--call-ms", "1")
+    backend = (OipHttpBackend(f"http://127.0.0.1:{predictor.fields['http']}", "demo") if transport == "http"
+               else OipGrpcBackend(f"127.0.0.1:{predictor.fields['grpc']}", "demo"))
+
+    async def on_a_busy_loop(inputs: list[Tensor]) -> list[Tensor]:
+        time.sleep(BLOCKED_S)  # the loop runs other work before the call is written ...
+        outputs = await backend.infer(inputs)
+        time.sleep(BLOCKED_S)  # ... and after its answer has arrived, before the scheduler resumes
+        return outputs
+
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    scheduler.add_model("m", on_a_busy_loop, BatchingConfig(max_batch_size=8))
+    try:
+        for value in range(3):
+            result = await scheduler.submit(BatchRequest("m", [Tensor("INPUT0", "FP32", np.full((1, 1), value,
+                                                                                             dtype=np.float32))]))
+            assert result.outputs[0].data.tolist() == [[2.0 * value]]
+        intercept, per_row = scheduler.snapshot("m").profile
+        assert intercept + per_row < BLOCKED_S, "the loop's own delay was learned as the predictor's time"
+    finally:
+        await scheduler.close()
+        await backend.close()
+        predictor.stop()
 
 
 # -- against the simulated predictor, at known steady loads ----------------------------------
