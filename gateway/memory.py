@@ -8,9 +8,10 @@ keeps the memory for reuse instead of returning it: its mmap threshold rises to 
 the largest block freed (so the next 12 MiB buffers come from the heap, not from mmap), and
 the many slices left free inside the heaps of gRPC's threads' arenas are never given back
 while anything above them is in use. Measured (`python -m tools.large_message_rss`): 40
-distinct 12 MiB messages took a process from 70 to 170-225 MiB, and it stayed there; over
-more messages it plateaus higher, and a pod with a memory limit is killed for traffic it
-has already answered. It is the allocator keeping freed blocks, not a cache of ours:
+distinct 12 MiB messages took a process from 70 to 160-215 MiB, and 200 to 360 MiB, and it
+stayed there (both processes of `--workers 2`: 390-430 MiB in all after 40), so a pod with a
+memory limit is killed for traffic it has already answered (docs/performance.md has the
+numbers with the trim). It is the allocator keeping freed blocks, not a cache of ours:
 `malloc_trim(0)` gives them back (the free pages of every arena, not only the heap's top).
 
 So `Trimmer` reads the process's resident memory once a second (one read of
