@@ -6,7 +6,9 @@ default serves model `demo` from the in-process simulated predictor.
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 import tomllib
 from collections.abc import Set
 from dataclasses import dataclass, field, replace
@@ -18,8 +20,9 @@ import numpy as np
 
 from backends.settings import Cost, PredictorProtocol, PredictorSettings
 from gateway.batching import policies
-from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
+from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig, TenantPolicy
 from gateway.config_keys import names as keys_in
+from gateway.tenants import DIGEST, Directory, KeyConflict, KeySource, KeyUnavailable, Tenant, directory
 from gateway.tokens import (
     DEFAULT_TOKEN_ENCODING,
     TOKEN_ENCODINGS,
@@ -111,11 +114,46 @@ OTLP_PROTOCOLS = ("grpc", "http/protobuf")
 
 
 @dataclass(frozen=True, slots=True)
+class TenantConfig:
+    """A `[[tenants]]` table: what the scheduler knows of it (`policy`: its name, level,
+    weight and quotas), the models it may call (None: all) and where its keys come from
+    (`key`: read by `gateway.tenants`, never held here)."""
+    policy: TenantPolicy
+    key: KeySource
+    models: tuple[str, ...] | None = None
+    declared_at: str = ""  # its table, as errors name it: "tenants[2]", or "server" (DEFAULT_TENANT)
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    @property
+    def key_setting(self) -> str:
+        """The config key its key is given by, as errors name it."""
+        return "server.auth_token_env" if self.declared_at == "server" else f"{self.declared_at}.{self.key.field}"
+
+    @property
+    def tenant(self) -> Tenant:
+        """As the front door knows it (`gateway.tenants`)."""
+        return Tenant(self.name, None if self.models is None else frozenset(self.models))
+
+
+# With [server] auth_token_env and [[tenants]], the token is the key of one more tenant, this one.
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     models: tuple[ModelConfig, ...]
     server: ServerConfig = field(default_factory=ServerConfig)
     limits: Limits = field(default_factory=Limits)
     tracing: TracingConfig = field(default_factory=TracingConfig)
+    tenants: tuple[TenantConfig, ...] = ()  # none: no tenants (the token, if any, is everyone's)
+
+    @property
+    def tenant_policies(self) -> tuple[TenantPolicy, ...]:
+        """Each tenant as the scheduler takes it (`Scheduler.set_tenants`)."""
+        return tuple(tenant.policy for tenant in self.tenants)
 
 
 def embedded_default() -> GatewayConfig:
@@ -150,7 +188,10 @@ def parse(document: dict[str, Any]) -> GatewayConfig:
             raise ConfigError(f"models[{index}].name", f"duplicate model name '{model.name}'")
         names.add(model.name)
         models.append(model)
-    return GatewayConfig(models=tuple(models), server=server, limits=limits, tracing=tracing)
+    token_env = _str(_table(document, "server", "server"), "server", "auth_token_env")
+    tenants = _tenants(document.get("tenants"), token_env, names)
+    tenant_directory(tenants)  # every key readable now, and no key given to two tenants
+    return GatewayConfig(models=tuple(models), server=server, limits=limits, tracing=tracing, tenants=tenants)
 
 
 def _model(raw: Any, key: str) -> ModelConfig:
@@ -478,6 +519,112 @@ def _buckets(batching_raw: dict, key: str) -> tuple[int, ...]:
                                                  for b in buckets) or buckets != sorted(set(buckets))):
         raise ConfigError(f"{key}.batching.buckets", f"must be a list of ascending lengths >= 1, got {buckets!r}")
     return tuple(buckets)
+
+
+# -- tenants (gateway.tenants holds their keys; docs/tenants.md) ----------------------
+
+KEY_SOURCES = ("key_env", "key_file", "key_sha256")
+_TENANT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _tenants(raw: Any, token_env: str, models: Set[str]) -> tuple[TenantConfig, ...]:
+    """The `[[tenants]]` tables; with `[server] auth_token_env` too, its token is the key of
+    one more tenant, `default`, which may call every model."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError("tenants", "must be an array of tables: [[tenants]]")
+    tenants: list[TenantConfig] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(raw):
+        tenant = _tenant(item, f"tenants[{index}]", models)
+        if tenant.name in seen:
+            raise ConfigError(f"tenants[{index}].name",
+                              f"duplicate tenant name '{tenant.name}' (also tenants[{seen[tenant.name]}])")
+        if tenant.name == DEFAULT_TENANT and token_env:
+            raise ConfigError(f"tenants[{index}].name", f"'{DEFAULT_TENANT}' is the tenant whose key is [server] "
+                                                        f"auth_token_env's: name this one otherwise")
+        seen[tenant.name] = index
+        tenants.append(tenant)
+    if token_env and tenants:
+        tenants.append(TenantConfig(TenantPolicy(DEFAULT_TENANT), KeySource(env=token_env), declared_at="server"))
+    return tuple(tenants)
+
+
+def _tenant(raw: Any, key: str, models: Set[str]) -> TenantConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(key, "must be a table")
+    _only(raw, key, keys_in("tenants[]"))
+    name = _str(raw, key, "name", required=True)
+    if not _TENANT_NAME.fullmatch(name):
+        raise ConfigError(f"{key}.name", "must be 1 to 64 letters, digits, '_', '-' or '.' (it labels metrics)")
+    given = [source for source in KEY_SOURCES if source in raw]
+    if not given:
+        raise ConfigError(key, f"needs its key: one of {', '.join(KEY_SOURCES)}")
+    if len(given) > 1:
+        raise ConfigError(f"{key}.{given[1]}", f"give exactly one of {', '.join(KEY_SOURCES)}, not {given[0]} too")
+    policy = TenantPolicy(
+        name=name,
+        priority=_number(raw, key, "priority", 0, integer=True, minimum=1) if "priority" in raw else 0,
+        weight=_positive(raw, key, "weight", 1.0),
+        requests_per_second=_positive(raw, key, "requests_per_second", None),
+        tokens_per_minute=_positive(raw, key, "tokens_per_minute", None),
+        max_concurrent=_number(raw, key, "max_concurrent", 1, integer=True, minimum=1) if "max_concurrent" in raw
+        else None,
+    )
+    return TenantConfig(policy, _key_source(raw, key, given[0]), _tenant_models(raw, key, models), key)
+
+
+def _key_source(raw: dict, key: str, field: str) -> KeySource:
+    # What is wrong is said without the value: a key pasted where its digest belongs stays unsaid.
+    if field == "key_env":
+        return KeySource(env=_str(raw, key, "key_env", required=True))
+    if field == "key_file":
+        return KeySource(file=_str(raw, key, "key_file", required=True))
+    digests = raw["key_sha256"]
+    if not isinstance(digests, list) or not digests:
+        raise ConfigError(f"{key}.key_sha256", "must be a list of SHA-256 digests, 64 hex digits each")
+    for index, value in enumerate(digests):
+        if not isinstance(value, str) or not DIGEST.fullmatch(value):
+            raise ConfigError(f"{key}.key_sha256[{index}]", "is not a SHA-256 digest (64 hex digits: printf %s "
+                                                            "\"$KEY\" | sha256sum)")
+    return KeySource(sha256=tuple(value.lower() for value in digests))
+
+
+def _tenant_models(raw: dict, key: str, models: Set[str]) -> tuple[str, ...] | None:
+    if "models" not in raw:
+        return None
+    names = raw["models"]
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ConfigError(f"{key}.models", "must be a list of model names")
+    for name in names:
+        if name not in models:
+            raise ConfigError(f"{key}.models", f"no model '{name}' among the [[models]]")
+    return tuple(names)
+
+
+def _positive(raw: dict, key: str, name: str, default: Any) -> Any:
+    """A number > 0 and finite, or `default` when the key is absent."""
+    if name not in raw:
+        return default
+    value = _number(raw, key, name, 0)
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{key}.{name}", f"must be a positive number, got {value}")
+    return float(value)
+
+
+def tenant_directory(tenants: tuple[TenantConfig, ...]) -> Directory:
+    """The tenants' keys read now (`gateway.tenants`): at the start, on every reload, and by
+    `check-config`. ConfigError naming the table's key when a source gives no key, or when
+    one key is given to two tenants (never saying the key)."""
+    try:
+        return directory((tenant.tenant, tenant.key) for tenant in tenants)
+    except KeyUnavailable as error:
+        raise ConfigError(tenants[error.index].key_setting, error.problem) from None
+    except KeyConflict as error:
+        first = tenants[error.first]
+        raise ConfigError(tenants[error.second].key_setting, f"gives the same key as {first.key_setting} (tenant "
+                                                             f"'{first.name}'): each key belongs to one tenant") from None
 
 
 # -- variable-length inputs (gateway.batching.padding says what they mean) -------------

@@ -28,6 +28,8 @@ KEYS: tuple[Key, ...] = (
     Key("", "server", "table", "", "Where and how the gateway listens ([server])."),
     Key("", "limits", "table", "", "Bounds on what one request may carry ([limits])."),
     Key("", "tracing", "table", "", "OpenTelemetry traces ([tracing]); each key falls back to its OTEL_* variable."),
+    Key("", "tenants", "array of tables", "", "Who shares the gateway, each with keys of its own ([[tenants]]; "
+                                              "docs/tenants.md): with any declared, every request needs a known key."),
     # -- [server] ----------------------------------------------------------------------------
     Key("server", "host", "string", "127.0.0.1", "The address both front ends listen on."),
     Key("server", "http_port", "integer", "8080", "The HTTP front end's port (0: a free one)."),
@@ -36,7 +38,8 @@ KEYS: tuple[Key, ...] = (
                                              "take before they are answered 503."),
     Key("server", "tls", "table", "", "Serve both front ends over TLS only ([server.tls])."),
     Key("server", "auth_token_env", "string", "", "The environment variable holding a bearer token every request "
-                                                  "must carry (health probes exempt); unset: no token."),
+                                                  "must carry (health probes exempt); unset: no token. With "
+                                                  "[[tenants]], the key of one more tenant, named default."),
     Key("server", "header_timeout_s", "number", "10", "How long a new connection may take to send its first "
                                                       "request head."),
     Key("server", "body_timeout_s", "number", "60", "How long a request body may take in total."),
@@ -162,6 +165,25 @@ KEYS: tuple[Key, ...] = (
     Key("models[].embeddings", "token_ids_file", "string", "tiktoken's cache",
         "The encoding's .tiktoken file; unset: tiktoken's cache (TIKTOKEN_CACHE_DIR, else its default). Never "
         "downloaded."),
+    # -- [[tenants]] -------------------------------------------------------------------------
+    Key("tenants[]", "name", "string", "", "The tenant's name, in metrics, logs and spans (never its key); required, "
+                                           "unique."),
+    Key("tenants[]", "key_env", "string", "", "The environment variable holding its key. Exactly one of key_env, "
+                                              "key_file and key_sha256."),
+    Key("tenants[]", "key_file", "string", "", "A file holding its key (a mounted Secret), read again on SIGHUP."),
+    Key("tenants[]", "key_sha256", "array of strings", "", "The SHA-256 digests (hex) of its keys; several let a "
+                                                           "key rotate."),
+    Key("tenants[]", "priority", "integer", "the model's default", "The level of its requests where a model has "
+                                                                   "priority_levels (1 the highest); a request may ask "
+                                                                   "for a lower level, never a higher one."),
+    Key("tenants[]", "weight", "number", "1", "Its share among the tenants queued at one level."),
+    Key("tenants[]", "models", "array of strings", "all", "The models it may call; another is refused 403. [] for a "
+                                                          "key that only reads /metrics and the live page."),
+    Key("tenants[]", "requests_per_second", "number", "", "Its quota of requests: a bucket of at most this many, "
+                                                          "refilled at this rate; over it, 429 with Retry-After."),
+    Key("tenants[]", "tokens_per_minute", "number", "", "Its quota of tokens (text models; rows for tensor models), "
+                                                        "a bucket of at most this many."),
+    Key("tenants[]", "max_concurrent", "integer", "", "Its requests in the gateway at once; beyond, 429."),
 )
 
 

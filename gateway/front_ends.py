@@ -39,7 +39,7 @@ class FrontEnds:
 
     async def start(self) -> None:
         server, limits = self.config.server, self.config.limits
-        app = make_app(self.service, limits, server.auth_token)
+        app = make_app(self.service, limits)
         self.http_server = GuardedHTTPServer(
             app, limits=ConnectionLimits(server.header_timeout_s, server.body_timeout_s, server.idle_timeout_s,
                                          self.max_connections),

@@ -5,7 +5,8 @@ before anything about it is checked, and closes it once when the answer or the e
 out. The Call carries what each concern attached to a request needs, as the front end's
 protocol gives it: the front end (the `protocol` label: the API the client spoke), the
 model's name, when it arrived, the deadline and priority its transport carried (an HTTP
-header, the gRPC deadline and metadata), its request id and trace context.
+header, the gRPC deadline and metadata), its request id and trace context, and the tenant
+whose key it came with (`gateway.auth`: the name, never the key).
 `batch_request` is the one place a request's deadline and priority are settled, with what
 the request itself says (an OIP `timeout` or `priority` parameter): the tightest deadline
 wins, counted from the arrival; the request's own priority wins over its transport's.
@@ -39,6 +40,7 @@ class Call:
     timeout_s: float | None = None   # the tightest deadline its transport gave, from its arrival
     priority: int = 0                # its transport's: 1 is the highest level, 0 the model's default
     client: ClientContext = NO_CONTEXT
+    tenant: str = ""                 # the tenant whose key it presented ("": no tenants declared)
     status: int | None = None        # set by close
     span: Any = None                 # its trace span, when the gateway traces (gateway.telemetry)
 
@@ -52,14 +54,14 @@ class Call:
                       timeout_s: float | None = None, priority: int | None = None, form: str = "") -> BatchRequest:
         """The request as the scheduler takes it: its deadline the tightest of its
         transport's and its own `timeout_s`, counted from its arrival; its own `priority`
-        (an OIP parameter) over its transport's. `client`: the context to carry (the
-        call's own, unless tracing gave it a span of its own)."""
+        (an OIP parameter) over its transport's; its tenant's name. `client`: the context to
+        carry (the call's own, unless tracing gave it a span of its own)."""
         self.tighten(timeout_s)
         if priority is not None:
             self.priority = priority
         deadline = None if self.timeout_s is None else self.arrived_s + self.timeout_s
         return BatchRequest(model, inputs, self.arrived_s, deadline, self.priority,
-                            self.client if client is None else client, parameters, lengths, form)
+                            self.client if client is None else client, parameters, lengths, form, tenant=self.tenant)
 
     @property
     def elapsed_s(self) -> float:

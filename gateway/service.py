@@ -6,8 +6,10 @@ form, has the request's `gateway.lifecycle.Call` settle it into a `BatchRequest`
 it, and answers with its rows (`Answer`), which the model turns back into the client's
 form, so a KServe v1 client and an OIP client of the same model land in the same batch.
 A front end opens each request's Call here (`open`) and closes it once: the one place
-requests are counted and timed. It also keeps the models' lifecycle (start, reload,
-close), readiness and server metadata; what describes the whole gateway it reads through
+requests are counted and timed. It keeps the front door (`door`, `gateway.auth`: the token
+or the tenants' keys a request must present, swapped whole on a reload; a tenant may call
+only its models, checked in `infer`) and hands the tenants' policies to the scheduler. It
+also keeps the models' lifecycle (start, reload, close), readiness and server metadata; what describes the whole gateway it reads through
 `Views`. Its scheduler, views and predictor clients come from its process's role: it
 never asks where it runs.
 
@@ -28,9 +30,10 @@ import numpy as np
 
 from backends.base import Backend
 from gateway import __version__, triton
+from gateway.auth import FrontDoor
 from gateway.batching.request import BatchResult
 from gateway.batching.scheduler import Scheduler
-from gateway.config import GatewayConfig, ModelConfig
+from gateway.config import ConfigError, GatewayConfig, ModelConfig, tenant_directory
 from gateway.lifecycle import Call
 from gateway.metrics import Metrics
 from gateway.model_kinds import served_model
@@ -92,8 +95,12 @@ class InferenceService:
         # What describes the whole gateway, as this process's role reads it (gateway.views).
         self.views = views(self)
         self._background: set[asyncio.Task] = set()  # held so they are not collected mid-flight
+        self.door = front_door(config)
+        # Whether its front ends check keys at all is settled at the start (gRPC's interceptor).
+        self.keys_checked = not self.door.open
 
     async def start(self) -> None:
+        self.scheduler.set_tenants(self.config.tenant_policies)
         for model_config in self.config.models:
             await self._add_model(model_config)
 
@@ -117,7 +124,16 @@ class InferenceService:
         have queued and in flight (within `grace_s`), then close. A model whose batching
         changed is re-tuned in place, and one whose list of replicas changed takes the new
         list in place; one whose predictor changed otherwise gets a new backend for new
-        batches while batches already sent finish on the old one."""
+        batches while batches already sent finish on the old one.
+
+        Tenants, their keys, weights and quotas are replaced whole, first: a removed key is
+        refused from then on, requests already admitted finish. A key that cannot be read
+        now is a ConfigError, raised before anything changed."""
+        if config.tenants and not self.keys_checked:
+            # The gRPC front end checks keys only if it started with something to check.
+            raise ConfigError("tenants", "this gateway started open (no key, no token): restart it to require keys")
+        self.door = front_door(config)
+        self.scheduler.set_tenants(config.tenant_policies)
         old = {m.name: m for m in self.config.models}
         new = {m.name: m for m in config.models}
         changes: dict[str, list[str]] = {"added": [], "removed": [], "retuned": [], "replicas": [], "replaced": []}
@@ -233,6 +249,8 @@ class InferenceService:
         # A counter, not a context manager: a queued request would hold its generator frame.
         self.active_requests += 1
         try:
+            if call.tenant:
+                self.door.permit(call.tenant, served.name)
             batch = served.batch_inputs(request)
             own_timeout, own_priority = None, None
             if isinstance(request, OipRequest):  # its `timeout` and `priority` parameters
@@ -249,6 +267,14 @@ class InferenceService:
             return Answer(served, batch, result)
         finally:
             self.active_requests -= 1
+
+
+def front_door(config: GatewayConfig) -> FrontDoor:
+    """What a request of this config must present: its tenants' keys, read now (a ConfigError
+    if one cannot be), else the token, else nothing."""
+    if config.tenants:
+        return FrontDoor(tenants=tenant_directory(config.tenants))
+    return FrontDoor(token=config.server.auth_token)
 
 
 def named_as_served(error: GatewayError, served: ServedModel) -> GatewayError:

@@ -335,6 +335,8 @@ def _request_attributes(call: Call) -> dict[str, Any]:
     attributes: dict[str, Any] = {"gateway.model": call.model, "gateway.front_end": call.front_end}
     if call.priority:
         attributes["gateway.priority"] = call.priority
+    if call.tenant:
+        attributes["gateway.tenant"] = call.tenant  # its name: never its key
     if call.client.request_id:
         attributes["gateway.request_id"] = call.client.request_id
     return attributes

@@ -1,4 +1,7 @@
-"""A grpc.aio interceptor applying gateway.auth to every call except the health probes.
+"""A grpc.aio interceptor applying the front door (gateway.auth) to every call except the
+health probes: a call without a key the door admits is refused UNAUTHENTICATED before its
+method runs; an admitted inference call runs with its tenant's name in `rpc.TENANT`, which
+its Call takes (`rpc.read_client`).
 
 The probes open without a token are the same over both protocols: server liveness and
 readiness (HTTP `/v2/health/live`, `/v2/health/ready`, `/ping`; gRPC `ServerLive`,
@@ -11,8 +14,7 @@ from typing import Any
 
 import grpc
 
-from gateway.auth import check_bearer
-from gateway.grpc.rpc import refuse
+from gateway.grpc.rpc import TENANT, refuse
 from gateway.service import InferenceService
 from wire.errors import Unauthenticated
 
@@ -24,12 +26,12 @@ EXEMPT_METHODS = frozenset({
 })
 
 
-class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses a call without the token before its method runs; an inference call is
-    counted all the same (`gateway.grpc.rpc.refuse`)."""
+class KeyInterceptor(grpc.aio.ServerInterceptor):
+    """Refuses a call without a key the service's door admits (read at each call: a reload
+    replaces it) before its method runs; an inference call is counted all the same
+    (`gateway.grpc.rpc.refuse`)."""
 
-    def __init__(self, token: str, service: InferenceService) -> None:
-        self.token = token
+    def __init__(self, service: InferenceService) -> None:
         self.service = service
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[grpc.RpcMethodHandler]],
@@ -38,22 +40,43 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or details.method.startswith(EXEMPT_PREFIX) or details.method in EXEMPT_METHODS:
             return handler
         metadata = dict(details.invocation_metadata or ())
+        authorization = metadata.get("authorization")
         try:
-            check_bearer(self.token, metadata.get("authorization"))
+            tenant = self.service.door.admit(authorization, None if authorization is not None else
+                                             metadata.get("x-api-key", metadata.get("api-key")))
         except Unauthenticated as error:
             return self._refusal(handler, error)
-        return handler
+        if not tenant or _front_end(handler) is None:
+            return handler
+        return _as_tenant(handler, tenant)
 
     def _refusal(self, handler: grpc.RpcMethodHandler, error: Unauthenticated) -> grpc.RpcMethodHandler:
         """A handler of the same streaming kind as `handler` that refuses with the error."""
-        behaviour = (handler.unary_unary or handler.unary_stream or handler.stream_unary
-                     or handler.stream_stream)
-        front_end = getattr(behaviour, "front_end", None)  # set by @rpc and @stream (gateway.grpc.rpc)
+        front_end = _front_end(handler)
         service = self.service
 
         async def abort(request: Any, context: grpc.aio.ServicerContext) -> None:
             await refuse(service, front_end, request, context, error)
         return _same_kind(handler, abort)
+
+
+def _front_end(handler: grpc.RpcMethodHandler) -> str | None:
+    """The front end of an inference method (set by @rpc and @stream, gateway.grpc.rpc); None
+    for any other method."""
+    behaviour = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+    return getattr(behaviour, "front_end", None)
+
+
+def _as_tenant(handler: grpc.RpcMethodHandler, tenant: str) -> grpc.RpcMethodHandler:
+    """An inference method's handler that runs it with `tenant` in `TENANT`. Our inference
+    methods are coroutines (a stream writes its answers with context.write), so the variable
+    is set in the method's own context, and in the tasks it starts."""
+    behaviour = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+
+    async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        TENANT.set(tenant)
+        return await behaviour(request, context)
+    return _same_kind(handler, run)
 
 
 def _same_kind(handler: grpc.RpcMethodHandler, abort: Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]

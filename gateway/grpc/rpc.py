@@ -18,6 +18,7 @@ It knows the service's counting seam and the gRPC runtime, no codec and no predi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -37,6 +38,8 @@ from wire.request import PRIORITY_HEADER, priority_from_header
 from wire.tracing import ClientContext
 
 log = logging.getLogger(__name__)
+# The tenant an inference call came as (gateway.grpc.auth sets it before the method runs).
+TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="")
 
 Response = TypeVar("Response")
 Method = Callable[..., Awaitable[Response]]  # (self, request, context[, call])
@@ -118,8 +121,10 @@ def stream(front_end: str) -> Callable[[StreamMethod], StreamMethod]:
 
 def read_client(call: Call, request: Any, context: grpc.aio.ServicerContext) -> None:
     """What a gRPC client says of its request, into its Call: its deadline, its priority
-    metadata (an OIP request's `priority` parameter, if any, wins) and its context (the
-    message's own id, else `x-request-id` metadata). Raises InvalidInput for bad metadata."""
+    metadata (an OIP request's `priority` parameter, if any, wins), its context (the
+    message's own id, else `x-request-id` metadata) and the tenant its key made it (by
+    `gateway.grpc.auth`). Raises InvalidInput for bad metadata."""
+    call.tenant = TENANT.get()
     call.tighten(context.time_remaining())
     call.priority = priority(context)
     call.client = client_context(context, getattr(request, "id", ""))

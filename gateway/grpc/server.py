@@ -7,7 +7,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from gateway.config import ServerConfig
 from gateway.grpc import oip, torchserve
-from gateway.grpc.auth import BearerTokenInterceptor
+from gateway.grpc.auth import KeyInterceptor
 from gateway.grpc.rpc import OpenStreams
 from gateway.service import InferenceService
 from wire.codecs.limits import Limits
@@ -19,7 +19,8 @@ INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_
 
 def build_server(service: InferenceService, limits: Limits, settings: ServerConfig, max_connections: int,
                  streams: OpenStreams) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-    interceptors = [BearerTokenInterceptor(settings.auth_token, service)] if settings.auth_token else []
+    # Installed when the gateway starts with keys to check (a reload cannot add the first: gateway.service).
+    interceptors = [KeyInterceptor(service)] if service.keys_checked else []
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", limits.max_body_bytes),
         ("grpc.max_send_message_length", 2**31 - 1),

@@ -5,7 +5,7 @@ import tornado.web
 
 from gateway.rest import dashboard, oip, openai, operations, v1
 from gateway.rest import torchserve as ts
-from gateway.rest.base import NotFoundHandler
+from gateway.rest.base import NotFoundHandler, log_request
 from gateway.service import InferenceService
 from wire.codecs.limits import Limits
 
@@ -13,8 +13,8 @@ MODEL = r"([^/:]+)"
 VERSION = r"(?:/versions/([^/]+))?"
 
 
-def make_app(service: InferenceService, limits: Limits, auth_token: str = "") -> tornado.web.Application:
-    context = {"service": service, "limits": limits, "auth_token": auth_token}
+def make_app(service: InferenceService, limits: Limits) -> tornado.web.Application:
+    context = {"service": service, "limits": limits}
     routes = [
         (rf"/v1/models/{MODEL}:predict", v1.V1PredictHandler),
         (rf"/v1/models/{MODEL}", openai.SharedModelHandler),  # KServe v1's, and OpenAI's for an embedding model
@@ -42,4 +42,5 @@ def make_app(service: InferenceService, limits: Limits, auth_token: str = "") ->
         default_handler_class=NotFoundHandler,
         default_handler_args=context,
         compress_response=False,
+        log_function=log_request,
     )

@@ -22,10 +22,11 @@ from typing import Any
 
 import orjson
 import tornado.httputil
+import tornado.log
 import tornado.web
 
 from gateway import metrics
-from gateway.auth import check_bearer
+from gateway.auth import API_KEY_HEADERS
 from gateway.lifecycle import Call
 from gateway.models import ServedModel
 from gateway.rest import errors
@@ -64,11 +65,11 @@ class BaseHandler(tornado.web.RequestHandler):
     requires_auth = True  # health probes opt out
     front_end: str | None = None  # set on inference endpoints: each request is a Call
     call: Call | None = None
+    tenant = ""  # whose key the request came with (gateway.auth): for the access log
 
-    def initialize(self, service: InferenceService, limits: Limits, auth_token: str = "") -> None:
+    def initialize(self, service: InferenceService, limits: Limits) -> None:
         self.service = service
         self.limits = limits
-        self.auth_token = auth_token
         self._task: asyncio.Task | None = None
         self._client_gone = False
 
@@ -89,7 +90,20 @@ class BaseHandler(tornado.web.RequestHandler):
             model = self.path_args[0] if getattr(self, "path_args", None) else ""
             self.call = self.service.open(self.front_end, model)
         if self.requires_auth:
-            check_bearer(self.auth_token, self.header("Authorization"))
+            door = self.service.door
+            if not door.open:
+                authorization = self.header("Authorization")
+                self.tenant = door.admit(authorization, None if authorization is not None else self._api_key())
+                if self.call is not None:
+                    self.call.tenant = self.tenant
+
+    def _api_key(self) -> str | None:
+        """A key sent in an API-key header instead of Authorization (`gateway.auth`)."""
+        for name in API_KEY_HEADERS:
+            value = self.header(name)
+            if value is not None:
+                return value
+        return None
 
     def write_json(self, document: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -196,6 +210,23 @@ class BaseHandler(tornado.web.RequestHandler):
         task, self._task = self._task, None  # the cancelled task's traceback must not lead back here
         if task is not None and not task.done():
             task.cancel()
+
+
+def log_request(handler: tornado.web.RequestHandler) -> None:
+    """Tornado's access-log line (INFO, WARNING for a 4xx, ERROR for a 5xx), with the tenant
+    whose key the request came with: its name, never the key."""
+    status = handler.get_status()
+    logger = tornado.log.access_log
+    level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    if not logger.isEnabledFor(level):
+        return
+    milliseconds = 1000.0 * handler.request.request_time()
+    tenant = getattr(handler, "tenant", "")
+    if tenant:
+        logger.log(level, "%d %s %.2fms tenant=%s", status, handler._request_summary(), milliseconds, tenant,
+                   extra={"tenant": tenant})
+    else:
+        logger.log(level, "%d %s %.2fms", status, handler._request_summary(), milliseconds)
 
 
 @tornado.web.stream_request_body

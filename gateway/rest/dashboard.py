@@ -3,9 +3,10 @@
 
 The page and its script are files beside this module (`static/`), read once at import and
 served as they are: no build step, nothing fetched from elsewhere (the Content-Security-Policy
-says so to the browser). Read-only, and behind the bearer token like every other endpoint
-(`BaseHandler.prepare`): with `[server] auth_token_env` set, the browser must send the
-`Authorization` header (a proxy in front of it, or a browser extension, adds it).
+says so to the browser). Read-only, and behind the front door like every other endpoint
+(`BaseHandler.prepare`, `gateway.auth`): with `[server] auth_token_env` set, or tenants
+declared, the browser must send the `Authorization` header with the token or any tenant's
+key (a proxy in front of it, or a browser extension, adds it).
 
 Handlers here only serialize what `gateway.live` builds, read through the service (the
 batcher's, in a worker of `gateway.workers`): they know no stats of their own.

@@ -1,0 +1,133 @@
+"""Tenants' keys: where each key comes from, its SHA-256 digest, and the one lookup from a
+presented key to its tenant.
+
+This module holds keys, for the moment it takes to hash them: it must never log one, nor
+its digest, nor put either in an error message, a metric or a span (an error names the
+tenant and the config key, e.g. `tenants[1].key_file`, never the value). A key is read
+from its source (`KeySource`: an environment variable, a file, or digests written in the
+config) and only its digest is kept. `Directory.find` hashes a presented key and looks the
+digest up in one dictionary: no loop over tenants, no string comparison that could exit
+early on the first differing character (what the lookup's time could tell is which
+digest's hash bucket was probed, which says nothing of a key).
+
+It knows no TOML, no front end and no scheduler: the config (`gateway.config`) declares
+tenants, the front door (`gateway.auth`) asks this module who a key belongs to.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+DIGEST = re.compile(r"[0-9a-fA-F]{64}")
+
+
+class KeyUnavailable(ValueError):
+    """A key source cannot be read or says something unusable; `field` is its config key
+    (key_env, key_file, key_sha256), `problem` says what is wrong without the key."""
+
+    def __init__(self, field: str, problem: str, index: int = -1) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+        self.index = index  # the tenant's position among those declared, when known
+
+
+class KeyConflict(ValueError):
+    """Two tenants (by their positions among the declared ones) present the same key."""
+
+    def __init__(self, first: int, second: int) -> None:
+        super().__init__(f"tenants {first} and {second} share a key")
+        self.first = first
+        self.second = second
+
+
+@dataclass(frozen=True, slots=True)
+class KeySource:
+    """Where a tenant's keys come from: exactly one of an environment variable's name, a
+    file's path (re-read on every reload), or the keys' SHA-256 digests (hex; several let
+    keys rotate). It holds no key: `digests` reads them when asked."""
+    env: str = ""
+    file: str = ""
+    sha256: tuple[str, ...] = ()
+
+    @property
+    def field(self) -> str:
+        """The config key this source was given by."""
+        return "key_env" if self.env else "key_file" if self.file else "key_sha256"
+
+    def digests(self) -> frozenset[bytes]:
+        """The SHA-256 digests of the keys it gives now; KeyUnavailable if it gives none."""
+        if self.sha256:
+            return frozenset(bytes.fromhex(value) for value in self.sha256)
+        if self.env:
+            key = os.environ.get(self.env, "")
+            if not key:
+                raise KeyUnavailable("key_env", f"environment variable {self.env} is unset or empty")
+            return frozenset({digest(key)})
+        try:
+            with open(self.file, encoding="utf-8") as handle:
+                key = handle.read().strip()  # a mounted Secret or `echo key > file` ends with a newline
+        except (OSError, UnicodeDecodeError) as error:
+            raise KeyUnavailable("key_file", f"cannot read {self.file}: {type(error).__name__}") from None
+        if not key:
+            raise KeyUnavailable("key_file", f"{self.file} is empty")
+        return frozenset({digest(key)})
+
+
+def digest(key: str) -> bytes:
+    """A key's SHA-256 digest, over its UTF-8 bytes (what `sha256sum` prints for the key
+    written without a newline: `printf %s "$KEY" | sha256sum`)."""
+    return hashlib.sha256(key.encode()).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """Who a key belongs to, as the front door needs it: its name and the models it may
+    call (None: all)."""
+    name: str
+    models: frozenset[str] | None = None
+
+    def may_call(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+
+class Directory:
+    """Every declared tenant by the digests of its keys: `find` is one hash and one
+    dictionary lookup, whatever the number of tenants."""
+
+    def __init__(self, by_digest: Mapping[bytes, Tenant]) -> None:
+        self._by_digest = dict(by_digest)
+        self._by_name = {tenant.name: tenant for tenant in by_digest.values()}
+
+    def find(self, key: str) -> Tenant | None:
+        """The tenant whose key `key` is, or None."""
+        return self._by_digest.get(digest(key))
+
+    def named(self, name: str) -> Tenant | None:
+        """The tenant of that name (as `find` gave it), or None if it is no longer declared."""
+        return self._by_name.get(name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
+def directory(tenants: Iterable[tuple[Tenant, KeySource]]) -> Directory:
+    """The directory of these tenants, each key read from its source now (at the start, and
+    again on every reload). KeyUnavailable (with the tenant's position as `index`) for a
+    source that gives no key; KeyConflict when one key is given to two tenants."""
+    by_digest: dict[bytes, Tenant] = {}
+    owner: dict[bytes, int] = {}
+    for index, (tenant, source) in enumerate(tenants):
+        try:
+            digests = source.digests()
+        except KeyUnavailable as error:
+            raise KeyUnavailable(error.field, error.problem, index) from None
+        for value in digests:
+            if value in owner and owner[value] != index:
+                raise KeyConflict(owner[value], index)
+            owner[value] = index
+            by_digest[value] = tenant
+    return Directory(by_digest)

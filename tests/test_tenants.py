@@ -1,0 +1,464 @@
+"""Tenants at the front door (issue 38, docs/tenants.md): each request presents a tenant's key
+(`Authorization: Bearer`, `x-api-key` or `api-key` over HTTP, `authorization` metadata over
+gRPC), looked up by its SHA-256 digest; no key, or an unknown one, is 401 / UNAUTHENTICATED
+in its protocol's shape; a model outside the tenant's `models` is 403 / PERMISSION_DENIED.
+Real clients (openai, tritonclient, curl), unmodified. SIGHUP rotates keys and adds and
+removes tenants with nothing lost; no key nor its digest reaches a log, /metrics, a span or
+the live page; every malformed [[tenants]] table is a one-line exit 2 of check-config."""
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import contextlib
+import hashlib
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openai
+import orjson
+import pytest
+import tritonclient.grpc as triton_grpc
+from tritonclient.utils import InferenceServerException
+
+from gateway import cli
+from gateway import config as gateway_config
+from gateway.lifecycle import Call
+from tests.harness import http, http_json, running_gateway, wait_for
+from tests.http_stub import JsonHandler, serving
+from tests.processes import gateway as gateway_process
+from tools.otlp_receiver import grpc_receiver
+from wire.tensors import Tensor
+
+KEYS = {"search": "sk-search-7f3a9c21e4b8d605", "indexing": "sk-indexing-1b2c3d4e5f607182",
+        "ops": "sk-ops-a1b2c3d4e5f60718", "stranger": "sk-stranger-0000000000000000"}
+ENCODER = {"name": "encoder", "backend": "simulated", "simulated": {"task": "embed", "call_ms": 2}}
+OTHER_ENCODER = {"name": "other_encoder", "backend": "simulated", "simulated": {"task": "embed", "call_ms": 2}}
+DEMO = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 2}}
+PRIVATE = {"name": "private", "backend": "simulated", "simulated": {"call_ms": 2}}
+
+
+def sha256(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def tenants(key_file: Path) -> list[dict[str, Any]]:
+    """search by its environment variable, indexing by a file, ops (/metrics only) by digest."""
+    return [{"name": "search", "key_env": "SEARCH_API_KEY", "models": ["encoder", "demo"], "priority": 1},
+            {"name": "indexing", "key_file": str(key_file), "weight": 3},
+            {"name": "ops", "key_sha256": [sha256(KEYS["ops"])], "models": []}]
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    key_file = tmp_path_factory.mktemp("keys") / "indexing.key"
+    key_file.write_text(KEYS["indexing"] + "\n")  # as `echo` writes it: the newline is not the key's
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SEARCH_API_KEY", KEYS["search"])
+        document = {"models": [ENCODER, OTHER_ENCODER, DEMO, PRIVATE], "server": {"http_port": 0, "grpc_port": 0},
+                    "tenants": tenants(key_file)}
+        with running_gateway(gateway_config.parse(document)) as running:
+            yield running
+
+
+def as_tenant(gw, name: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gw.http_url}/v1", api_key=KEYS[name], max_retries=0, timeout=30)
+
+
+def test_the_openai_client_with_a_tenants_key(gw):
+    answer = as_tenant(gw, "search").embeddings.create(model="encoder", input=["hello", "world"])
+    assert len(answer.data) == 2
+    assert len(as_tenant(gw, "indexing").embeddings.create(model="other_encoder", input="x").data) == 1  # all models
+    with pytest.raises(openai.AuthenticationError) as refused:
+        as_tenant(gw, "stranger").embeddings.create(model="encoder", input="hello")
+    assert refused.value.status_code == 401 and refused.value.body["type"] == "authentication_error"
+    assert KEYS["stranger"] not in str(refused.value.body)
+    with pytest.raises(openai.PermissionDeniedError) as denied:
+        as_tenant(gw, "search").embeddings.create(model="other_encoder", input="hello")
+    assert denied.value.status_code == 403 and denied.value.body["type"] == "permission_error"
+    assert "search" in denied.value.body["message"] and "other_encoder" in denied.value.body["message"]
+    with pytest.raises(openai.PermissionDeniedError):
+        as_tenant(gw, "ops").embeddings.create(model="encoder", input="hello")  # models = []: none
+    # Which models exist is no secret: any known key lists them (a 403, not a 404, is the rule).
+    assert {model.id for model in as_tenant(gw, "ops").models.list()} == {"encoder", "other_encoder"}
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_with_each_header_and_the_open_probes(gw):
+    def curl(path: str, *headers: str, body: dict | None = None) -> tuple[int, dict[str, str], bytes]:
+        command = ["curl", "-sS", "-i", f"{gw.http_url}{path}"]
+        for header in headers:
+            command += ["-H", header]
+        if body is not None:
+            command += ["-H", "Content-Type: application/json", "--data-binary", orjson.dumps(body).decode()]
+        output = subprocess.run(command, capture_output=True, check=True, timeout=30).stdout
+        head, _, payload = output.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode().split("\r\n")
+        fields = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}
+        return int(status_line.split()[1]), fields, payload
+
+    infer = "/v2/models/demo/infer"
+    body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
+    for header in (f"Authorization: Bearer {KEYS['indexing']}", f"x-api-key: {KEYS['indexing']}",
+                   f"api-key: {KEYS['search']}", f"authorization: bearer {KEYS['search']}"):
+        status, _, payload = curl(infer, header, body=body)
+        assert status == 200 and orjson.loads(payload)["outputs"][0]["data"] == [2, 4], header
+    status, fields, payload = curl(infer, body=body)
+    assert status == 401 and fields["www-authenticate"] == "Bearer" and "error" in orjson.loads(payload)
+    assert curl(infer, "Authorization: Basic c2VhcmNoOmtleQ==", body=body)[0] == 401  # not a bearer key
+    status, _, payload = curl("/v2/models/private/infer", f"x-api-key: {KEYS['search']}", body=body)
+    assert status == 403 and "private" in orjson.loads(payload)["error"]
+    for probe in ("/v2/health/live", "/v2/health/ready", "/ping"):
+        assert curl(probe)[0] == 200, probe  # probes need no secret
+    # /metrics and the live page take any key the gateway knows (ops: a key for them alone).
+    for page in ("/metrics", "/dashboard/data"):
+        assert curl(page)[0] == 401, page
+        assert curl(page, f"Authorization: Bearer {KEYS['ops']}")[0] == 200, page
+
+
+def test_tritonclient_over_grpc_with_the_key_in_metadata(gw):
+    client = triton_grpc.InferenceServerClient(gw.grpc_address)
+    try:
+        def infer(model: str, key: str | None) -> np.ndarray:
+            tensor = triton_grpc.InferInput("INPUT0", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.array([[1, 2]], np.float32))
+            headers = {"authorization": f"Bearer {key}"} if key is not None else None
+            return client.infer(model, [tensor], headers=headers).as_numpy("OUTPUT0")
+
+        np.testing.assert_array_equal(infer("demo", KEYS["search"]), [[2, 4]])
+        np.testing.assert_array_equal(infer("private", KEYS["indexing"]), [[2, 4]])
+        for model, key, code in (("demo", None, "UNAUTHENTICATED"), ("demo", KEYS["stranger"], "UNAUTHENTICATED"),
+                                 ("private", KEYS["search"], "PERMISSION_DENIED")):
+            with pytest.raises(InferenceServerException) as refused:
+                infer(model, key)
+            assert refused.value.status() == f"StatusCode.{code}", (model, code)
+        assert client.is_server_live() and client.is_server_ready()  # the probes, without a key
+        with pytest.raises(InferenceServerException):
+            client.get_model_metadata("demo")  # any other method needs a key
+        assert client.get_model_metadata("private", headers={"authorization": f"Bearer {KEYS['search']}"}).name
+    finally:
+        client.close()
+
+
+def test_bad_keys_are_refused_each_in_its_protocols_shape_while_good_requests_flow(gw):
+    """The corpus of bad keys: each a 401 (the header too large for the connection layer, a
+    431), never a 200, while a tenant's good requests keep being answered."""
+    stop, outcomes = threading.Event(), []
+
+    def good() -> None:
+        for i in range(2000):  # bounded
+            if stop.is_set():
+                return
+            status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[i]]},
+                                     headers={"Authorization": f"Bearer {KEYS['search']}"})
+            outcomes.append(status == 200 and body["predictions"] == [[2 * i]])
+
+    bad: list[tuple[dict[str, str], int]] = [
+        ({}, 401), ({"Authorization": "Bearer"}, 401), ({"Authorization": "Bearer   "}, 401),
+        ({"Authorization": KEYS["search"]}, 401),  # no scheme
+        ({"Authorization": f"Token {KEYS['search']}"}, 401), ({"x-api-key": ""}, 401),
+        ({"Authorization": f"Bearer {KEYS['search'][:-1]}"}, 401),  # one character short
+        ({"Authorization": f"Bearer {KEYS['search']}x"}, 401),
+        ({"Authorization": f"Bearer {KEYS['search'].upper()}"}, 401),  # keys are case-sensitive
+        ({"Authorization": "Bearer " + "é" * 40}, 401),  # not ASCII (latin-1 on the wire)
+        ({"Authorization": f"Bearer {sha256(KEYS['search'])}"}, 401),  # its digest is not the key
+        ({"Authorization": "Bearer " + "k" * 70_000}, 431),  # past the header block's bound
+    ]
+    thread = threading.Thread(target=good)
+    thread.start()
+    try:
+        for headers, expected in bad:
+            status, body = http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1]]},
+                                     headers=headers)
+            assert status == expected, headers
+            if expected == 401:
+                assert "error" in body and KEYS["search"] not in body["error"]
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert outcomes and all(outcomes)
+
+
+def test_a_calls_tenant_is_its_batch_requests():
+    call = Call("oip_http", "demo", tenant="search")
+    request = call.batch_request("demo", [Tensor("INPUT0", "FP32", np.ones((1, 1), np.float32))])
+    assert request.tenant == "search"
+    assert Call("oip_http", "demo").batch_request("demo", []).tenant == ""
+
+
+# -- check-config: every malformed [[tenants]] table, one line, exit 2, naming the key ----------
+
+BASE = '[[models]]\nname = "embed"\nbackend = "simulated"\n'
+GOOD_DIGEST = sha256("a key")
+
+
+def tenant(*lines: str) -> str:
+    return "[[tenants]]\n" + "\n".join(lines) + "\n"
+
+
+MALFORMED = [
+    ("two key sources", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'key_sha256 = ["{GOOD_DIGEST}"]'),
+     "tenants[0].key_sha256"),
+    ("no key", tenant('name = "a"'), "tenants[0]: needs its key"),
+    ("an unknown key", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "burst = 5"), "tenants[0].burst"),
+    ("a bad digest", tenant('name = "a"', 'key_sha256 = ["not-hex"]'), "tenants[0].key_sha256[0]"),
+    ("a digest too short", tenant('name = "a"', f'key_sha256 = ["{GOOD_DIGEST[:-2]}"]'), "tenants[0].key_sha256[0]"),
+    ("no digests", tenant('name = "a"', "key_sha256 = []"), "tenants[0].key_sha256"),
+    ("a negative quota", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "requests_per_second = -5"),
+     "tenants[0].requests_per_second"),
+    ("a zero token quota", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "tokens_per_minute = 0"),
+     "tenants[0].tokens_per_minute"),
+    ("a zero weight", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "weight = 0"), "tenants[0].weight"),
+    ("an infinite weight", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "weight = inf"), "tenants[0].weight"),
+    ("a zero max_concurrent", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "max_concurrent = 0"),
+     "tenants[0].max_concurrent"),
+    ("a fractional max_concurrent", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "max_concurrent = 1.5"),
+     "tenants[0].max_concurrent"),
+    ("priority zero", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "priority = 0"), "tenants[0].priority"),
+    ("a fractional priority", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "priority = 1.5"),
+     "tenants[0].priority"),
+    ("duplicate names", tenant('name = "a"', 'key_env = "TENANT_KEY_A"') + tenant('name = "a"', 'key_env = "TENANT_KEY_B"'),
+     "tenants[1].name"),
+    ("one digest given twice", tenant('name = "a"', f'key_sha256 = ["{GOOD_DIGEST}"]')
+     + tenant('name = "b"', f'key_sha256 = ["{GOOD_DIGEST.upper()}"]'), "tenants[1].key_sha256"),
+    ("one key by env and by digest", tenant('name = "a"', 'key_env = "TENANT_KEY_A"')
+     + tenant('name = "b"', f'key_sha256 = ["{sha256("secret-a")}"]'), "tenants[1].key_sha256"),
+    ("one key by env and by file", tenant('name = "a"', 'key_env = "TENANT_KEY_A"')
+     + tenant('name = "b"', 'key_file = "{same_key_file}"'), "tenants[1].key_file"),
+    ("an unset variable", tenant('name = "a"', 'key_env = "TENANT_KEY_UNSET"'), "tenants[0].key_env"),
+    ("a missing file", tenant('name = "a"', 'key_file = "/nonexistent/key"'), "tenants[0].key_file"),
+    ("an empty file", tenant('name = "a"', 'key_file = "{empty_file}"'), "tenants[0].key_file"),
+    ("a model not served", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', 'models = ["nope"]'), "tenants[0].models"),
+    ("a name that cannot label a metric", tenant('name = "a b"', 'key_env = "TENANT_KEY_A"'), "tenants[0].name"),
+    ("not an array of tables", 'tenants = "everyone"\n', "tenants"),
+    ("the token's tenant named again", '[server]\nauth_token_env = "TENANT_KEY_B"\n'
+     + tenant('name = "default"', 'key_env = "TENANT_KEY_A"'), "tenants[0].name"),
+    ("the token given to a tenant too", '[server]\nauth_token_env = "TENANT_KEY_A"\n'
+     + tenant('name = "a"', 'key_env = "TENANT_KEY_A"'), "server.auth_token_env"),
+]
+
+
+@pytest.mark.parametrize("case, table, named", MALFORMED, ids=[case for case, _, _ in MALFORMED])
+def test_check_config_refuses_a_malformed_tenants_table_naming_the_key(tmp_path, monkeypatch, capsys,
+                                                                       case, table, named):
+    monkeypatch.setenv("TENANT_KEY_A", "secret-a")
+    monkeypatch.setenv("TENANT_KEY_B", "secret-b")
+    monkeypatch.delenv("TENANT_KEY_UNSET", raising=False)
+    (tmp_path / "same.key").write_text("secret-a\n")
+    (tmp_path / "empty.key").write_text("\n")
+    path = tmp_path / "gateway.toml"
+    path.write_text(BASE + table.replace("{same_key_file}", str(tmp_path / "same.key"))
+                    .replace("{empty_file}", str(tmp_path / "empty.key")))
+    assert cli.main(["check-config", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("batching-gateway: config error: ") and named in error, error
+    for secret in ("secret-a", "secret-b", sha256("secret-a"), sha256("secret-b")):
+        assert secret not in error.lower()
+
+
+def test_check_config_as_a_command_exits_2_in_one_line(tmp_path):
+    path = tmp_path / "gateway.toml"
+    path.write_text(BASE + tenant('name = "a"', 'key_env = "X"', 'key_file = "/k"'))
+    done = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "tenants[0].key_file" in done.stderr
+
+
+def test_with_the_token_too_it_is_the_key_of_a_tenant_named_default(monkeypatch):
+    monkeypatch.setenv("GATEWAY_TOKEN", "the-old-shared-token")
+    monkeypatch.setenv("TENANT_KEY_A", "secret-a")
+    parsed = gateway_config.parse({"models": [{"name": "embed"}], "server": {"auth_token_env": "GATEWAY_TOKEN"},
+                                   "tenants": [{"name": "a", "key_env": "TENANT_KEY_A", "models": []}]})
+    assert [(t.name, t.models) for t in parsed.tenants] == [("a", ()), ("default", None)]
+    assert [p.name for p in parsed.tenant_policies] == ["a", "default"]
+
+
+# -- SIGHUP: keys rotate, tenants come and go, nothing is lost ----------------------------------
+
+@contextlib.contextmanager
+def held_v1_predictor() -> Iterator[tuple[str, list[int], threading.Event]]:
+    """A KServe v1 predictor holding every call until released."""
+    seen: list[int] = []
+    release = threading.Event()
+
+    class Handler(JsonHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            rows = self.read_json()["instances"]
+            seen.append(len(rows))
+            release.wait(60)  # a bound only: the test releases it
+            self.answer_json({"predictions": [[2 * x for x in row] for row in rows]})
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.answer_json({"ready": True})
+
+    try:
+        with serving(Handler) as url:
+            yield url, seen, release
+    finally:
+        release.set()
+
+
+def test_sighup_rotates_keys_and_adds_and_removes_tenants_with_nothing_lost(tmp_path):
+    old, new, rotated_file, newcomer = "sk-old-0f1e2d3c4b5a6978", "sk-new-8796a5b4c3d2e1f0", \
+        "sk-file-2-5566778899aabbcc", "sk-newcomer-1234567890abcdef"
+    key_file = tmp_path / "indexing.key"
+    key_file.write_text(KEYS["indexing"])
+
+    with held_v1_predictor() as (held_url, seen, release):
+        held = (f'[[models]]\nname = "held"\nbackend = "kserve"\napi = "v1"\nurl = "{held_url}"\n'
+                '[[models.inputs]]\nname = "INPUT0"\ndatatype = "FP32"\n'
+                '[[models.outputs]]\nname = "OUTPUT0"\ndatatype = "FP32"\n')
+        models = held + '[[models]]\nname = "demo"\nbackend = "simulated"\n[models.simulated]\ncall_ms = 20\n'
+
+        def config(search: list[str], extra: str = "") -> str:
+            return (models + tenant('name = "steady"', 'key_env = "STEADY_API_KEY"')
+                    + tenant('name = "search"', f"key_sha256 = {[sha256(k) for k in search]!r}".replace("'", '"'))
+                    + tenant('name = "indexing"', f'key_file = "{key_file}"') + extra)
+
+        path = tmp_path / "gateway.toml"
+        path.write_text(config([old]))
+        process = gateway_process(path, log_level="INFO", env={"STEADY_API_KEY": "sk-steady-99aa88bb77cc66dd"})
+        url = "http://" + process.fields["http"]
+
+        def predict(key: str, model: str = "demo") -> int:
+            return http_json("POST", f"{url}/v1/models/{model}:predict", {"instances": [[1]]},
+                             headers={"Authorization": f"Bearer {key}"})[0]
+
+        statuses: list[int] = []
+        stop = threading.Event()
+
+        def steady() -> None:
+            for _ in range(500):  # bounded
+                if stop.is_set():
+                    return
+                statuses.append(predict("sk-steady-99aa88bb77cc66dd"))
+
+        clients = [threading.Thread(target=steady) for _ in range(4)]
+        try:
+            for client in clients:
+                client.start()
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                try:
+                    # A request of the old key, admitted and held at the predictor, outlives its key.
+                    in_flight = pool.submit(predict, old, "held")
+                    wait_for(lambda: len(seen) == 1, "the old key's request at the predictor")
+                    assert predict(new) == 401 and predict(newcomer) == 401
+                    # Rotation, step 1: both keys; and a tenant joins.
+                    path.write_text(config([old, new], tenant('name = "newcomer"', 'key_env = "STEADY_API_KEY_2"')))
+                    process.signal(signal.SIGHUP)
+                    wait_for(lambda: "environment variable STEADY_API_KEY_2" in process.log_text(),
+                             "a reload naming a variable the gateway lacks to be refused")
+                    assert predict(new) == 401  # refused whole: nothing of it applied
+                    path.write_text(config([old, new], tenant('name = "newcomer"',
+                                                              f'key_sha256 = ["{sha256(newcomer)}"]')))
+                    process.signal(signal.SIGHUP)
+                    wait_for(lambda: predict(new) == 200, "the new key")
+                    assert predict(old) == 200 and predict(newcomer) == 200
+                    # Step 2: the old key is gone; the newcomer leaves; indexing's file holds another key.
+                    key_file.write_text(rotated_file + "\n")
+                    path.write_text(config([new]))
+                    process.signal(signal.SIGHUP)
+                    wait_for(lambda: predict(old) == 401, "the old key refused")
+                    assert predict(newcomer) == 401 and predict(new) == 200
+                    assert predict(rotated_file) == 200 and predict(KEYS["indexing"]) == 401
+                finally:
+                    release.set()
+                assert in_flight.result(30) == 200  # admitted before its key went: it finishes
+            stop.set()
+            for client in clients:
+                client.join(timeout=60)
+            assert statuses and set(statuses) == {200}  # nothing lost across the reloads
+            assert process.stop() == 0
+        finally:
+            stop.set()
+            process.kill()
+        log = process.log_text()
+        for secret in (old, new, rotated_file, newcomer, KEYS["indexing"], "sk-steady-99aa88bb77cc66dd"):
+            assert secret not in log and sha256(secret) not in log
+
+
+# -- no key, no digest, anywhere a client or an operator can read -------------------------------
+
+def test_no_key_nor_its_digest_reaches_logs_metrics_spans_or_the_live_page(tmp_path):
+    keys = {name: f"sk-{name}-{hashlib.md5(name.encode()).hexdigest()}" for name in ("search", "indexing", "ops")}
+    wrong = "sk-wrong-00112233445566778899"
+    key_file = tmp_path / "indexing.key"
+    key_file.write_text(keys["indexing"])
+    path = tmp_path / "gateway.toml"
+    path.write_text("".join(
+        f'[[models]]\nname = "{name}"\nbackend = "simulated"\n[models.simulated]\ncall_ms = 1\n'
+        for name in ("demo", "private"))
+        + tenant('name = "search"', 'key_env = "SEARCH_API_KEY"', 'models = ["demo"]')
+        + tenant('name = "indexing"', f'key_file = "{key_file}"')
+        + tenant('name = "ops"', f'key_sha256 = ["{sha256(keys["ops"])}"]', "models = []"))
+    with grpc_receiver() as (endpoint, received):
+        env = {"SEARCH_API_KEY": keys["search"], "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        process = gateway_process(path, log_level="DEBUG", env=env)
+        try:
+            url, grpc_address = "http://" + process.fields["http"], process.fields["grpc"]
+            body = {"instances": [[1]]}
+            for key in (*keys.values(), wrong, ""):
+                for model in ("demo", "private"):
+                    for header in ("Authorization", "x-api-key"):
+                        value = f"Bearer {key}" if header == "Authorization" else key
+                        http("POST", f"{url}/v1/models/{model}:predict", body, headers={header: value})
+                client = triton_grpc.InferenceServerClient(grpc_address)
+                try:
+                    tensor = triton_grpc.InferInput("INPUT0", [1, 1], "FP32")
+                    tensor.set_data_from_numpy(np.ones((1, 1), np.float32))
+                    for model in ("demo", "private"):
+                        with contextlib.suppress(InferenceServerException):
+                            client.infer(model, [tensor], headers={"authorization": f"Bearer {key}"})
+                finally:
+                    client.close()
+            ops = {"Authorization": f"Bearer {keys['ops']}"}
+            metrics = http("GET", f"{url}/metrics", headers=ops)[2].decode()
+            live = http("GET", f"{url}/dashboard/data", headers=ops)[2].decode()
+            page = http("GET", f"{url}/dashboard", headers=ops)[2].decode()
+            process.signal(signal.SIGHUP)  # a reload reads every key again
+            wait_for(lambda: "reload:" in process.log_text(), "the reload")
+        finally:
+            assert process.stop() == 0
+        wait_for(lambda: len(received.named("")) >= 2, "the request spans at the receiver")
+    log = process.log_text()
+    spans = "".join(str(span) for span in received.named(""))
+    assert "gateway.tenant" in spans and '"search"' in spans  # the tenant's name is on its spans ...
+    assert "tenant=search" in log  # ... and on its access-log lines (its 403)
+    for key in (*keys.values(), wrong):
+        digest = hashlib.sha256(key.encode()).digest()
+        for secret in (key, digest.hex(), digest.hex().upper(), base64.b64encode(digest).decode()):
+            for where, text in (("log", log), ("metrics", metrics), ("live", live), ("page", page),
+                                ("spans", spans)):
+                assert secret not in text, (where, key)
+
+
+def test_under_workers_each_process_reads_the_keys_itself(tmp_path):
+    """`--workers 2`: the workers get the config without keys (a pickled file) and read each
+    key from its own source, as the batcher does."""
+    key_file = tmp_path / "indexing.key"
+    key_file.write_text(KEYS["indexing"] + "\n")
+    path = tmp_path / "gateway.toml"
+    path.write_text("".join(f'[[models]]\nname = "{name}"\nbackend = "simulated"\n' for name in ("demo", "private"))
+                    + tenant('name = "search"', 'key_env = "SEARCH_API_KEY"', 'models = ["demo"]')
+                    + tenant('name = "indexing"', f'key_file = "{key_file}"'))
+    process = gateway_process(path, workers=2, env={"SEARCH_API_KEY": KEYS["search"]})
+    try:
+        url = "http://" + process.fields["http"]
+
+        def predict(model: str, key: str | None) -> int:
+            headers = {"x-api-key": key} if key is not None else {}
+            return http_json("POST", f"{url}/v1/models/{model}:predict", {"instances": [[1]]}, headers=headers)[0]
+
+        # A new connection each: the kernel spreads them over both processes.
+        outcomes = [(predict("demo", KEYS["search"]), predict("private", KEYS["indexing"]),
+                     predict("private", KEYS["search"]), predict("demo", None)) for _ in range(20)]
+        assert set(outcomes) == {(200, 200, 403, 401)}
+    finally:
+        assert process.stop() == 0
