@@ -37,7 +37,8 @@ from tools.otlp_receiver import grpc_receiver
 from wire.tensors import Tensor
 
 KEYS = {"search": "sk-search-7f3a9c21e4b8d605", "indexing": "sk-indexing-1b2c3d4e5f607182",
-        "ops": "sk-ops-a1b2c3d4e5f60718", "stranger": "sk-stranger-0000000000000000"}
+        "ops": "sk-ops-a1b2c3d4e5f60718", "limited": "sk-limited-5a5a5a5a5a5a5a5a",
+        "stranger": "sk-stranger-0000000000000000"}
 ENCODER = {"name": "encoder", "backend": "simulated", "simulated": {"task": "embed", "call_ms": 2}}
 OTHER_ENCODER = {"name": "other_encoder", "backend": "simulated", "simulated": {"task": "embed", "call_ms": 2}}
 DEMO = {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 2}}
@@ -49,10 +50,12 @@ def sha256(key: str) -> str:
 
 
 def tenants(key_file: Path) -> list[dict[str, Any]]:
-    """search by its environment variable, indexing by a file, ops (/metrics only) by digest."""
+    """search by its environment variable, indexing by a file, ops (/metrics only) and limited
+    (one request a second) by digest."""
     return [{"name": "search", "key_env": "SEARCH_API_KEY", "models": ["encoder", "demo"], "priority": 1},
             {"name": "indexing", "key_file": str(key_file), "weight": 3},
-            {"name": "ops", "key_sha256": [sha256(KEYS["ops"])], "models": []}]
+            {"name": "ops", "key_sha256": [sha256(KEYS["ops"])], "models": []},
+            {"name": "limited", "key_sha256": [sha256(KEYS["limited"])], "requests_per_second": 1}]
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +90,36 @@ def test_the_openai_client_with_a_tenants_key(gw):
         as_tenant(gw, "ops").embeddings.create(model="encoder", input="hello")  # models = []: none
     # Which models exist is no secret: any known key lists them (a 403, not a 404, is the rule).
     assert {model.id for model in as_tenant(gw, "ops").models.list()} == {"encoder", "other_encoder"}
+
+
+def test_over_its_quota_the_openai_client_gets_a_rate_limit_error_saying_when_to_retry(gw):
+    """A bucket of one request a second: back-to-back requests soon find it empty (bounded:
+    twenty at most), 429 with Retry-After in whole seconds, RESOURCE_EXHAUSTED over gRPC."""
+    client = as_tenant(gw, "limited")  # max_retries=0: the client does not wait and retry by itself
+    refused = None
+    for _ in range(20):
+        try:
+            client.embeddings.create(model="encoder", input="hello")
+        except openai.RateLimitError as error:
+            refused = error
+            break
+    assert refused is not None, "twenty requests at once within a quota of one a second"
+    assert refused.status_code == 429 and refused.body["type"] == "rate_limit_error"
+    assert int(refused.response.headers["retry-after"]) >= 1
+    grpc_client = triton_grpc.InferenceServerClient(gw.grpc_address)
+    try:
+        tensor = triton_grpc.InferInput("INPUT0", [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 1), np.float32))
+        codes = []
+        for _ in range(20):
+            try:
+                grpc_client.infer("demo", [tensor], headers={"authorization": f"Bearer {KEYS['limited']}"})
+            except InferenceServerException as error:
+                codes.append(error.status())
+                break
+        assert codes == ["StatusCode.RESOURCE_EXHAUSTED"]
+    finally:
+        grpc_client.close()
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
