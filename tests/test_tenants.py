@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import openai
 import orjson
@@ -34,6 +35,8 @@ from tests.harness import http, http_json, running_gateway, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
 from tools.otlp_receiver import grpc_receiver
+from wire.generated.inference import grpc_service_pb2 as pb
+from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.tensors import Tensor
 
 KEYS = {"search": "sk-search-7f3a9c21e4b8d605", "indexing": "sk-indexing-1b2c3d4e5f607182",
@@ -177,6 +180,27 @@ def test_tritonclient_over_grpc_with_the_key_in_metadata(gw):
         assert client.get_model_metadata("private", headers={"authorization": f"Bearer {KEYS['search']}"}).name
     finally:
         client.close()
+
+
+def test_a_grpc_streams_messages_are_its_tenants(gw):
+    """ModelStreamInfer presents its key once; each message is the tenant's, checked against
+    its models in band (the stream stays open); without a key the stream is refused."""
+    def message(model: str, name: str) -> pb.ModelInferRequest:
+        request = pb.ModelInferRequest(model_name=model, id=name)
+        request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(3)
+        return request
+
+    with grpc.insecure_channel(gw.grpc_address) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        sent = [message("demo", "first"), message("private", "second"), message("demo", "third")]
+        answers = list(stub.ModelStreamInfer(iter(sent), timeout=30,
+                                             metadata=(("authorization", f"Bearer {KEYS['search']}"),)))
+        assert [(a.infer_response.id, a.error_message == "") for a in answers] == \
+            [("first", True), ("second", False), ("third", True)]
+        assert "may not call model 'private'" in answers[1].error_message
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub.ModelStreamInfer(iter(sent), timeout=30))
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_bad_keys_are_refused_each_in_its_protocols_shape_while_good_requests_flow(gw):
