@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check-config":
             loaded = gateway_config.load(args.file)
             telemetry.resolve(loaded.tracing)  # and the OTEL_* variables it would start with
-            print(f"{args.file}: ok ({len(loaded.models)} model(s): {', '.join(m.name for m in loaded.models)})")
+            tenants = f"; {len(loaded.tenants)} tenant(s): {', '.join(t.name for t in loaded.tenants)}" \
+                if loaded.tenants else ""
+            print(f"{args.file}: ok ({len(loaded.models)} model(s): {', '.join(m.name for m in loaded.models)}{tenants})")
             return 0
         loaded = gateway_config.load(args.config) if args.config else gateway_config.embedded_default()
         overrides = {key: value for key, value in

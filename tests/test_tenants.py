@@ -327,6 +327,29 @@ def test_check_config_as_a_command_exits_2_in_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "tenants[0].key_file" in done.stderr
 
 
+def test_check_config_names_the_tenants_of_a_good_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TENANT_KEY_A", "secret-a")
+    path = tmp_path / "gateway.toml"
+    path.write_text(BASE + tenant('name = "a"', 'key_env = "TENANT_KEY_A"', 'models = ["embed"]', "priority = 1",
+                                  "weight = 2.5", "requests_per_second = 50", "tokens_per_minute = 600000",
+                                  "max_concurrent = 64")
+                    + tenant('name = "b"', f'key_sha256 = ["{GOOD_DIGEST}", "{sha256("next key")}"]'))
+    assert cli.main(["check-config", str(path)]) == 0
+    assert capsys.readouterr().out.strip().endswith("ok (1 model(s): embed; 2 tenant(s): a, b)")
+
+
+def test_a_gateway_started_open_refuses_a_reload_that_declares_the_first_tenant(monkeypatch):
+    """Whether keys are checked is settled at the start (gRPC's interceptor is installed then):
+    the reload is refused whole, and the gateway goes on serving as it was."""
+    monkeypatch.setenv("TENANT_KEY_A", "secret-a")
+    document: dict[str, Any] = {"models": [DEMO], "server": {"http_port": 0, "grpc_port": 0}}
+    with running_gateway(gateway_config.parse(document)) as gw:
+        with_tenants = gateway_config.parse({**document, "tenants": [{"name": "a", "key_env": "TENANT_KEY_A"}]})
+        with pytest.raises(gateway_config.ConfigError, match="restart it to require keys"):
+            gw.call(gw.gateway.service.reconfigure(with_tenants, 1.0))
+        assert http_json("POST", f"{gw.http_url}/v1/models/demo:predict", {"instances": [[1]]})[0] == 200
+
+
 def test_with_the_token_too_it_is_the_key_of_a_tenant_named_default(monkeypatch):
     monkeypatch.setenv("GATEWAY_TOKEN", "the-old-shared-token")
     monkeypatch.setenv("TENANT_KEY_A", "secret-a")
