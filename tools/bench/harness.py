@@ -117,11 +117,13 @@ class Gateway(Server):
     """The gateway serving `models` (written to a TOML config), ready once it says so."""
 
     def __init__(self, log_dir: Path, name: str, models: list[dict[str, Any]], loop: str = "asyncio",
-                 tracing: dict[str, Any] | None = None, workers: int = 1) -> None:
+                 tracing: dict[str, Any] | None = None, workers: int = 1,
+                 tenants: list[dict[str, Any]] | None = None) -> None:
         self.config_path = log_dir / f"{name}.toml"
         log_dir.mkdir(parents=True, exist_ok=True)
         tracing_table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (tracing or {}).items())
-        self.config_path.write_text(to_toml(models) + (f"\n[tracing]\n{tracing_table}" if tracing else ""))
+        self.config_path.write_text(to_toml(models) + to_toml(tenants or [], "tenants")
+                                    + (f"\n[tracing]\n{tracing_table}" if tracing else ""))
         super().__init__(name, python_module_command(
             "gateway", "serve", "--config", str(self.config_path), "--host", "127.0.0.1", "--http-port", "0",
             "--grpc-port", "0", "--log-level", "WARNING", "--loop", loop, "--workers", str(workers)), log_dir)
@@ -182,7 +184,9 @@ def http_request(method: str, url: str, body: bytes | None = None, timeout: floa
         return 0, b""
 
 
-def to_toml(models: list[dict[str, Any]]) -> str:
+def to_toml(models: list[dict[str, Any]], array: str = "models") -> str:
+    """`models` as TOML's array of tables `array` ([[models]], or [[tenants]]), each table's
+    tables as its sub-tables."""
     def value(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -196,11 +200,11 @@ def to_toml(models: list[dict[str, Any]]) -> str:
 
     out = []
     for model in models:
-        out.append("[[models]]")
+        out.append(f"[[{array}]]")
         tables = {k: v for k, v in model.items() if isinstance(v, dict)}
         out += [f"{k} = {value(v)}" for k, v in model.items() if not isinstance(v, dict)]
         for name, table in tables.items():
-            out.append(f"[models.{name}]")
+            out.append(f"[{array}.{name}]")
             out += [f"{k} = {value(v)}" for k, v in table.items()]
         out.append("")
     return "\n".join(out)
