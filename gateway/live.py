@@ -41,6 +41,22 @@ The shape, per model (`models`, sorted by name):
   `refused` (all refusals), `dropped`, `expired`;
 - `last_batch_unix_s`: when the latest batch left (null before the first).
 
+And `tenants` (`batching.tenants`), in the scheduler's order (declared tenants first), each
+by its name alone, never a key nor a digest of one; empty while no tenant has been
+declared, and the page shows no table then:
+
+- `name`; `declared` (false for a tenant a reload removed, whose counts remain);
+  `priority` (0: the model's default level), `weight`, and `quotas`:
+  `requests_per_second`, `tokens_per_minute`, `max_concurrent` (null: none);
+- `in_flight`: its requests in the gateway now (let in, not yet answered);
+- `requests`: cumulative, all outcomes, refusals included; `statuses`: the same by HTTP
+  status (`"200"`, `"429"`, ...);
+- `rows` and `tokens` let into the queue (tokens as `tokens_per_minute` counts them);
+- `queue_wait`: the histogram of time queued, `bounds_ms` (upper bounds), `counts` (per
+  bucket, one more than the bounds), `sum_ms`, `count`;
+- `refusals`: requests refused before they were queued, by reason (the quota that refused
+  them, or the queue's error).
+
 It reads the scheduler on the scheduler's own loop (the HTTP front end shares it): each
 model's figures from its `batching.stats.StatsSnapshot`, its queue and slots from the
 scheduler. It must not know Tornado, HTTP or any front end, nor change anything it reads.
@@ -63,7 +79,31 @@ def snapshot(scheduler: BatchScheduler, now_unix_s: float | None = None) -> dict
         "server_time_unix_s": time.time() if now_unix_s is None else now_unix_s,
         "departure_reasons": list(departure_reasons()),
         "models": [model_snapshot(scheduler, name) for name in sorted(scheduler.model_names())],
+        "tenants": tenants_snapshot(scheduler),
     }
+
+
+def tenants_snapshot(scheduler: BatchScheduler) -> list[dict[str, Any]]:
+    """The `tenants` entry of `snapshot` (the module docstring says what each field holds)."""
+    declared = scheduler.tenants.policies
+    out = []
+    for usage in scheduler.tenant_usage():
+        policy = scheduler.tenants.policy(usage.tenant)
+        waited = usage.queue_wait_s
+        out.append({
+            "name": usage.tenant, "declared": usage.tenant in declared,
+            "priority": policy.priority, "weight": policy.weight,
+            "quotas": {"requests_per_second": policy.requests_per_second,
+                       "tokens_per_minute": policy.tokens_per_minute, "max_concurrent": policy.max_concurrent},
+            "in_flight": usage.concurrent,
+            "requests": sum(usage.statuses.values()),
+            "statuses": {str(status): count for status, count in sorted(usage.statuses.items())},
+            "rows": usage.rows, "tokens": usage.tokens,
+            "queue_wait": {"bounds_ms": [bound * 1000 for bound in waited.bounds], "counts": list(waited.counts),
+                           "sum_ms": waited.sum * 1000, "count": waited.count},
+            "refusals": dict(sorted(usage.refusals.items())),
+        })
+    return out
 
 
 def model_snapshot(scheduler: BatchScheduler, name: str) -> dict[str, Any]:

@@ -18,6 +18,12 @@ The load signal an autoscaler targets (`batching.load`) is read at scrape time a
 `gateway_predictor_replicas` and `gateway_predictor_load`; the capacity and the load have
 no sample while the model's profile has seen no call.
 
+Tenants' usage (`batching.tenants`, the scheduler's `tenant_usage`) too, labelled by the
+tenant's name, never a key or a digest of one: `gateway_tenant_*` (requests by status,
+rows, tokens, time queued, refusals by reason, requests in the gateway now). With no
+tenant declared these families have no sample. Like every scheduler figure they are the
+batcher's under `--workers`: one set of counts for the gateway.
+
 It knows no front end and no predictor client: a replica set is recognised by what it keeps
 (`healthy`, one flag per replica), not by its class.
 """
@@ -35,6 +41,7 @@ from gateway.batching.load import LoadSignal
 from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.stats import HistogramSnapshot, StatsSnapshot
+from gateway.batching.tenants import TenantUsageSnapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The status counted (nginx's convention) for a request whose client went away before its answer.
@@ -221,6 +228,42 @@ class _SchedulerCollector:
         yield per_row
         yield from _padding_families(snapshots)
         yield from _load_families({model: scheduler.load(model, stats) for model, stats in snapshots.items()})
+        yield from _tenant_families(scheduler.tenant_usage())
+
+
+def _tenant_families(usage: list[TenantUsageSnapshot]) -> Iterator[Metric]:
+    """Each tenant's usage (gateway.batching.tenants), by its name: no sample without tenants."""
+    requests = CounterMetricFamily(
+        "gateway_tenant_requests",
+        "A tenant's requests by the HTTP status of their outcome, its quota's refusals (429) included",
+        labels=["tenant", "code"])
+    rows = CounterMetricFamily("gateway_tenant_rows", "Rows of a tenant's requests let into the queue",
+                               labels=["tenant"])
+    tokens = CounterMetricFamily(
+        "gateway_tenant_tokens",
+        "Tokens of a tenant's requests let into the queue, as its tokens_per_minute counts them "
+        "(a text model's tokens, a tensor model's rows)", labels=["tenant"])
+    queued = HistogramMetricFamily("gateway_tenant_queue_wait_seconds",
+                                   "Time a tenant's request (or part) waited in the queue", labels=["tenant"])
+    refusals = CounterMetricFamily(
+        "gateway_tenant_refusals",
+        "A tenant's requests refused before they were queued, by reason: the quota refused "
+        "(requests_per_second, tokens_per_minute, max_concurrent) or the queue's error",
+        labels=["tenant", "reason"])
+    in_flight = GaugeMetricFamily("gateway_tenant_requests_in_flight",
+                                  "A tenant's requests in the gateway now: let in, not yet answered (what "
+                                  "max_concurrent caps)", labels=["tenant"])
+    for tenant in usage:
+        name = tenant.tenant
+        for status, count in sorted(tenant.statuses.items()):
+            requests.add_metric([name, str(status)], count)
+        rows.add_metric([name], tenant.rows)
+        tokens.add_metric([name], tenant.tokens)
+        queued.add_metric([name], tenant.queue_wait_s.cumulative(), tenant.queue_wait_s.sum)
+        for reason, count in sorted(tenant.refusals.items()):
+            refusals.add_metric([name, reason], count)
+        in_flight.add_metric([name], tenant.concurrent)
+    yield from (requests, rows, tokens, queued, refusals, in_flight)
 
 
 def _load_families(signals: Mapping[str, LoadSignal]) -> Iterator[Metric]:

@@ -1,7 +1,8 @@
 // The live page's script: polls dashboard/data (gateway/live.py) once a second and keeps one
-// card per model up to date. Rates are computed here, from two successive snapshots and the
-// server's own timestamps (the snapshot keeps no history). Charts are inline SVG drawn by the
-// small functions below; no library. Values the tests read carry data-field attributes.
+// card per model up to date, and, when tenants are declared, a table of them above. Rates are
+// computed here, from two successive snapshots and the server's own timestamps (the snapshot
+// keeps no history). Charts are inline SVG drawn by the small functions below; no library.
+// Values the tests read carry data-field attributes.
 "use strict";
 
 (function () {
@@ -349,6 +350,131 @@
     }
   }
 
+  // -- the tenants' table ------------------------------------------------------------------
+
+  // [field, heading]; each row's cells carry data-field, the row data-tenant.
+  const TENANT_COLUMNS = [
+    ["name", "tenant"], ["level", "level · weight"], ["quotas", "quotas"], ["in_flight", "in flight"],
+    ["requests_rate", "requests / s"], ["answered_rate", "answered / s"], ["limited_rate", "429 / s"],
+    ["errors_rate", "other errors / s"], ["rows_rate", "rows / s"], ["tokens_rate", "tokens / s"],
+    ["queue_p99", "queued p99"], ["requests", "requests"], ["refusals", "refused before queued"],
+  ];
+  const tenantHistory = new Map();  // tenant name -> its recent counts, oldest first
+  let tenantCard = null;
+
+  function createTenantCard() {
+    const root = element("section", {"class": "card", id: "tenants"});
+    root.appendChild(element("h2", {}, "Tenants"));
+    const table = element("table", {"class": "tenants"});
+    const head = element("tr");
+    for (const [, heading] of TENANT_COLUMNS) head.appendChild(element("th", {}, heading));
+    table.appendChild(head);
+    const scroll = element("div", {"class": "scroll"});  // a narrow window scrolls the table, not the page
+    scroll.appendChild(table);
+    root.appendChild(scroll);
+    root.appendChild(element("p", {"class": "totals"},
+      "Rates and the p99 over the last few seconds; requests and refusals since start. Refused before queued: " +
+      "by the tenant's quota, or by the model's queue."));
+    return {root, table, rows: new Map()};
+  }
+
+  function tenantCounts(tenant, time) {
+    let answered = 0, limited = 0, errors = 0;
+    for (const [status, count] of Object.entries(tenant.statuses)) {
+      if (status.startsWith("2")) answered += count;
+      else if (status === "429") limited += count;
+      else errors += count;
+    }
+    return {time, requests: tenant.requests, answered, limited, errors, rows: tenant.rows, tokens: tenant.tokens,
+            waits: tenant.queue_wait.counts};
+  }
+
+  // The q-quantile of the waits between two snapshots' histograms, interpolated within its
+  // bucket as Prometheus' histogram_quantile does (the Grafana panel's); null with none.
+  function quantileMs(before, after, bounds, q) {
+    const counts = after.waits.map((count, i) => count - (before.waits[i] || 0));
+    const total = counts.reduce((a, b) => a + b, 0);
+    if (total <= 0) return null;
+    const rank = q * total;
+    let below = 0;
+    for (let i = 0; i < counts.length; i++) {
+      if (below + counts[i] >= rank && counts[i] > 0) {
+        if (i >= bounds.length) return bounds[bounds.length - 1];  // above the last bound
+        const low = i === 0 ? 0 : bounds[i - 1];
+        return low + (bounds[i] - low) * (rank - below) / counts[i];
+      }
+      below += counts[i];
+    }
+    return bounds[bounds.length - 1];
+  }
+
+  function quotaText(quotas) {
+    const parts = [];
+    if (quotas.requests_per_second !== null) parts.push(compact(quotas.requests_per_second) + " req/s");
+    if (quotas.tokens_per_minute !== null) parts.push(compact(quotas.tokens_per_minute) + " tokens/min");
+    if (quotas.max_concurrent !== null) parts.push(integer(quotas.max_concurrent) + " at once");
+    return parts.length ? parts.join(" · ") : "none";
+  }
+
+  function drawTenants(snapshot) {
+    const tenants = snapshot.tenants || [];
+    if (!tenantCard) {
+      tenantCard = createTenantCard();
+      const main = document.getElementById("models");
+      main.insertBefore(tenantCard.root, main.firstChild);
+    }
+    tenantCard.root.hidden = tenants.length === 0;
+    const now = snapshot.server_time_unix_s;
+    const seen = new Set();
+    for (const tenant of tenants) {
+      seen.add(tenant.name);
+      let row = tenantCard.rows.get(tenant.name);
+      if (!row) {
+        const tr = element("tr", {"data-tenant": tenant.name});
+        const cells = {};
+        for (const [field] of TENANT_COLUMNS) {
+          cells[field] = element("td", {"data-field": field});
+          tr.appendChild(cells[field]);
+        }
+        row = {tr, cells};
+        tenantCard.rows.set(tenant.name, row);
+      }
+      tenantCard.table.appendChild(row.tr);  // in the snapshot's order: declared tenants first
+      const counts = tenantCounts(tenant, now);
+      let history = tenantHistory.get(tenant.name) || [];
+      const last = history[history.length - 1];
+      if (last && counts.requests < last.requests) history = [];  // counted again from zero
+      if (!last || now > last.time) history.push(counts);
+      while (history.length > 5) history.shift();
+      tenantHistory.set(tenant.name, history);
+      const before = history[0], after = history[history.length - 1];
+      const seconds = after.time - before.time;
+      const rateOf = (name) => (seconds > 0 ? (after[name] - before[name]) / seconds : null);
+      const cells = row.cells;
+      cells.name.textContent = tenant.name + (tenant.declared ? "" : " (removed)");
+      cells.level.textContent = (tenant.priority ? String(tenant.priority) : "default") + " · " +
+        decimal(tenant.weight, tenant.weight % 1 ? 1 : 0);
+      cells.quotas.textContent = quotaText(tenant.quotas);
+      cells.in_flight.textContent = integer(tenant.in_flight);
+      for (const name of ["requests", "answered", "limited", "errors", "rows", "tokens"]) {
+        cells[name + "_rate"].textContent = decimal(rateOf(name), 1);
+      }
+      const p99 = seconds > 0 ? quantileMs(before, after, tenant.queue_wait.bounds_ms, 0.99) : null;
+      cells.queue_p99.textContent = p99 === null ? "–" : milliseconds(p99);
+      cells.requests.textContent = integer(tenant.requests);
+      const refusals = Object.entries(tenant.refusals);
+      cells.refusals.textContent = refusals.length
+        ? refusals.map(([reason, count]) => reason + " " + integer(count)).join(" · ") : "0";
+    }
+    for (const [name, row] of tenantCard.rows) {
+      if (!seen.has(name)) {
+        row.tr.remove();
+        tenantCard.rows.delete(name);
+        tenantHistory.delete(name);
+      }
+    }
+  }
+
   // -- one snapshot --------------------------------------------------------------------------
 
   function update(card, model, snapshot) {
@@ -395,6 +521,7 @@
     const main = document.getElementById("models");
     const empty = document.getElementById("empty");
     if (empty) empty.remove();
+    drawTenants(snapshot);
     const seen = new Set();
     for (const model of snapshot.models) {
       seen.add(model.name);
