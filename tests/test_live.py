@@ -1,5 +1,5 @@
-"""gateway/live.py: the live page's snapshot says what the scheduler's stats say, in the
-shape its docstring gives, for a scheduler driven directly (no HTTP)."""
+"""gateway/live.py: the live page's snapshot says what the scheduler's stats (and its
+tenants' usage) say, in the shape its docstring gives, for a scheduler driven directly (no HTTP)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,11 +8,13 @@ import orjson
 import pytest
 
 from gateway import live
-from gateway.batching.config import BatchingConfig
+from gateway.batching.config import BatchingConfig, TenantPolicy
 from gateway.batching.policies import departures
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.stats import SECONDS_BOUNDS
 from tests.batching.support import RecordingExecutor, rows
+from wire.errors import RateLimited
 
 
 def model(snapshot: dict, name: str = "m") -> dict:
@@ -120,3 +122,42 @@ async def test_models_are_listed_by_name():
     for name in ("zeta", "alpha", "mid"):
         scheduler.add_model(name, RecordingExecutor(), BatchingConfig())
     assert [entry["name"] for entry in live.snapshot(scheduler)["models"]] == ["alpha", "mid", "zeta"]
+
+
+async def test_no_tenant_declared_no_tenants_table():
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    scheduler.add_model("m", RecordingExecutor(delay_s=0), BatchingConfig())
+    await scheduler.submit(BatchRequest.arriving("m", rows(0, 2)))
+    assert live.snapshot(scheduler)["tenants"] == []
+
+
+async def test_the_tenants_table_is_their_usage_declared_tenants_first():
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    scheduler.add_model("m", RecordingExecutor(delay_s=0), BatchingConfig(max_hold_s=0))
+    scheduler.set_tenants([TenantPolicy("search", priority=1, max_concurrent=8),
+                           TenantPolicy("indexing", weight=3, requests_per_second=2)])
+    await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 3), tenant="search"))
+                           for i in range(4)))
+    refused = 0
+    for i in range(3):  # a bucket of two requests: the third is refused
+        try:
+            await scheduler.submit(BatchRequest.arriving("m", rows(i, 1), tenant="indexing"))
+        except RateLimited:
+            refused += 1
+    assert refused == 1
+    search, indexing = live.snapshot(scheduler)["tenants"]
+    assert search == {
+        "name": "search", "declared": True, "priority": 1, "weight": 1.0,
+        "quotas": {"requests_per_second": None, "tokens_per_minute": None, "max_concurrent": 8},
+        "in_flight": 0, "requests": 4, "statuses": {"200": 4}, "rows": 12, "tokens": 12,
+        "queue_wait": search["queue_wait"], "refusals": {}}
+    waited = search["queue_wait"]
+    assert waited["count"] == 4 and sum(waited["counts"]) == 4 and len(waited["counts"]) == len(waited["bounds_ms"]) + 1
+    assert waited["bounds_ms"] == [bound * 1000 for bound in SECONDS_BOUNDS] and waited["sum_ms"] >= 0
+    assert indexing["statuses"] == {"200": 2, "429": 1} and indexing["requests"] == 3
+    assert indexing["refusals"] == {"requests_per_second": 1} and indexing["rows"] == 2
+    assert indexing["weight"] == 3 and indexing["quotas"]["requests_per_second"] == 2
+    scheduler.set_tenants([TenantPolicy("indexing")])  # search removed by a reload: its counts remain, last
+    assert [(t["name"], t["declared"]) for t in live.snapshot(scheduler)["tenants"]] == \
+        [("indexing", True), ("search", False)]
+    orjson.dumps(live.snapshot(scheduler))

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from backends.base import BatchForm
-from gateway.batching.config import BatchingConfig
+from gateway.batching.config import BatchingConfig, TenantPolicy
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import parse
@@ -16,7 +16,7 @@ from gateway.metrics import Metrics
 from gateway.model_kinds import served_model
 from gateway.views import LocalViews
 from tests.batching.support import RecordingExecutor, rows
-from wire.errors import ModelNotFound
+from wire.errors import ModelNotFound, RateLimited
 
 
 class QuietBackend:
@@ -56,3 +56,29 @@ async def test_the_exposition_carries_the_scheduler_figures_and_the_replicas_in_
 async def test_the_live_snapshot_lists_the_model():
     views, _ = await views_of_one_model()
     assert [model["name"] for model in (await views.live())["models"]] == ["m"]
+
+
+async def test_no_tenant_declared_the_tenant_families_have_no_sample():
+    views, _ = await views_of_one_model()
+    text = (await views.exposition()).decode()
+    assert "# TYPE gateway_tenant_requests_total counter" in text  # described, as every family is
+    assert "tenant=" not in text and (await views.live())["tenants"] == []
+
+
+async def test_the_exposition_counts_each_tenants_requests_by_status_and_refusals_by_reason():
+    views, scheduler = await views_of_one_model()
+    scheduler.set_tenants([TenantPolicy("search"), TenantPolicy("indexing", requests_per_second=1)])
+    await scheduler.submit(BatchRequest.arriving("m", rows(0, 2), tenant="search"))
+    await scheduler.submit(BatchRequest.arriving("m", rows(0, 1), tenant="indexing"))
+    with pytest.raises(RateLimited):
+        await scheduler.submit(BatchRequest.arriving("m", rows(0, 1), tenant="indexing"))
+    text = (await views.exposition()).decode()
+    for line in ('gateway_tenant_requests_total{code="200",tenant="search"} 1.0',
+                 'gateway_tenant_requests_total{code="200",tenant="indexing"} 1.0',
+                 'gateway_tenant_requests_total{code="429",tenant="indexing"} 1.0',
+                 'gateway_tenant_rows_total{tenant="search"} 2.0',
+                 'gateway_tenant_tokens_total{tenant="indexing"} 1.0',
+                 'gateway_tenant_refusals_total{reason="requests_per_second",tenant="indexing"} 1.0',
+                 'gateway_tenant_queue_wait_seconds_count{tenant="search"} 1.0',
+                 'gateway_tenant_requests_in_flight{tenant="indexing"} 0.0'):
+        assert line in text, line
