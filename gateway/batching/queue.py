@@ -24,9 +24,12 @@ Semantics
   and never sent; one whose batch is at the executor is answered at its deadline too (the executor call itself is
   abandoned once every member's deadline has passed: see `executor`).
 * The queue is bounded (`max_queue` rows): beyond it a request is refused at once with
-  Overloaded. A request whose caller goes away (its awaiting task is cancelled) is
-  dropped from the queue and its rows are never sent; a request answered early leaves
+  Overloaded, unless requests of lower levels, or of tenants further over their share,
+  give way (`backlog`). A request whose caller goes away (its awaiting task is cancelled)
+  is dropped from the queue and its rows are never sent; a request answered early leaves
   its parts behind, skipped when met.
+* With tenants sharing the model, a batch is filled across those queued by their weights
+  (`fairness`), and a request's level is never above its tenant's.
 * What a row is belongs to the model's row layout (`layouts`), chosen with its settings:
   how a request is cut into parts and what they must agree on, what a batch costs (rows,
   padded elements or tokens beside `max_batch_size`), its inputs, the check of its
@@ -48,6 +51,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from gateway.batching.backlog import Backlog
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, Replicas, execute, one_replica
 from gateway.batching.fairness import FairShare
@@ -76,10 +80,7 @@ class ModelQueue:
         self.config = config
         self.policy = make_policy(config)
         self.layout = layout_for(config)  # what a row is: how requests are cut, merged and answered
-        self.pending: deque[Part] = deque()
-        self.queued_rows = 0  # rows of live requests not yet taken into a batch
-        self.rows_by_level: dict[int, int] = {}  # the same, by priority level (kept only when there are levels)
-        self.rows_by_tenant: dict[str, int] = {}  # the same, by tenant (kept only for requests of a tenant)
+        self.backlog = Backlog()  # what waits: parts in arrival order, and their rows by level and tenant
         self.tenants = tenants if tenants is not None else Tenants()  # the scheduler's: weights, levels, usage
         self.fair = FairShare(self.tenants.weight)  # this queue's round robins across tenants
         self.inflight = 0     # batches at the executor
@@ -127,6 +128,16 @@ class ModelQueue:
         self.pump()
 
     @property
+    def pending(self) -> deque[Part]:
+        """Queued parts, oldest first (answered ones linger until skipped)."""
+        return self.backlog.pending
+
+    @property
+    def queued_rows(self) -> int:
+        """Rows of live requests not yet taken into a batch."""
+        return self.backlog.queued_rows
+
+    @property
     def busy(self) -> bool:
         """Anything queued (possibly already answered) or at the executor."""
         return bool(self.pending) or self.inflight > 0
@@ -153,14 +164,10 @@ class ModelQueue:
         deadline, budget = self._admit(request, size, level, now)
         queued = QueuedRequest(cut.signatures[0], size, deadline, loop.create_future(), len(cut.pieces), layout,
                                request.client, now, parameters, level, cut.restore, tenant)
-        if level:
-            self.rows_by_level[level] = self.rows_by_level.get(level, 0) + size
-        if tenant:
-            self.rows_by_tenant[tenant] = self.rows_by_tenant.get(tenant, 0) + size
         self.stats.admitted(level, size, now)
-        for index, (piece, shape, signature) in enumerate(zip(cut.pieces, cut.shapes, cut.signatures, strict=True)):
-            self.pending.append(Part(queued, index, piece, len(piece[0].data), now, shape, signature))
-        self.queued_rows += size
+        self.backlog.push(queued, (Part(queued, index, piece, len(piece[0].data), now, shape, signature)
+                                   for index, (piece, shape, signature)
+                                   in enumerate(zip(cut.pieces, cut.shapes, cut.signatures, strict=True))))
         queued.timer = loop.call_at(deadline, self._expire, queued, budget)
         latest_start = self.policy.latest_start(self, size, deadline)
         if latest_start is not None:
@@ -196,7 +203,9 @@ class ModelQueue:
             self.stats.refused_as_late(level)
             raise refusal
         # Only an admitted request may make room: lower levels never give way for nothing.
-        if self.queued_rows + size > config.max_queue and not self._make_room(level, request.tenant, size):
+        needed = self.queued_rows + size - config.max_queue
+        if needed > 0 and not self.backlog.make_room(size, needed, level, request.tenant, self.tenants, self.name,
+                                                     lambda victim: self.stats.refused_overloaded(victim.level)):
             self.stats.refused_overloaded(level)
             raise Overloaded(
                 f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}, batching.max_queue); "
@@ -224,20 +233,17 @@ class ModelQueue:
         if succeeded and self.tuner is not None:
             self.tuner.on_answered(request.arrived, now)
         if request.queued_rows:
-            self._unqueue(request, request.queued_rows)  # its queued parts are skipped lazily
+            self.backlog.unqueue(request, request.queued_rows)  # its queued parts are skipped lazily
 
     # -- shipping ----------------------------------------------------------------------
 
     def pump(self) -> None:
         """Ship every batch the policy allows into the free executor slots."""
         while self.inflight < self.inflight_limit:
-            pending = self.pending
             now = self._loop.time()
             if self.policy.drops_doomed:
                 self._drop_doomed(now)
-            while pending and not pending[0].live:
-                pending.popleft()
-            if not pending:
+            if not self.backlog.skip_answered():
                 return
             until = self.policy.wait_until(self, now)
             if until is not None:
@@ -279,7 +285,7 @@ class ModelQueue:
                                            self.fair if self.tenants.shared else None)
         for part in parts:
             part.request.sent = True
-            self._unqueue(part.request, part.size)
+            self.backlog.unqueue(part.request, part.size)
         return parts, self._departure(sum(part.size for part in parts), policy_limit)
 
     def _departure(self, rows: int, policy_limit: int) -> str:
@@ -289,16 +295,6 @@ class ModelQueue:
         if policy_limit < self.config.max_batch_size and rows >= policy_limit:
             return "deadline_sized"
         return self.policy.timer_reason if self._woken else "slot_free"
-
-    def _unqueue(self, request: QueuedRequest, rows: int) -> None:
-        """`rows` of `request` no longer count as queued: taken into a batch, or the request
-        ended (answered, expired, cancelled, refused)."""
-        request.queued_rows -= rows
-        self.queued_rows -= rows
-        if request.level:
-            self.rows_by_level[request.level] -= rows
-        if request.tenant:
-            self.rows_by_tenant[request.tenant] -= rows
 
     def _level(self, priority: int, tenant: str) -> int:
         """The priority level of a request (0 when the model has no levels): its own, else
@@ -312,59 +308,13 @@ class ModelQueue:
         floor = min(self.tenants.policy(tenant).priority, levels) if tenant else 0
         return max(priority or floor or self.config.default_priority_level, floor)
 
-    def _make_room(self, level: int, tenant: str, size: int) -> bool:
-        """Make room for `size` rows of priority `level` from `tenant` in a full queue by
-        refusing queued, unsent requests: of lower levels first, the lowest and newest
-        first; then, with tenants sharing the queue, those of its level whose tenant is
-        further over its share of the queue than `tenant` would be, the furthest over and
-        newest first. False (and nothing refused) when they cannot free enough."""
-        shared = self.tenants.shared and bool(tenant)
-        if not level and not shared:
-            return False
-        weight = self.tenants.weight
-        share = self.rows_by_tenant
-        mine = (share.get(tenant, 0) + size) / weight(tenant) if shared else 0.0
-
-        def over(request: QueuedRequest) -> float:
-            """How far its tenant is over its share (0: not a victim at this level)."""
-            return share.get(request.tenant, 0) / weight(request.tenant) if request.tenant != tenant else 0.0
-
-        candidates = {id(part.request): part.request for part in self.pending
-                      if part.live and not part.request.sent
-                      and ((level and part.request.level > level)
-                           or (shared and part.request.level == level and over(part.request) > mine))}
-        needed = self.queued_rows + size - self.config.max_queue
-        victims, freed = [], 0
-        # Newest by queue order, not by arrival time: two requests can share a loop time
-        # (uvloop's clock moves in whole milliseconds, once per pass of the loop).
-        for request in sorted(reversed(candidates.values()), key=lambda r: (-r.level, -over(r))):
-            if freed >= needed:
-                break
-            victims.append(request)
-            freed += request.queued_rows
-        if freed < needed:
-            return False
-        for request in victims:
-            self.stats.refused_overloaded(request.level)
-            self._unqueue(request, request.queued_rows)  # accounted now: the room is needed now
-            why = "one of a higher priority level" if request.level > level else "a tenant further under its share"
-            request.fail(Overloaded(f"model '{self.name}': its queue is full and this request gave its place to "
-                                    f"{why}; try again later"))
-        return True
-
     def leader(self) -> Part | None:
-        """The part the next batch forms around: the oldest live part of the highest level
-        queued (the oldest live part, when the model has no levels); None if none is live."""
-        live = (part for part in self.pending if part.live)
-        if not self.config.priority_levels:
-            return next(live, None)
-        return min(live, key=lambda part: part.level, default=None)
+        """The part the next batch forms around (see `backlog`); None if none is live."""
+        return self.backlog.leader(bool(self.config.priority_levels))
 
     def rows_ahead(self, level: int) -> int:
         """Queued rows that a request of `level` waits behind: those of its level and higher."""
-        if not level:
-            return self.queued_rows
-        return sum(rows for queued_level, rows in self.rows_by_level.items() if queued_level <= level)
+        return self.backlog.rows_ahead(level)
 
     def rows_per_second_above(self, level: int, now: float) -> float:
         """Rows per second recently admitted at levels higher than `level` (0 without levels)."""
