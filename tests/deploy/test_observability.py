@@ -10,6 +10,7 @@ each panel or alert means: those are read from the files themselves.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -22,6 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway import config as gateway_config
 from tests.deploy.support import DEPLOY, ROOT
 from tests.harness import config_for, http, http_json, running_gateway
 
@@ -130,7 +132,30 @@ def exported_names() -> set[str]:
                          {"instances": [[1.0, 2.0, 3.0], [4.0]]})[0] == 200
         status, _, body = http("GET", f"{gw.http_url}/metrics")
     assert status == 200
-    return {sample.name for family in text_string_to_metric_families(body.decode()) for sample in family.samples}
+    return sample_names(body) | tenant_sample_names()
+
+
+def tenant_sample_names() -> set[str]:
+    """The tenants' families have samples only where tenants are declared: a gateway with
+    one, by digest, that was answered and refused over its quota."""
+    key = "sk-observability-0123456789abcdef"
+    tenant = {"name": "team", "key_sha256": [hashlib.sha256(key.encode()).hexdigest()], "requests_per_second": 1}
+    config = gateway_config.parse({"models": [{"name": "demo", "backend": "simulated"}], "tenants": [tenant],
+                                   "server": {"http_port": 0, "grpc_port": 0}})
+    headers = {"Authorization": f"Bearer {key}"}
+    with running_gateway(config) as gw:
+        predict = f"{gw.http_url}/v1/models/demo:predict"
+        codes = [http_json("POST", predict, {"instances": [[1.0]]}, headers=headers)[0]]
+        while 429 not in codes and len(codes) < 20:  # a bucket of one request: back to back, soon empty
+            codes.append(http_json("POST", predict, {"instances": [[1.0]]}, headers=headers)[0])
+        assert codes[0] == 200 and 429 in codes, codes
+        status, _, body = http("GET", f"{gw.http_url}/metrics", headers=headers)
+    assert status == 200
+    return sample_names(body)
+
+
+def sample_names(exposition: bytes) -> set[str]:
+    return {sample.name for family in text_string_to_metric_families(exposition.decode()) for sample in family.samples}
 
 
 def test_every_metric_the_dashboard_queries_is_exported(exported_names: set[str]) -> None:
