@@ -97,7 +97,9 @@ def metrics_page() -> str:
         "label; request families also `protocol` (the front end) and `code`. Padding families "
         "(`gateway_padded_elements`, `gateway_real_elements`, `gateway_padding_waste_ratio`, "
         "`gateway_batch_cost`) appear for a model once it batched padded inputs or texts (in tokens); "
-        "span families only with tracing on.\n\n",
+        "span families only with tracing on. Tenant families (`gateway_tenant_*`) carry a `tenant` label "
+        "(the tenant's name, never a key) instead of `model`, and have samples only with `[[tenants]]` "
+        "declared (see [Sharing one gateway](../tenants.md#usage)).\n\n",
         "| family | type | help |\n|---|---|---|\n", *rows])
 
 
