@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -540,5 +541,26 @@ def test_under_workers_each_process_reads_the_keys_itself(tmp_path):
         outcomes = [(predict("demo", KEYS["search"]), predict("private", KEYS["indexing"]),
                      predict("private", KEYS["search"]), predict("demo", None)) for _ in range(20)]
         assert set(outcomes) == {(200, 200, 403, 401)}
+    finally:
+        assert process.stop() == 0
+
+
+def test_under_workers_a_quota_holds_for_the_gateway_as_a_whole(tmp_path):
+    """`--workers 2`: a tenant's buckets are the batcher's, one set for both workers. 60
+    requests, each on a new connection (the kernel spreads them over both processes), of a
+    tenant allowed 10 rows a minute: 10 are answered (and what a sixth of a row a second
+    refills meanwhile), not 10 by each worker."""
+    path = tmp_path / "gateway.toml"
+    path.write_text('[[models]]\nname = "demo"\nbackend = "simulated"\n'
+                    + tenant('name = "capped"', f'key_sha256 = ["{sha256(KEYS["search"])}"]', "tokens_per_minute = 10"))
+    process = gateway_process(path, workers=2)
+    try:
+        url = "http://" + process.fields["http"]
+        started = time.monotonic()
+        statuses = [http_json("POST", f"{url}/v1/models/demo:predict", {"instances": [[1]]},
+                              headers={"x-api-key": KEYS["search"]})[0] for _ in range(60)]
+        refilled = (time.monotonic() - started) * 10 / 60
+        assert set(statuses) == {200, 429}
+        assert 10 <= statuses.count(200) <= 10 + refilled + 1, statuses
     finally:
         assert process.stop() == 0
