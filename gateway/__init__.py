@@ -1,15 +1,21 @@
 """The batching gateway application: HTTP and gRPC front ends feeding one batch scheduler.
 
 - `rest/` (Tornado) and `grpc/` (grpc.aio): the front ends, for KServe v1, Open Inference
-  Protocol and TorchServe clients, each with one error path;
-- `service.py`: the one data plane every front end calls;
-- `models.py`: each served model and its batch form; `instances.py`: v1 instances and
-  tensors, both ways;
-- `batching/`: the scheduler, its queues and policies;
-- `config.py`, `cli.py`, `server.py`: the way in and the process; `metrics.py`, `logs.py`,
-  `auth.py`: operating it.
+  Protocol, TorchServe and OpenAI clients, each with one error path; `front_ends.py`, both
+  around one service in one process;
+- `service.py`: the one data plane every front end calls; `lifecycle.py`: one request's
+  `Call`, from arrival to answer;
+- `models.py`, `embeddings.py`, `model_kinds.py`: each served model and its batch form;
+  `instances.py`, `uploads.py`, `tokens.py`: v1 instances, TorchServe uploads and texts
+  into tensors; `triton.py`: Triton's model configuration and statistics documents;
+- `batching/`: the scheduler, its queues, row layouts, policies and tenants' quotas;
+- `auth.py` and `tenants.py`: who may call (the token, or tenants' keys);
+- `config.py`, `config_keys.py`, `cli.py`, `server.py`, `roles.py`, `workers/`: the way in,
+  the process and its role (one process, or `--workers`); `views.py`, `metrics.py`,
+  `live.py`, `logs.py`, `telemetry.py`, `memory.py`: operating it.
 
-It builds on `wire` (what travels) and reaches predictors (Triton, KServe, TorchServe)
-only through `backends.registry`; docs/ARCHITECTURE.md has the map.
+It builds on `wire` (what travels) and reaches predictors (Triton, KServe, TorchServe, an
+OpenAI-compatible server) only through `backends.registry`, `settings` and `base`;
+docs/ARCHITECTURE.md has the map.
 """
 __version__ = "0.1.0"

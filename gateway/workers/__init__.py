@@ -1,12 +1,14 @@
 """Several protocol processes that batch as one (`serve --workers N`).
 
-One process, the batcher, holds what decides batches: the scheduler, the predictors'
-clients that run them, and the stats every view of the gateway reads. N worker processes
-serve the same HTTP and gRPC ports (SO_REUSEPORT: the kernel spreads connections), parse
-each protocol, convert requests to their models' batch form as one process would, and hand
-the tensors to the batcher over a Unix socket; each gets back exactly its own rows. So
-`max_batch_size`, `max_queue`, `max_inflight` (fixed or auto) and every policy decision
-hold for the whole gateway, and requests that arrive at different workers share batches.
+N processes serve the same HTTP and gRPC ports (SO_REUSEPORT: the kernel spreads
+connections). One of them, the batcher, also holds what decides batches: the scheduler
+(with the tenants' quotas), the predictors' clients that run them, and the stats every
+view of the gateway reads; it serves clients of its own like the others. The N - 1 workers
+parse each protocol, convert requests to their models' batch form as one process would,
+and hand the tensors to the batcher over a Unix socket; each gets back exactly its own
+rows. So `max_batch_size`, `max_queue`, `max_inflight` (fixed or auto), every policy
+decision and every tenant's quota hold for the whole gateway, and requests that arrive at
+different processes share batches.
 
 Each process is the one gateway assembly (`gateway.server.Gateway`) with a role
 (`gateway.roles`); this package holds the two roles of `--workers` and what they speak:
