@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,7 +41,7 @@ from gateway.models import BatchInputs, ClientRequest, TensorModel
 from gateway.tokens import EncodingUnavailable, TokenCounter, UndecodableTokens, token_decoder
 from wire.embeddings import TOKEN_IDS_INPUT, EmbeddingsRequest, pack_token_ids
 from wire.errors import BadPredictorAnswer, InvalidInput
-from wire.tensors import Tensor
+from wire.tensors import Tensor, TensorSpec
 
 DEFAULT_TEXT_INPUT = "text"
 
@@ -137,17 +139,25 @@ class EmbeddingModel(TensorModel):
         column[:, 0] = [text.encode("utf-8", "surrogatepass") for text in texts]
         return Tensor(self.text_input, "BYTES", column)
 
-    def _measure(self, tensors: list[Tensor]) -> np.ndarray:
-        """Each row's tokens, read from the request's text input (an OIP client's BYTES)."""
-        by_name = {tensor.name: tensor for tensor in tensors}
-        text = by_name.get(self.text_input)
+    def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
+        """Also: the texts travel as the BYTES input, one per row (before it is decoded)."""
+        super().check_inputs(inputs)
+        self._check_text(inputs)
+
+    def _check_text(self, inputs: Sequence[TensorSpec]) -> None:
+        text = next((spec for spec in inputs if spec.name == self.text_input), None)
         if text is None or text.datatype != "BYTES":
             raise InvalidInput(f"model '{self.name}' embeds texts: send them as the BYTES input "
                                f"'{self.text_input}', one per row")
-        rows = text.data.reshape(len(text.data), -1)
-        if rows.shape[1] != 1:
+        if math.prod(text.shape[1:]) != 1:
             raise InvalidInput(f"input '{self.text_input}' of model '{self.name}' holds one text per row "
-                               f"(shape [rows, 1]); got {list(text.data.shape)}")
+                               f"(shape [rows, 1]); got {list(text.shape)}")
+
+    def _measure(self, tensors: list[Tensor]) -> np.ndarray:
+        """Each row's tokens, read from the request's text input (an OIP client's BYTES)."""
+        self._check_text([TensorSpec(tensor.name, tensor.datatype, tensor.data.shape) for tensor in tensors])
+        text = next(tensor for tensor in tensors if tensor.name == self.text_input)
+        rows = text.data.reshape(len(text.data), -1)
         try:
             texts = [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in rows[:, 0]]
         except UnicodeDecodeError as exc:

@@ -6,8 +6,11 @@ TorchServe predictors). Clients of every front end reach every model, so each re
 converted to its model's form before it is queued, and the model's answer is converted
 back to the form its client speaks. That is what a served model owns, in one place:
 
+- `check_inputs`: an OIP request's inputs as their headers declare them, checked against
+  the model's signature (names, datatypes, rows, each row's shape) before any payload is
+  decoded (`wire.request.RequestHead`): a 64 MB tensor of the wrong kind costs its header;
 - `batch_inputs_from_tensors` / `_instances` / `_upload`: an OIP, v1 or TorchServe request in the
-  model's batch form, checked against the model's signature (names, datatypes, shapes);
+  model's batch form, checked against the model's signature (by `check_inputs` for tensors);
 - `tensors_from_outputs` / `predictions_from_outputs`: the batch result as OIP output
   tensors or v1 predictions;
 - its signature (from config, else learned from the predictor's metadata and re-read
@@ -44,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +150,15 @@ class ServedModel(ABC):
     def embeddings_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
         """A batch result (this request's rows) as vectors, float32 [rows, dims]."""
         raise self.not_an_embedding_model()
+
+    def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
+        """Refuse an OIP request by its inputs' headers (name, datatype, shape as sent):
+        called before any payload is decoded, and again on the decoded tensors. Every
+        model: each input has the same, non-zero, number of rows."""
+        rows = {spec.shape[0] if spec.shape else 0 for spec in inputs}
+        if len(rows) > 1 or 0 in rows:
+            raise InvalidInput("every input must have the same, non-zero, batch dimension; got shapes "
+                               + ", ".join(f"{list(spec.shape)} ('{spec.name}')" for spec in inputs))
 
     @abstractmethod
     def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
@@ -263,32 +275,41 @@ class ServedModel(ABC):
 class TensorModel(ServedModel):
     """A predictor that takes typed tensors (Open Inference Protocol)."""
 
-    def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
-        """The tensors, checked against the signature and put in its input order (as sent
-        when the model describes no inputs: they batch by their own names and types)."""
+    def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
+        """Also, when the model describes its inputs: the same names, each of its datatype,
+        each row of its shape."""
         specs = self.client_inputs
         if not specs:
-            return inputs
-        by_name = {t.name: t for t in inputs}
+            super().check_inputs(inputs)
+            return
+        by_name = {spec.name: spec for spec in inputs}
         expected = [spec.name for spec in specs]
         if set(by_name) != set(expected):
             raise InvalidInput(
                 f"model '{self.name}' takes inputs {expected}; the request has {sorted(by_name)}"
             )
-        ordered = []
         for spec in specs:
-            tensor = by_name[spec.name]
-            if tensor.datatype != spec.datatype:
+            sent = by_name[spec.name]
+            if sent.datatype != spec.datatype:
                 raise InvalidInput(
-                    f"input '{spec.name}' of model '{self.name}' is {spec.datatype}, got {tensor.datatype}"
+                    f"input '{spec.name}' of model '{self.name}' is {spec.datatype}, got {sent.datatype}"
                 )
-            if not shape_fits(spec.shape[1:], tensor.data.shape[1:]):
+            if not shape_fits(spec.shape[1:], sent.shape[1:]):
                 raise InvalidInput(
                     f"input '{spec.name}' of model '{self.name}' has shape {list(spec.shape)} "
-                    f"(-1 is any size); got {list(tensor.data.shape)}"
+                    f"(-1 is any size); got {list(sent.shape)}"
                 )
-            ordered.append(tensor)
-        return ordered
+        super().check_inputs(inputs)
+
+    def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
+        """The tensors, checked against the signature and put in its input order (as sent
+        when the model describes no inputs: they batch by their own names and types)."""
+        self.check_inputs([TensorSpec(t.name, t.datatype, t.data.shape) for t in inputs])
+        specs = self.client_inputs
+        if not specs:
+            return inputs
+        by_name = {t.name: t for t in inputs}
+        return [by_name[spec.name] for spec in specs]
 
     def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
         if not self.described_inputs:

@@ -6,6 +6,7 @@ after each bad HTTP input, its keep-alive connection serves the next request (or
 refusal said `Connection: close`)."""
 from __future__ import annotations
 
+import gzip
 import struct
 import threading
 import time
@@ -25,7 +26,9 @@ from wire.generated.torchserve import inference_pb2 as ts_pb
 from wire.generated.torchserve import inference_pb2_grpc as ts_grpc
 
 LIMITS = {"max_body_bytes": 200_000, "max_json_bytes": 120_000, "max_instances": 100, "max_tensor_elements": 10_000}
+MANY = LIMITS["max_tensor_elements"]  # BYTES elements of the hostile bodies: as many as a tensor may hold
 BIG_JSON = 150_000  # between max_json_bytes and max_body_bytes
+TYPED = ("INT32", "UINT8", "BOOL", "FP16")
 FP32_1x2 = {"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}
 
 
@@ -35,7 +38,11 @@ def gw():
     text = {"name": "text", "backend": "simulated", "inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [-1]}]}
     encoder = {"name": "encoder", "backend": "simulated", "simulated": {"task": "embed"},
                "batching": {"max_batch_tokens": 1000}, "embeddings": {"token_ids_file": cl100k_file()}}
-    with running_gateway(config_for(demo, text, encoder, **LIMITS)) as running:
+    # One model per datatype whose values the corpus gets wrong: the model's check of the
+    # datatype comes before the values are decoded, so each is sent to a model that takes it.
+    typed = [{"name": datatype.lower(), "backend": "simulated",
+              "inputs": [{"name": "INPUT0", "datatype": datatype, "shape": [-1, -1]}]} for datatype in TYPED]
+    with running_gateway(config_for(demo, text, encoder, *typed, **LIMITS)) as running:
         yield running
 
 
@@ -148,9 +155,9 @@ HTTP_CASES = [
     ("oip-no-data", V2, j({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2]}]}), 400, "neither"),
     ("oip-data-scalar", V2, infer_with(data=5), 400, "must be a list"),
     ("oip-strings-for-fp32", V2, infer_with(data=["a", "b"]), 400, "does not match"),
-    ("oip-float-for-int32", V2, infer_with(datatype="INT32", data=[1.5, 2]), 400, "does not match"),
-    ("oip-uint8-out-of-range", V2, infer_with(datatype="UINT8", data=[300, 1]), 400, "out of range"),
-    ("oip-int-for-bool", V2, infer_with(datatype="BOOL", data=[2, 1]), 400, "does not match"),
+    ("oip-float-for-int32", "/v2/models/int32/infer", infer_with(datatype="INT32", data=[1.5, 2]), 400, "does not match"),
+    ("oip-uint8-out-of-range", "/v2/models/uint8/infer", infer_with(datatype="UINT8", data=[300, 1]), 400, "out of range"),
+    ("oip-int-for-bool", "/v2/models/bool/infer", infer_with(datatype="BOOL", data=[2, 1]), 400, "does not match"),
     ("oip-ragged-data", V2, infer_with(data=[[1, 2], [3]]), 400, "ragged"),
     ("oip-duplicate-inputs", V2, j({"inputs": [FP32_1x2, FP32_1x2]}), 400, "twice"),
     ("oip-wrong-input-name", V2, infer_with(name="IMAGE"), 400, "takes inputs"),
@@ -168,7 +175,9 @@ HTTP_CASES = [
     ("oip-shape-65-dims", V2, infer_with(shape=[1] * 65, data=[1]), 400, "dimensions"),
     ("v1-fp32-overflow", V1, j({"instances": [[1e39, 1]]}), 400, "out of range"),
     ("oip-fp32-overflow", V2, infer_with(data=[1e39, 1]), 400, "out of range"),
-    ("oip-fp16-overflow", V2, infer_with(datatype="FP16", data=[70000.0, 1]), 400, "out of range"),
+    ("oip-bytes-list-for-fp32", V2, j({"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [1, MANY],
+                                                   "data": [""] * MANY}]}), 400, "is FP32, got BYTES"),
+    ("oip-fp16-overflow", "/v2/models/fp16/infer", infer_with(datatype="FP16", data=[70000.0, 1]), 400, "out of range"),
     ("oip-unknown-version", "/v2/models/demo/versions/7/infer", infer_with(), 404, "no version"),
     ("oip-unknown-model", "/v2/models/absent/infer", infer_with(), 404, "not served"),
     ("oip-body-over-limit", V2, infer_with(shape=[1, 120_000], data=[1] * 120_000), 413, "exceeds the limit"),
@@ -217,6 +226,16 @@ def binary_input(size: int, **extra) -> dict:
 
 
 BYTES_INPUT = {"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [2], "parameters": {"binary_data_size": 12}}]}
+def empty_bytes(count: int, size: int | None = None) -> dict:
+    """A BYTES tensor of `count` elements in one row, of `size` bytes (4 each: empty ones)."""
+    return {"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [1, count],
+                        "parameters": {"binary_data_size": 4 * count if size is None else size}}]}
+
+
+def gzipped(body: bytes, headers: dict[str, str]) -> tuple[bytes, dict[str, str]]:
+    return gzip.compress(body), {**headers, "Content-Encoding": "gzip"}
+
+
 BINARY_CASES = [
     ("size-past-end", "demo", *binary_body(binary_input(8), b"\0" * 4), "past the end"),
     ("unclaimed-bytes", "demo", *binary_body(binary_input(8), b"\0" * 12), "not claimed"),
@@ -225,6 +244,13 @@ BINARY_CASES = [
     ("size-string", "demo", *binary_body(binary_input("8"), b"\0" * 8), "non-negative"),
     ("bytes-length-lies", "text", *binary_body(BYTES_INPUT, struct.pack("<I", 99) + b"abcdefgh"), "past the end"),
     ("bytes-leftover", "text", *binary_body(BYTES_INPUT, struct.pack("<I", 1) + b"a" + struct.pack("<I", 1) + b"bxx"), "left over"),
+    # Hostile BYTES (issue 36, scaled to LIMITS; tests/test_huge_bytes_tensor.py sends the 64 MB
+    # one): empty elements for an FP32 model, refused by the model's check before any element
+    # is decoded, gzip'd too; and a count its bytes cannot hold, refused from the header.
+    ("bytes-for-fp32-model", "demo", *binary_body(empty_bytes(MANY), b"\0" * 4 * MANY), "is FP32, got BYTES"),
+    ("bytes-for-fp32-model-gzip", "demo", *gzipped(*binary_body(empty_bytes(MANY), b"\0" * 4 * MANY)),
+     "is FP32, got BYTES"),
+    ("bytes-count-cannot-fit", "text", *binary_body(empty_bytes(MANY, 16), b"\0" * 16), "hold at most 4"),
     ("header-longer-than-body", "demo", b'{"inputs": []}', {"Inference-Header-Content-Length": "500"}, "body is"),
     ("header-negative", "demo", b'{"inputs": []}', {"Inference-Header-Content-Length": "-5"}, "body is"),
     ("header-not-a-number", "demo", b'{"inputs": []}', {"Inference-Header-Content-Length": "abc"}, "integer"),
@@ -352,6 +378,10 @@ GRPC_CASES = [
     ("raw-wrong-size", grpc_request(("INPUT0", "FP32", [1, 2], None), raw=[b"\0" * 7]), INVALID, "7 bytes"),
     ("fp16-typed", grpc_request(("INPUT0", "FP16", [1, 1], None)), INVALID, "raw_input_contents"),
     ("unknown-datatype", grpc_request(("INPUT0", "FLOAT", [1, 1], [1])), INVALID, "unknown datatype"),
+    ("raw-bytes-for-fp32-model", grpc_request(("INPUT0", "BYTES", [1, MANY], None), raw=[b"\0" * 4 * MANY]), INVALID,
+     "is FP32, got BYTES"),
+    ("raw-bytes-count-cannot-fit", grpc_request(("INPUT0", "BYTES", [1, MANY], None), raw=[b"\0" * 16]), INVALID,
+     "hold at most 4"),
     ("raw-count-mismatch", grpc_request(("INPUT0", "FP32", [1, 1], None), raw=[b"\0" * 4, b"\0" * 4]), INVALID, "one per tensor"),
     ("typed-and-raw", grpc_request(("INPUT0", "FP32", [1, 1], [1]), raw=[b"\0" * 4]), INVALID, "both"),
     ("wrong-contents-field", with_int_contents(), INVALID, "int_contents"),

@@ -1,16 +1,22 @@
 """An inference request as the front ends decode it, whatever its wire form (OIP JSON,
-binary extension or protobuf): the input tensors and what the client asked about outputs.
+binary extension or protobuf): the input tensors and what the client asked about outputs;
+and `RequestHead`, the same request with only its headers read.
+
+A codec reads a request in two steps: its head (every input's name, datatype and shape,
+each checked against the size of its payload), then, when asked, the payloads. Whoever
+holds the head can refuse the request before a payload is decoded (`gateway.models` checks
+it against the served model), and choose where the decoding runs (`gateway.service`).
 
 It knows no wire format and nothing of batching; the codecs build it and the service reads it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from wire.errors import InvalidInput
-from wire.tensors import Tensor
+from wire.tensors import Tensor, TensorSpec
 
 # How a client without OIP parameters (KServe v1, TorchServe; HTTP header or gRPC metadata)
 # gives Triton's `priority`: 1 is the highest level, 0 the model's default.
@@ -110,3 +116,11 @@ class OipRequest:
                 raise InvalidInput(f"parameter '{name}' must be a string, number or boolean")
             forwarded[name] = value
         return forwarded
+
+
+@dataclass(slots=True)
+class RequestHead:
+    """An OIP request whose headers are read and whose payloads are not decoded yet."""
+    inputs: list[TensorSpec]  # each input as its header declares it (the shape as sent, batch first)
+    bytes_elements: int  # BYTES elements its payloads hold: the work of decoding that grows per element
+    decode: Callable[[], OipRequest]  # the payloads, decoded (raises InvalidInput for a malformed one)

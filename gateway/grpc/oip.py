@@ -148,8 +148,9 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
                 call.close(CLIENT_CLOSED_REQUEST)
 
     async def _infer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelInferResponse:
-        decoded = oip_grpc.decode_request(request, self.limits)
-        answer = await self.service.infer(self.service.model(request.model_name, request.model_version), decoded, call)
+        served = self.service.model(request.model_name, request.model_version)
+        decoded = await self.service.decode(served, oip_grpc.read_request(request, self.limits))
+        answer = await self.service.infer(served, decoded, call)
         return oip_grpc.encode_response(
             request.model_name, request.model_version, request.id, answer.tensors(), {"batch_id": answer.batch_id})
 

@@ -11,7 +11,8 @@ messages are calls of their own (`in_band`); a call refused before it reaches it
 (the token, `gateway.grpc.auth`) is opened and closed by `refuse`.
 
 `add_servicer` registers a servicer so that a message that is not valid protobuf reaches
-`@rpc` too, and is answered INVALID_ARGUMENT like any other bad input.
+`@rpc` too, and is answered INVALID_ARGUMENT like any other bad input, and so that a large
+compressed message is inflated off the event loop (`Compressed`).
 
 It knows the service's counting seam and the gRPC runtime, no codec and no predictor.
 """
@@ -83,6 +84,8 @@ def rpc(front_end: str | None = None) -> Callable[[Method[Response]], Method[Res
     def decorate(method: Method[Response]) -> Method[Response]:
         @functools.wraps(method)
         async def wrapper(self: Servicer, request: Any, context: grpc.aio.ServicerContext) -> Response:
+            if isinstance(request, Compressed):
+                request = await request.message()
             call = self.service.open(front_end, getattr(request, "model_name", "")) if front_end else None
             status = 200
             try:
@@ -138,6 +141,8 @@ async def in_band(request: Any, context: grpc.aio.ServicerContext, call: Call,
     stays open (the call closed with the error's status). A successful answer's call is
     closed by the stream once the client has it; a cancelled one's, 499."""
     try:
+        if isinstance(request, Compressed):
+            request = await request.message()
         if isinstance(request, Malformed):
             raise request.error
         read_client(call, request, context)
@@ -184,8 +189,28 @@ class Malformed:
         self.error = error
 
 
+class Compressed:
+    """What a method receives instead of a compressed message too large to inflate on the
+    event loop: `rpc` and `in_band` inflate and parse it in a thread (zlib lets go of the
+    GIL), into the message or a `Malformed`, before anything else is done with it."""
+
+    model_name = ""  # not read yet
+
+    def __init__(self, parse: Callable[[bytes], Any], data: bytes) -> None:
+        self._parse = parse
+        self._data = data
+
+    async def message(self) -> Any:
+        return await asyncio.to_thread(self._parse, self._data)
+
+
 def _tolerant(message_class: Any, max_bytes: int) -> Callable[[bytes], Any]:
     def deserialize(data: bytes) -> Any:
+        if len(data) >= content_encoding.SMALL_COMPRESSED_BYTES and content_encoding.sniff(data) is not None:
+            return Compressed(parse, data)
+        return parse(data)
+
+    def parse(data: bytes) -> Any:
         try:
             coding = content_encoding.sniff(data)
             if coding is not None:

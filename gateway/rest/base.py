@@ -4,7 +4,8 @@
 token; the verb method raises a GatewayError for anything wrong; `write_error` is the one
 place that renders it, as `{"error": message}` with the status the error class carries;
 `on_finish` closes the call). `BodyHandler` adds the streamed body of an inference
-endpoint, refused before it is read when the model is unknown or the body too large.
+endpoint, refused before it is read when the model is unknown or the body too large, and
+inflated as it arrives when it is compressed (a large chunk in a thread, off the loop).
 The endpoints of each protocol are modules of their own (`v1`, `oip`, `torchserve`,
 `operations`); `app` maps URLs to them.
 
@@ -17,6 +18,7 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any
 
@@ -245,6 +247,8 @@ class BodyHandler(BaseHandler):
         self._chunks: list[bytes] = []
         self._received = 0
         self._coding: str | None = None
+        self._inflater: content_encoding.Inflater | None = None
+        self._inflate_error: GatewayError | None = None
         super().prepare()
         if self.model_in_path:
             model, *version = self.path_args
@@ -274,18 +278,42 @@ class BodyHandler(BaseHandler):
         # Release what the client sent now, not when the garbage collector next finds this handler.
         self._chunks = []
 
-    def data_received(self, chunk: bytes) -> None:
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
         self._received += len(chunk)
-        if self._received <= self.limits.max_body_bytes:
+        if self._received > self.limits.max_body_bytes:
+            return None
+        if self._coding is None:
             self._chunks.append(chunk)
+            return None
+        # A compressed body is inflated as it arrives, within the same limit (a zip bomb stops
+        # at it). A chunk can inflate about a thousandfold: a large one is inflated in a thread
+        # (zlib lets go of the GIL), and Tornado reads the next chunk only once it is done.
+        if self._inflater is None:
+            self._inflater = content_encoding.Inflater(self._coding, self.limits.max_body_bytes)
+        if self._inflate_error is not None:
+            return None
+        if len(chunk) < content_encoding.SMALL_COMPRESSED_BYTES:
+            self._inflate(chunk)
+            return None
+        return asyncio.ensure_future(asyncio.to_thread(self._inflate, chunk))
+
+    def _inflate(self, chunk: bytes) -> None:
+        assert self._inflater is not None
+        try:
+            self._inflater.feed(chunk)
+        except GatewayError as error:  # answered by the verb method, when it reads the body
+            self._inflate_error = error
 
     @property
     def body(self) -> bytes:
         if self._received > self.limits.max_body_bytes:
             raise PayloadTooLarge(f"request body exceeds the limit of {self.limits.max_body_bytes} bytes")
-        if self._coding is not None:  # decoded once, within the same limit (a zip bomb stops at it)
-            self._chunks = [content_encoding.decode(self._coding, self._chunks, self.limits.max_body_bytes)]
-            self._coding = None
+        if self._coding is not None:
+            if self._inflate_error is not None:
+                raise self._inflate_error
+            inflater = self._inflater or content_encoding.Inflater(self._coding, self.limits.max_body_bytes)
+            self._chunks = [inflater.finish()]
+            self._coding = self._inflater = None
         return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
 
 

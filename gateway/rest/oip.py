@@ -62,7 +62,7 @@ class InferHandler(BodyHandler):
 
     async def post(self, model: str, version: str | None = None) -> None:
         length = oip_json.json_length(self.header(oip_json.HEADER_LENGTH))
-        request = oip_json.decode_request(self.body, length, self.limits)
+        request = await self.service.decode(self.served, oip_json.read_request(self.body, length, self.limits))
         assert self.call is not None
         self.call.client = self.client_context(request.id)
         answer = await self.service.infer(self.served, request, self.call)

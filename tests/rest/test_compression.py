@@ -39,13 +39,13 @@ def gw():
 def gateway_decoded(monkeypatch) -> list[str]:
     """The codings the gateway decoded request bodies from, in order."""
     seen: list[str] = []
-    real = content_encoding.decode
+    real = content_encoding.Inflater.finish
 
-    def decode(coding, chunks, max_bytes):
-        seen.append(coding)
-        return real(coding, chunks, max_bytes)
+    def finish(self):  # every body ends here, inflated as it arrived or all at once
+        seen.append(self.coding)
+        return real(self)
 
-    monkeypatch.setattr(content_encoding, "decode", decode)
+    monkeypatch.setattr(content_encoding.Inflater, "finish", finish)
     return seen
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 from wire.errors import InvalidInput, PayloadTooLarge, UnsupportedEncoding
 
@@ -32,6 +33,10 @@ GZIP = "gzip"
 DEFLATE = "deflate"
 _REQUEST_CODINGS = {"gzip": GZIP, "x-gzip": GZIP, "deflate": DEFLATE}
 _IDENTITY = ("", "identity")
+
+# Compressed data shorter than this inflates to at most about 4 MB (deflate expands at most
+# about 1032-fold), a few milliseconds: the front ends inflate longer data off the event loop.
+SMALL_COMPRESSED_BYTES = 4096
 
 # An answer smaller than this is sent as it is: gzip's own framing is 18 bytes, and a small
 # body gains nothing on the wire for the CPU it would cost. Clients must accept identity.
@@ -61,40 +66,75 @@ def request_coding(header: str | None) -> str | None:
 
 
 def decode(coding: str, chunks: Sequence[bytes], max_bytes: int) -> bytes:
-    """The body `chunks` carry in `coding`, inflated incrementally to at most `max_bytes`.
+    """The body `chunks` carry in `coding`, inflated incrementally to at most `max_bytes`
+    (`Inflater`, all at once)."""
+    inflater = Inflater(coding, max_bytes)
+    for chunk in chunks:
+        inflater.feed(chunk)
+    return inflater.finish()
 
-    Raises PayloadTooLarge as soon as the output would pass `max_bytes` (nothing more is
-    inflated), InvalidInput if the data is corrupt, truncated or followed by garbage. A gzip
-    body may hold several members, as RFC 1952 allows; their contents are concatenated."""
-    decompressor = zlib.decompressobj(_GZIP_WBITS if coding == GZIP else _deflate_wbits(chunks))
-    parts: list[bytes] = []
-    size = 0
-    try:
-        for chunk in chunks:
-            data = chunk
+
+class Inflater:
+    """One body in `coding`, inflated chunk by chunk as it arrives, to at most `max_bytes`.
+
+    `feed` raises PayloadTooLarge as soon as the output would pass `max_bytes` (nothing more
+    is inflated), InvalidInput if the data is corrupt or followed by garbage; `finish`
+    InvalidInput if the stream is truncated. A gzip body may hold several members, as RFC
+    1952 allows; their contents are concatenated. zlib releases the GIL while it inflates,
+    so a caller may feed it from a thread, one chunk at a time."""
+
+    def __init__(self, coding: str, max_bytes: int) -> None:
+        self.coding = coding
+        self.max_bytes = max_bytes
+        self._decompressor: Any = zlib.decompressobj(_GZIP_WBITS) if coding == GZIP else None
+        self._head = b""  # deflate: the first bytes, until there are two to tell zlib from raw
+        self._parts: list[bytes] = []
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self._decompressor is None:
+            self._head += chunk
+            if len(self._head) >= 2:
+                self._start()
+            return
+        self._inflate(chunk)
+
+    def _start(self) -> None:
+        head, self._head = self._head, b""
+        self._decompressor = zlib.decompressobj(_deflate_wbits(head[:2]))
+        self._inflate(head)
+
+    def _inflate(self, data: bytes) -> None:
+        decompressor = self._decompressor
+        try:
             while data:
                 if decompressor.eof:  # more bytes after a complete stream
-                    if coding != GZIP:
+                    if self.coding != GZIP:
                         raise InvalidInput("deflate request body has data after the end of its stream")
-                    decompressor = zlib.decompressobj(_GZIP_WBITS)  # the next gzip member
+                    decompressor = self._decompressor = zlib.decompressobj(_GZIP_WBITS)  # the next gzip member
                 # At most one byte past the limit: a capped call means the body is too large,
                 # an uncapped one has consumed its input (or reached the end of the stream).
-                piece = decompressor.decompress(data, max_bytes + 1 - size)
-                size += len(piece)
-                if size > max_bytes:
+                piece = decompressor.decompress(data, self.max_bytes + 1 - self._size)
+                self._size += len(piece)
+                if self._size > self.max_bytes:
                     raise PayloadTooLarge(
-                        f"request body exceeds the limit of {max_bytes} bytes once decompressed ({coding})")
-                parts.append(piece)
+                        f"request body exceeds the limit of {self.max_bytes} bytes once decompressed ({self.coding})")
+                self._parts.append(piece)
                 data = decompressor.unused_data if decompressor.eof else decompressor.unconsumed_tail
-    except zlib.error as error:
-        raise InvalidInput(f"request body is not valid {coding} data: {error}") from None
-    if not decompressor.eof:
-        raise InvalidInput(f"{coding} request body is truncated: its stream does not end")
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+        except zlib.error as error:
+            raise InvalidInput(f"request body is not valid {self.coding} data: {error}") from None
+
+    def finish(self) -> bytes:
+        """The whole body, inflated."""
+        if self._decompressor is None:
+            self._start()
+        if not self._decompressor.eof:
+            raise InvalidInput(f"{self.coding} request body is truncated: its stream does not end")
+        parts = self._parts
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _deflate_wbits(chunks: Sequence[bytes]) -> int:
-    head = chunks[0][:2] if chunks and len(chunks[0]) >= 2 else b"".join(chunks)[:2]
+def _deflate_wbits(head: bytes) -> int:
     # RFC 1950: compression method 8 in the low nibble, and the two bytes a multiple of 31.
     if len(head) == 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
         return _ZLIB_WBITS

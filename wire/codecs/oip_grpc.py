@@ -4,6 +4,10 @@ Used by the gRPC front end (decode ModelInferRequest, encode ModelInferResponse)
 OIP gRPC backend client (the reverse). Outgoing tensors always use raw contents (one copy,
 no per-element boxing); incoming ones may use raw contents (read as zero-copy views) or the
 typed `contents` fields.
+
+A request is read in two steps, as `wire.request.RequestHead` says (`read_request`): every
+input's name, datatype and shape, checked against the limits and its raw contents' size;
+then, when the head's `decode` is called, the values. `decode_request` does both at once.
 """
 from __future__ import annotations
 
@@ -16,8 +20,8 @@ from wire.codecs import raw
 from wire.codecs.limits import DEFAULT_LIMITS, Limits, element_count
 from wire.errors import InvalidInput
 from wire.generated.inference import grpc_service_pb2 as pb
-from wire.request import OipRequest, RequestedOutput, refuse_shared_memory
-from wire.tensors import NUMPY_DTYPES, Tensor, is_wire_datatype
+from wire.request import OipRequest, RequestedOutput, RequestHead, refuse_shared_memory
+from wire.tensors import NUMPY_DTYPES, Tensor, TensorSpec, is_wire_datatype
 
 # Which typed field of InferTensorContents carries each datatype.
 _CONTENTS_FIELD = {
@@ -33,19 +37,29 @@ _CONTENTS_FIELD = {
 
 
 def decode_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT_LIMITS) -> OipRequest:
+    return read_request(message, limits).decode()
+
+
+def read_request(message: pb.ModelInferRequest, limits: Limits = DEFAULT_LIMITS) -> RequestHead:
+    """The request's head: every input's header read and checked, no values decoded yet."""
     if not message.inputs:
         raise InvalidInput("the request has no inputs")
     for tensor in message.inputs:
         refuse_shared_memory(f"input '{tensor.name}'", tensor.parameters)
     for output in message.outputs:
         refuse_shared_memory(f"output '{output.name}'", output.parameters)
-    tensors = _decode_tensors(message.inputs, message.raw_input_contents, limits)
+    heads = _read_heads(message.inputs, message.raw_input_contents, limits)
     outputs = [RequestedOutput(o.name) for o in message.outputs]
-    return OipRequest(tensors, message.id, outputs, parameters_to_dict(message.parameters))
+    parameters = parameters_to_dict(message.parameters)
+    return RequestHead([spec for spec, _, _ in heads],
+                       sum(count for spec, count, _ in heads if spec.datatype == "BYTES"),
+                       lambda: OipRequest(_decode_tensors(heads, message.raw_input_contents), message.id, outputs,
+                                          parameters))
 
 
 def decode_response(message: pb.ModelInferResponse, limits: Limits = DEFAULT_LIMITS) -> list[Tensor]:
-    return _decode_tensors(message.outputs, message.raw_output_contents, limits)
+    return _decode_tensors(_read_heads(message.outputs, message.raw_output_contents, limits),
+                           message.raw_output_contents)
 
 
 def encode_request(inputs: list[Tensor], model_name: str, model_version: str = "", request_id: str = "",
@@ -104,12 +118,17 @@ def set_parameter(target: pb.InferParameter, value: Any) -> None:
         target.string_param = str(value)
 
 
-def _decode_tensors(items: Any, raw_contents: Any, limits: Limits) -> list[Tensor]:
+# A tensor's header as read: its spec (the shape as declared), its element count, and the
+# message entry whose typed contents hold its values (when there are no raw contents).
+_Head = tuple[TensorSpec, int, Any]
+
+
+def _read_heads(items: Any, raw_contents: Any, limits: Limits) -> list[_Head]:
     if raw_contents and len(raw_contents) != len(items):
         raise InvalidInput(
             f"{len(raw_contents)} raw contents entries for {len(items)} tensors: there must be one per tensor"
         )
-    tensors, names = [], set()
+    heads, names = [], set()
     for index, item in enumerate(items):
         name, datatype = item.name, item.datatype
         if not name:
@@ -124,6 +143,19 @@ def _decode_tensors(items: Any, raw_contents: Any, limits: Limits) -> list[Tenso
         if raw_contents:
             if item.HasField("contents"):
                 raise InvalidInput(f"tensor '{name}': both typed contents and raw contents are set")
+            raw.check_size(name, datatype, shape, count, len(raw_contents[index]))
+        elif datatype not in _CONTENTS_FIELD:
+            raise InvalidInput(f"tensor '{name}': {datatype} has no typed contents field; "
+                               f"send it as raw_input_contents")
+        heads.append((TensorSpec(name, datatype, tuple(shape)), count, item))
+    return heads
+
+
+def _decode_tensors(heads: list[_Head], raw_contents: Any) -> list[Tensor]:
+    tensors = []
+    for index, (spec, count, item) in enumerate(heads):
+        name, datatype, shape = spec.name, spec.datatype, list(spec.shape)
+        if raw_contents:
             data = raw.to_array(name, datatype, shape, count, raw_contents[index])
         else:
             data = _typed_to_array(name, datatype, shape, count, item.contents)
@@ -132,10 +164,7 @@ def _decode_tensors(items: Any, raw_contents: Any, limits: Limits) -> list[Tenso
 
 
 def _typed_to_array(name: str, datatype: str, shape: list[int], count: int, contents: pb.InferTensorContents) -> np.ndarray:
-    field = _CONTENTS_FIELD.get(datatype)
-    if field is None:
-        raise InvalidInput(f"tensor '{name}': {datatype} has no typed contents field; "
-                           f"send it as raw_input_contents")
+    field = _CONTENTS_FIELD[datatype]  # a datatype without one was refused with its head
     for other in _CONTENTS_FIELD.values():
         if other != field and len(getattr(contents, other)):
             raise InvalidInput(f"tensor '{name}': datatype {datatype} expects {field}, got {other}")

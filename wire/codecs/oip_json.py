@@ -5,6 +5,11 @@ client (encode requests, decode responses). With the binary extension the body i
 header of `Inference-Header-Content-Length` bytes followed by the tensors' raw bytes in the
 order their `binary_data_size` parameters appear; binary tensors are read as zero-copy views.
 
+A request is read in two steps (`read_request`, see `wire.request.RequestHead`): the JSON
+header, with every tensor's name, datatype, shape and `binary_data_size` checked against
+the limits and the binary data's size; then the tensors' data, when the head's `decode` is
+called. `decode_request` does both at once.
+
 JSON carries a tensor only where it is exact: BF16 (no JSON form), floats holding NaN or
 infinities, and BYTES that are not UTF-8 are sent binary even when JSON was asked for.
 """
@@ -17,11 +22,11 @@ import numpy as np
 import orjson
 
 from wire.codecs import raw
-from wire.codecs.json_data import check_json_size, json_to_array, loads
+from wire.codecs.json_data import check_json_size, json_to_array, loads, refuse_raw_only
 from wire.codecs.limits import DEFAULT_LIMITS, Limits, element_count
 from wire.errors import InvalidInput
-from wire.request import OipRequest, RequestedOutput, refuse_shared_memory
-from wire.tensors import RAW_ONLY, Tensor, is_wire_datatype
+from wire.request import OipRequest, RequestedOutput, RequestHead, refuse_shared_memory
+from wire.tensors import RAW_ONLY, Tensor, TensorSpec, is_wire_datatype
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -44,6 +49,11 @@ def body_headers(length: int | None) -> dict[str, str]:
 
 
 def decode_request(body: bytes, json_length: int | None, limits: Limits = DEFAULT_LIMITS) -> OipRequest:
+    return read_request(body, json_length, limits).decode()
+
+
+def read_request(body: bytes, json_length: int | None, limits: Limits = DEFAULT_LIMITS) -> RequestHead:
+    """The request's head: its JSON header read and checked, no tensor's data decoded yet."""
     header, binary = _split(body, json_length)
     check_json_size(header, limits)
     document = loads(header)
@@ -70,7 +80,9 @@ def decode_request(body: bytes, json_length: int | None, limits: Limits = DEFAUL
     for item in inputs_json:
         if isinstance(item, dict):
             refuse_shared_memory(f"input '{item.get('name')}'", _parameters(item.get("parameters"), "input"))
-    return OipRequest(_decode_tensors(inputs_json, binary, limits, "inputs"), request_id, outputs, parameters)
+    heads = _read_heads(inputs_json, binary, limits, "inputs")
+    return RequestHead([head.spec for head in heads], sum(head.bytes_elements for head in heads),
+                       lambda: OipRequest(_decode_tensors(heads), request_id, outputs, parameters))
 
 
 def decode_response(body: bytes, json_length: int | None, limits: Limits = DEFAULT_LIMITS) -> tuple[list[Tensor], dict]:
@@ -79,7 +91,7 @@ def decode_response(body: bytes, json_length: int | None, limits: Limits = DEFAU
     document = loads(header, "predictor response")
     if not isinstance(document, dict) or not isinstance(document.get("outputs"), list):
         raise InvalidInput("predictor response has no 'outputs' list")
-    return _decode_tensors(document["outputs"], binary, limits, "outputs"), document.get("parameters") or {}
+    return _decode_tensors(_read_heads(document["outputs"], binary, limits, "outputs")), document.get("parameters") or {}
 
 
 def encode_request(inputs: list[Tensor], request_id: str = "", binary: bool = False,
@@ -125,8 +137,32 @@ def encode_response(
 
 # -- tensors ---------------------------------------------------------------------------
 
-def _decode_tensors(items: list, binary: memoryview, limits: Limits, what: str) -> list[Tensor]:
-    tensors, offset, names = [], 0, set()
+class _Head:
+    """One tensor's header, read and checked; its data not decoded yet."""
+    __slots__ = ("spec", "count", "binary", "data")
+
+    def __init__(self, spec: TensorSpec, count: int, binary: memoryview | None, data: Any) -> None:
+        self.spec = spec
+        self.count = count
+        self.binary = binary  # its slice of the binary data, or None: its JSON `data`
+        self.data = data
+
+    @property
+    def bytes_elements(self) -> int:
+        return self.count if self.spec.datatype == "BYTES" else 0
+
+    def decode(self) -> Tensor:
+        name, datatype, shape = self.spec.name, self.spec.datatype, list(self.spec.shape)
+        if self.binary is not None:
+            return Tensor(name, datatype, raw.to_array(name, datatype, shape, self.count, self.binary))
+        data = json_to_array(name, datatype, self.data)
+        if data.size != self.count:
+            raise InvalidInput(f"tensor '{name}': {data.size} elements given but shape {shape} needs {self.count}")
+        return Tensor(name, datatype, data.reshape(shape))
+
+
+def _read_heads(items: list, binary: memoryview, limits: Limits, what: str) -> list[_Head]:
+    heads, offset, names = [], 0, set()
     for item in items:
         if not isinstance(item, dict):
             raise InvalidInput(f"each entry of '{what}' must be a JSON object")
@@ -143,6 +179,7 @@ def _decode_tensors(items: list, binary: memoryview, limits: Limits, what: str) 
             raise InvalidInput(f"tensor '{name}': unknown datatype '{datatype}'")
         shape: Any = item.get("shape")  # a list of ints once element_count has checked it
         count = element_count(name, shape, limits)
+        spec = TensorSpec(name, datatype, tuple(shape))
         size = _parameters(item.get("parameters"), f"tensor '{name}'").get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -152,21 +189,21 @@ def _decode_tensors(items: list, binary: memoryview, limits: Limits, what: str) 
                     f"tensor '{name}': binary_data_size {size} runs past the end of the binary data "
                     f"({len(binary) - offset} bytes left)"
                 )
-            data = raw.to_array(name, datatype, shape, count, binary[offset:offset + size])
+            raw.check_size(name, datatype, shape, count, size)
+            heads.append(_Head(spec, count, binary[offset:offset + size], None))
             offset += size
         elif "data" in item:
-            data = json_to_array(name, datatype, item["data"])
-            if data.size != count:
-                raise InvalidInput(
-                    f"tensor '{name}': {data.size} elements given but shape {shape} needs {count}"
-                )
-            data = data.reshape(shape)
+            refuse_raw_only(name, datatype)
+            heads.append(_Head(spec, count, None, item["data"]))
         else:
             raise InvalidInput(f"tensor '{name}' has neither 'data' nor a binary_data_size parameter")
-        tensors.append(Tensor(name, datatype, data))
     if offset != len(binary):
         raise InvalidInput(f"{len(binary) - offset} bytes of binary data were not claimed by any tensor")
-    return tensors
+    return heads
+
+
+def _decode_tensors(heads: list[_Head]) -> list[Tensor]:
+    return [head.decode() for head in heads]
 
 
 def _encode_tensor(tensor: Tensor, binary: bool, chunks: list[bytes]) -> dict[str, Any]:
