@@ -4,12 +4,14 @@ in a real headless Chromium (tests/browser.py), loads without console errors and
 the traffic as it comes."""
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
 
 import pytest
 
+from gateway import config as gateway_config
 from gateway.batching.load import replica_capacity
 from tests.browser import chromium
 from tests.harness import config_for, http, http_json, run_clients, running_gateway, timed_predict
@@ -135,6 +137,7 @@ def test_the_page_in_chromium_has_no_console_errors_and_follows_the_traffic(tmp_
                     points: count("profile", "circle.observed"), rates: count("rates", "polyline.answered")};
         """)
         assert charts["bars"] > 0 and charts["line"] == 1 and charts["points"] >= 1 and charts["rates"] == 1
+        assert browser.execute('return document.getElementById("tenants").hidden') is True  # no tenants declared
         severe = [entry for entry in browser.console() if entry["level"] == "SEVERE"]
         assert severe == [], severe
 
@@ -201,3 +204,63 @@ def test_no_tile_or_chart_sits_alone_on_a_row_and_no_value_wraps(tmp_path):
             for grid in ("tiles", "charts"):
                 rows = layout[grid]
                 assert len(rows) == 1 or min(rows) > 1, (width, grid, rows)
+
+
+# -- tenants ------------------------------------------------------------------------------------
+
+TENANT_KEYS = {"search": "sk-dashboard-search-4d2c1b0a99887766", "limited": "sk-dashboard-limited-1a2b3c4d5e6f7081"}
+READ_TENANTS = """
+const card = document.getElementById('tenants');
+if (!card || card.hidden) return null;
+const rows = [];
+for (const row of card.querySelectorAll('tr[data-tenant]')) {
+  const cells = {};
+  for (const cell of row.querySelectorAll('td[data-field]')) cells[cell.dataset.field] = cell.textContent;
+  rows.push(cells);
+}
+return {rows, text: document.body.innerText,
+        overflows: document.documentElement.scrollWidth > document.documentElement.clientWidth};
+"""
+
+
+def test_with_tenants_the_page_shows_their_table_and_no_key(tmp_path):
+    """Two tenants by digest, one held to a request a second: the page's Tenants table lists
+    them in the config's order with what their clients saw (answered, refused by the quota),
+    never a key or a digest, and does not widen the page (at 1280 and 1024 px)."""
+    digests = {name: hashlib.sha256(key.encode()).hexdigest() for name, key in TENANT_KEYS.items()}
+    config = gateway_config.parse({
+        "models": [{"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}}],
+        "tenants": [{"name": "search", "key_sha256": [digests["search"]], "priority": 1},
+                    {"name": "limited", "key_sha256": [digests["limited"]], "requests_per_second": 1, "weight": 2,
+                     "tokens_per_minute": 600000, "max_concurrent": 64}],
+        "server": {"http_port": 0, "grpc_port": 0}})
+    with running_gateway(config) as gw, chromium(tmp_path) as browser:
+        browser.cdp("Network.enable")
+        browser.cdp("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {TENANT_KEYS['search']}"}})
+        browser.set_window_size(1280, 900)
+        browser.get(f"{gw.http_url}/dashboard")
+        browser.wait_for(READ_TENANTS, lambda seen: seen is not None, timeout=15, what="the Tenants table")
+        predict = f"{gw.http_url}/v1/models/demo:predict"
+
+        def send(name: str) -> int:
+            return http_json("POST", predict, {"instances": [[1.0]]},
+                             headers={"Authorization": f"Bearer {TENANT_KEYS[name]}"})[0]
+
+        searched = [send("search") for _ in range(20)]
+        limited = [send("limited") for _ in range(10)]
+        assert set(searched) == {200} and 200 in limited and 429 in limited, limited
+        seen = browser.wait_for(READ_TENANTS, lambda seen: seen["rows"][0]["requests"] == "20"
+                                and seen["rows"][1]["requests"] == "10", timeout=15, what="the requests on the page")
+        search, held = seen["rows"]
+        assert (search["name"], held["name"]) == ("search", "limited")
+        assert search["level"] == "1 · 1" and held["level"] == "default · 2"
+        assert search["quotas"] == "none" and held["quotas"] == "1 req/s · 600k tokens/min · 64 at once"
+        assert search["refusals"] == "0" and held["refusals"] == f"requests_per_second {limited.count(429)}"
+        assert search["in_flight"] == held["in_flight"] == "0"
+        for width in (1280, 1024):  # a table wider than the window scrolls in its card, not the page
+            browser.set_window_size(width, 900)
+            assert not browser.wait_for(READ_TENANTS, lambda seen: not seen["overflows"], timeout=15,
+                                        what=f"no sideways scroll at {width} px")["overflows"]
+        for key in TENANT_KEYS.values():
+            assert key not in seen["text"] and hashlib.sha256(key.encode()).hexdigest() not in seen["text"]
+        assert [entry for entry in browser.console() if entry["level"] == "SEVERE"] == []

@@ -356,9 +356,10 @@
   const TENANT_COLUMNS = [
     ["name", "tenant"], ["level", "level · weight"], ["quotas", "quotas"], ["in_flight", "in flight"],
     ["requests_rate", "requests / s"], ["answered_rate", "answered / s"], ["limited_rate", "429 / s"],
-    ["errors_rate", "other errors / s"], ["rows_rate", "rows / s"], ["tokens_rate", "tokens / s"],
-    ["queue_p99", "queued p99"], ["requests", "requests"], ["refusals", "refused before queued"],
+    ["errors_rate", "errors / s"], ["rows_rate", "rows / s"], ["tokens_rate", "tokens / s"],
+    ["queue_p99", "queued p99"], ["requests", "requests"], ["refusals", "refusals"],
   ];
+  const TENANT_TEXT = new Set(["name", "quotas", "refusals"]);  // left-aligned: words, not figures
   const tenantHistory = new Map();  // tenant name -> its recent counts, oldest first
   let tenantCard = null;
 
@@ -367,14 +368,16 @@
     root.appendChild(element("h2", {}, "Tenants"));
     const table = element("table", {"class": "tenants"});
     const head = element("tr");
-    for (const [, heading] of TENANT_COLUMNS) head.appendChild(element("th", {}, heading));
+    for (const [field, heading] of TENANT_COLUMNS) {
+      head.appendChild(element("th", TENANT_TEXT.has(field) ? {"class": "text"} : {}, heading));
+    }
     table.appendChild(head);
     const scroll = element("div", {"class": "scroll"});  // a narrow window scrolls the table, not the page
     scroll.appendChild(table);
     root.appendChild(scroll);
     root.appendChild(element("p", {"class": "totals"},
-      "Rates and the p99 over the last few seconds; requests and refusals since start. Refused before queued: " +
-      "by the tenant's quota, or by the model's queue."));
+      "Rates and the p99 over the last few seconds; requests and refusals since start. Errors: other than 429. " +
+      "Refusals: before queued, by the tenant's quota or by the model's queue."));
     return {root, table, rows: new Map()};
   }
 
@@ -409,9 +412,10 @@
   }
 
   function quotaText(quotas) {
+    const amount = (value) => (Number.isInteger(value) && value < 1e4 ? integer(value) : compact(value));
     const parts = [];
-    if (quotas.requests_per_second !== null) parts.push(compact(quotas.requests_per_second) + " req/s");
-    if (quotas.tokens_per_minute !== null) parts.push(compact(quotas.tokens_per_minute) + " tokens/min");
+    if (quotas.requests_per_second !== null) parts.push(amount(quotas.requests_per_second) + " req/s");
+    if (quotas.tokens_per_minute !== null) parts.push(amount(quotas.tokens_per_minute) + " tokens/min");
     if (quotas.max_concurrent !== null) parts.push(integer(quotas.max_concurrent) + " at once");
     return parts.length ? parts.join(" · ") : "none";
   }
@@ -433,7 +437,8 @@
         const tr = element("tr", {"data-tenant": tenant.name});
         const cells = {};
         for (const [field] of TENANT_COLUMNS) {
-          cells[field] = element("td", {"data-field": field});
+          cells[field] = element("td", TENANT_TEXT.has(field) ? {"data-field": field, "class": "text"}
+                                                              : {"data-field": field});
           tr.appendChild(cells[field]);
         }
         row = {tr, cells};
