@@ -85,13 +85,11 @@ def snapshot(scheduler: BatchScheduler, now_unix_s: float | None = None) -> dict
 
 def tenants_snapshot(scheduler: BatchScheduler) -> list[dict[str, Any]]:
     """The `tenants` entry of `snapshot` (the module docstring says what each field holds)."""
-    declared = scheduler.tenants.policies
     out = []
     for usage in scheduler.tenant_usage():
-        policy = scheduler.tenants.policy(usage.tenant)
-        waited = usage.queue_wait_s
+        policy, waited = usage.policy, usage.queue_wait_s
         out.append({
-            "name": usage.tenant, "declared": usage.tenant in declared,
+            "name": usage.tenant, "declared": usage.declared,
             "priority": policy.priority, "weight": policy.weight,
             "quotas": {"requests_per_second": policy.requests_per_second,
                        "tokens_per_minute": policy.tokens_per_minute, "max_concurrent": policy.max_concurrent},

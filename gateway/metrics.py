@@ -248,7 +248,8 @@ def _tenant_families(usage: list[TenantUsageSnapshot]) -> Iterator[Metric]:
     refusals = CounterMetricFamily(
         "gateway_tenant_refusals",
         "A tenant's requests refused before they were queued, by reason: the quota refused "
-        "(requests_per_second, tokens_per_minute, max_concurrent) or the queue's error",
+        "(requests_per_second, tokens_per_minute, max_concurrent) or why the queue refused it "
+        "(queue_full, deadline, too_large, invalid)",
         labels=["tenant", "reason"])
     in_flight = GaugeMetricFamily("gateway_tenant_requests_in_flight",
                                   "A tenant's requests in the gateway now: let in, not yet answered (what "

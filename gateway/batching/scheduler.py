@@ -231,7 +231,7 @@ class BatchScheduler:
             future = queue.add(request)
         except GatewayError as error:
             tenants.give_back(tenant, tokens)
-            tenants.refused(tenant, type(error).__name__, error.http_status)
+            tenants.refused_by_queue(tenant, error)
             raise
         tenants.let_in(tenant, request.rows, tokens)
         future.add_done_callback(lambda done: tenants.answered(tenant, _status(done)))

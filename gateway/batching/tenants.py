@@ -23,8 +23,10 @@ Semantics
 * A reload keeps the level of each bucket whose tenant stays (capped at its new size); a
   new tenant's buckets start full.
 * **Usage**, per tenant: requests by the HTTP status of their outcome, rows and tokens let
-  in, time queued (a histogram, per part), and refusals by reason. Recorded here, on the
-  scheduler's loop; read through `snapshot`.
+  in, time queued (a histogram, per part), and refusals by reason: a quota's name
+  (`requests_per_second`, `tokens_per_minute`, `max_concurrent`), or the queue's
+  (`queue_full`, `deadline`: passed or sure to be missed, `too_large`: more rows than the
+  queue holds, `invalid`). Recorded here, on the scheduler's loop; read through `snapshot`.
 
 Nothing here is thread-safe: the scheduler's loop owns it. It knows no keys (the front
 door's, `gateway.tenants`), no HTTP, gRPC or predictor protocols, and no queue.
@@ -38,9 +40,13 @@ from dataclasses import dataclass, field
 
 from gateway.batching.config import TenantPolicy
 from gateway.batching.stats import SECONDS_BOUNDS, Histogram, HistogramSnapshot
-from wire.errors import GatewayError, PayloadTooLarge, RateLimited
+from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, RateLimited
 
 NO_TENANT = TenantPolicy("")
+# Why the queue refused a request of a tenant after its quotas let it through, by the error.
+QUEUE_REFUSALS: dict[type[GatewayError], str] = {
+    Overloaded: "queue_full", DeadlineExceeded: "deadline", PayloadTooLarge: "too_large", InvalidInput: "invalid",
+}
 
 
 class TokenBucket:
@@ -82,8 +88,11 @@ class TenantUsage:
 
 @dataclass(frozen=True, slots=True)
 class TenantUsageSnapshot:
-    """A tenant's usage at one moment (see `TenantUsage`)."""
+    """A tenant's usage at one moment (see `TenantUsage`), beside its policy now (the
+    policy of no tenant when a reload removed it: `declared` is then False)."""
     tenant: str
+    policy: TenantPolicy
+    declared: bool
     statuses: dict[int, int]
     rows: int
     tokens: int
@@ -200,6 +209,11 @@ class Tenants:
         usage.rows += rows
         usage.tokens += tokens
 
+    def refused_by_queue(self, tenant: str, error: GatewayError) -> None:
+        """A request of `tenant` the queue refused (after its quotas let it in), by why."""
+        reason = next((name for kind, name in QUEUE_REFUSALS.items() if isinstance(error, kind)), "other")
+        self.refused(tenant, reason, error.http_status)
+
     def refused(self, tenant: str, reason: str, status: int) -> None:
         """A request of `tenant` refused before it was queued, for `reason`."""
         usage = self._usage(tenant)
@@ -222,7 +236,8 @@ class Tenants:
         for name in names:
             usage = self.usage.get(name) or TenantUsage()
             quota = self._quotas.get(name)
-            out.append(TenantUsageSnapshot(name, dict(usage.statuses), usage.rows, usage.tokens,
+            out.append(TenantUsageSnapshot(name, self.policy(name), name in self.policies, dict(usage.statuses),
+                                           usage.rows, usage.tokens,
                                            usage.queue_wait_s.snapshot(), dict(usage.refusals),
                                            quota.concurrent if quota is not None else 0))
         return out

@@ -100,7 +100,7 @@ async def test_a_request_the_queue_refuses_gives_its_quota_back():
     with pytest.raises(PayloadTooLarge):  # more rows than the queue holds
         await scheduler.submit(BatchRequest.arriving("m", rows(0, 3), tenant="t"))
     await scheduler.submit(BatchRequest.arriving("m", rows(0, 1), tenant="t"))
-    assert scheduler.tenant_usage()[0].refusals == {"PayloadTooLarge": 1}
+    assert scheduler.tenant_usage()[0].refusals == {"too_large": 1}
 
 
 async def test_a_text_models_quota_counts_tokens_and_a_tensor_models_rows():
