@@ -16,10 +16,12 @@ from backends.oip_grpc import TORCHSERVE_OIP_SERVICE, OipGrpcBackend
 from backends.oip_http import OipHttpBackend
 from backends.openai_http import OpenAIEmbeddingsBackend
 from backends.replicas import ReplicaSet
+from backends.rerank_http import CohereRerankBackend, ScoreBackend
 from backends.settings import PredictorProtocol, PredictorSettings
 from backends.simulated.encoder import SimulatedEncoder
 from backends.simulated.inprocess import InProcessBackend
 from backends.simulated.model import SimulatedModel
+from backends.simulated.reranker import SimulatedReranker
 from backends.torchserve_grpc import TorchServeGrpcBackend
 
 
@@ -43,9 +45,15 @@ def _create_one(settings: PredictorSettings) -> Backend:
         case PredictorProtocol.SIMULATED:
             if settings.simulated_task == "embed":
                 return InProcessBackend(SimulatedEncoder(model, settings.simulated_cost))
+            if settings.simulated_task == "rerank":
+                return InProcessBackend(SimulatedReranker(model, settings.simulated_cost))
             return InProcessBackend(SimulatedModel(model, settings.simulated_cost))
         case PredictorProtocol.OPENAI_HTTP:
             return OpenAIEmbeddingsBackend(url, model, base_path=settings.base_path, ca_file=ca_file)
+        case PredictorProtocol.SCORE_HTTP:
+            return ScoreBackend(url, model, base_path=settings.base_path, ca_file=ca_file)
+        case PredictorProtocol.RERANK_HTTP:
+            return CohereRerankBackend(url, model, base_path=settings.base_path, ca_file=ca_file)
         case PredictorProtocol.OIP_HTTP:
             return OipHttpBackend(url, model, binary=settings.binary_data, ca_file=ca_file)
         case PredictorProtocol.OIP_GRPC:

@@ -26,6 +26,8 @@ class PredictorProtocol(enum.Enum):
     TORCHSERVE_PREDICTIONS_GRPC = "torchserve-predictions-grpc"  # TorchServe's own InferenceAPIsService/Predictions
     TORCHSERVE_OIP_GRPC = "torchserve-oip-grpc"                  # TorchServe's OIP (kservev2): its quirks restored
     OPENAI_HTTP = "openai-http"                                  # KServe's OpenAI endpoint, Infinity: /v1/embeddings
+    SCORE_HTTP = "score-http"                                    # vLLM's score API: text_1/text_2 pairs at /score
+    RERANK_HTTP = "rerank-http"                                  # Cohere's rerank shape (Infinity, vLLM): /rerank
     SIMULATED = "simulated"                                      # the simulated model, in the gateway's process
 
     @property
@@ -61,8 +63,10 @@ class PredictorSettings:
     ca_file: str = ""                  # CA bundle to verify the predictor (default: system CAs)
     signature: ModelSignature | None = None  # as configured; TorchServe's OIP answers need it
     simulated_cost: Cost = field(default_factory=Cost)
-    simulated_task: str = "double"     # the simulated model: "double" (2 x INPUT0) or "embed" (texts to vectors)
-    base_path: str = "/openai/v1"      # OPENAI_HTTP: the path before /embeddings (an OpenAI client's base_url's)
+    simulated_task: str = "double"     # the simulated model: "double" (2 x INPUT0), "embed" (texts to vectors)
+    #                                    or "rerank" (pairs to scores)
+    base_path: str = "/openai/v1"      # OPENAI_HTTP, SCORE_HTTP, RERANK_HTTP: the path before /embeddings,
+    #                                    /score or /rerank (an OpenAI client's base_url's)
     dns_refresh_s: float | None = None  # the url's host name resolves to the replicas, looked up this often
 
     @property

@@ -32,6 +32,7 @@ from gateway.tokens import (
     token_decoder,
 )
 from wire.codecs.limits import Limits
+from wire.rerank import DOCUMENT_INPUT, QUERY_INPUT
 from wire.tensors import NUMPY_DTYPES, ModelSignature, TensorSpec, is_wire_datatype
 
 # The user-facing choices; `_predictor_protocol` resolves them into one PredictorProtocol.
@@ -61,11 +62,22 @@ class EmbeddingsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RerankConfig:
+    """The `[models.rerank]` table: a cross-encoder whose rows are (query, document) pairs,
+    scored (`gateway.rerank`). Set on every model of a score or rerank predictor."""
+    tokenizer: str = ""                  # the model's tokenizer.json: exact token counts ("" = the estimate)
+    query_input: str = QUERY_INPUT       # the BYTES input holding each pair's query
+    document_input: str = DOCUMENT_INPUT  # the BYTES input holding each pair's document
+    output: str = ""                     # the FP32 output holding the scores ("" = the only FP32 output)
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     name: str
     predictor: PredictorSettings     # how to reach the model's predictor (backends.settings)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     embeddings: EmbeddingsConfig | None = None  # a text-embedding model (None: tensors or instances)
+    rerank: RerankConfig | None = None  # a rerank model: (query, document) pairs scored
 
     @property
     def signature(self) -> ModelSignature | None:
@@ -222,18 +234,35 @@ def _model(raw: Any, key: str) -> ModelConfig:
     cost = _simulated({k: v for k, v in simulated_raw.items() if k != "task"}, f"{key}.simulated")
     base_path = _base_path(raw, key, protocol)
     embeddings = _embeddings(raw, key, protocol, simulated_task)
+    rerank = _rerank(raw, key, protocol, simulated_task)
+    if embeddings is not None and rerank is not None:
+        raise ConfigError(f"{key}.rerank", "a model embeds texts or scores pairs, not both: keep one of "
+                                           "[models.embeddings] and [models.rerank]")
     batching_raw = _table(raw, "batching", f"{key}.batching")
     own_keys = PADDING_KEYS | TOKEN_KEYS
     batching = _batching({k: v for k, v in batching_raw.items() if k not in own_keys}, f"{key}.batching")
     if embeddings is not None:
         batching = _token_budget(key, batching_raw, batching)
+    elif rerank is not None:
+        batching = _token_budget(key, batching_raw, batching)
+        assert batching.padding is not None  # _token_budget sets it
+        batching = replace(batching, padding=replace(batching.padding, query_input=rerank.query_input,
+                                                     one_query=protocol is PredictorProtocol.RERANK_HTTP))
     else:
         batching = _padding(raw, key, inputs, outputs, batching_raw, batching)
     predictor = PredictorSettings(protocol=protocol, server=backend, model=target_model, addresses=addresses,
                                   binary_data=binary_data, tls=tls, ca_file=ca_file, signature=signature,
                                   simulated_cost=cost, simulated_task=simulated_task, base_path=base_path,
                                   dns_refresh_s=dns_refresh_s)
-    return ModelConfig(name=name, predictor=predictor, batching=batching, embeddings=embeddings)
+    return ModelConfig(name=name, predictor=predictor, batching=batching, embeddings=embeddings, rerank=rerank)
+
+
+# The JSON APIs of a kserve backend over HTTP beside v1 and v2: their protocol and what they are.
+_HTTP_APIS = {
+    "openai": (PredictorProtocol.OPENAI_HTTP, "KServe's OpenAI endpoint (or any OpenAI-compatible embeddings server)"),
+    "score": (PredictorProtocol.SCORE_HTTP, "vLLM's score API"),
+    "rerank": (PredictorProtocol.RERANK_HTTP, "Cohere's rerank API (Infinity, vLLM, any Cohere-compatible server)"),
+}
 
 
 def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> PredictorProtocol:
@@ -242,12 +271,12 @@ def _predictor_protocol(raw: dict, key: str, backend: str, transport: str) -> Pr
     `api = "v1"` means KServe v1 REST for kserve over HTTP, and TorchServe's own
     Predictions API for torchserve over gRPC; "v2" means the Open Inference Protocol."""
     default_api = "v1" if (backend == "kserve" and transport == "http") or backend == "torchserve" else "v2"
-    api = _choice(raw, key, "api", ("v1", "v2", "openai"), default_api)
-    if api == "openai":
+    api = _choice(raw, key, "api", ("v1", "v2", *_HTTP_APIS), default_api)
+    if api in _HTTP_APIS:
         if backend != "kserve" or transport != "http":
-            raise ConfigError(f"{key}.api", "api = \"openai\" is KServe's OpenAI endpoint (or any OpenAI-compatible "
-                                            "embeddings server) over HTTP: use it with backend = \"kserve\"")
-        return PredictorProtocol.OPENAI_HTTP
+            raise ConfigError(f"{key}.api", f"api = \"{api}\" is {_HTTP_APIS[api][1]} over HTTP: use it with "
+                                            f"backend = \"kserve\"")
+        return _HTTP_APIS[api][0]
     if api == "v1" and transport != "http" and backend != "torchserve":  # torchserve grpc v1: its Predictions API
         raise ConfigError(f"{key}.api", "KServe v1 is HTTP only; use api = \"v2\" with protocol = \"grpc\"")
     if backend == "torchserve" and transport == "http" and api != "v1":
@@ -424,7 +453,7 @@ def _tensor_specs(raw: Any, key: str, allowed: Set[str]) -> tuple[TensorSpec, ..
 
 # -- text-embedding models (gateway.embeddings, gateway.tokens) -----------------------
 
-SIMULATED_TASKS = ("double", "embed")
+SIMULATED_TASKS = ("double", "embed", "rerank")
 TOKEN_KEYS = frozenset({"max_batch_tokens", "token_cost"})  # of [models.batching], read by _token_budget
 TOKEN_COSTS = ("longest", "sum")
 TOKEN_IDS_AS_IS = "as_is"  # [models.embeddings] token_ids: the predictor's own vocabulary, passed on
@@ -434,17 +463,18 @@ DEFAULT_BASE_PATH = "/openai/v1"
 
 
 def _base_path(raw: dict, key: str, protocol: PredictorProtocol) -> str:
-    """Where an OpenAI-compatible server's routes start: `<base_path>/embeddings`."""
+    """Where a JSON API server's routes start: `<base_path>/embeddings`, `/score`, `/rerank`."""
     if "base_path" not in raw:
         return DEFAULT_BASE_PATH
-    if protocol is not PredictorProtocol.OPENAI_HTTP:
-        raise ConfigError(f"{key}.base_path", "applies only to api = \"openai\"")
+    if protocol not in _WITH_BASE_PATH:
+        raise ConfigError(f"{key}.base_path", "applies only to api = \"openai\", \"score\" or \"rerank\"")
     path = _str(raw, key, "base_path").rstrip("/")
     if path and not path.startswith("/"):
         raise ConfigError(f"{key}.base_path", f"must start with / (or be empty, the server's root), got {path!r}")
     return path
 
 
+_WITH_BASE_PATH = frozenset({PredictorProtocol.OPENAI_HTTP, PredictorProtocol.SCORE_HTTP, PredictorProtocol.RERANK_HTTP})
 # The predictors that take texts as a BYTES tensor: OIP (Triton, KServe v2), OpenAI's API.
 _TAKE_TEXTS = frozenset({PredictorProtocol.OIP_HTTP, PredictorProtocol.OIP_GRPC, PredictorProtocol.OPENAI_HTTP,
                          PredictorProtocol.SIMULATED})
@@ -479,6 +509,43 @@ def _embeddings(raw: dict, key: str, protocol: PredictorProtocol, simulated_task
     return config
 
 
+# The predictors that score pairs: OIP (two BYTES inputs), vLLM's score API, Cohere's rerank API.
+_SCORE_PAIRS = frozenset({PredictorProtocol.OIP_HTTP, PredictorProtocol.OIP_GRPC, PredictorProtocol.SCORE_HTTP,
+                          PredictorProtocol.RERANK_HTTP, PredictorProtocol.SIMULATED})
+
+
+def _rerank(raw: dict, key: str, protocol: PredictorProtocol, simulated_task: str) -> RerankConfig | None:
+    """The `[models.rerank]` table; a model of a score or rerank predictor (or the simulated
+    reranker) is a rerank model even without it."""
+    implied = protocol in (PredictorProtocol.SCORE_HTTP, PredictorProtocol.RERANK_HTTP) or simulated_task == "rerank"
+    if "rerank" not in raw and not implied:
+        return None
+    table_key = f"{key}.rerank"
+    if protocol not in _SCORE_PAIRS or (protocol is PredictorProtocol.SIMULATED and not implied):
+        raise ConfigError(table_key, "a rerank model's pairs travel as two BYTES tensors or a score API: it needs "
+                                     "Triton, KServe v2, api = \"score\" or \"rerank\", or the simulated model "
+                                     "with task = \"rerank\"")
+    table = _table(raw, "rerank", table_key)
+    _only(table, table_key, keys_in("models[].rerank"))
+    if protocol is not PredictorProtocol.OIP_HTTP and protocol is not PredictorProtocol.OIP_GRPC:
+        for name in sorted({"query_input", "document_input", "output"} & table.keys()):
+            raise ConfigError(f"{table_key}.{name}", "names a tensor of an Open Inference Protocol predictor "
+                                                     "(Triton, KServe v2); this one's are fixed")
+    tokenizer = _file(table, table_key, "tokenizer")
+    config = RerankConfig(tokenizer=tokenizer, query_input=_str(table, table_key, "query_input") or QUERY_INPUT,
+                          document_input=_str(table, table_key, "document_input") or DOCUMENT_INPUT,
+                          output=_str(table, table_key, "output"))
+    if config.query_input == config.document_input:
+        raise ConfigError(f"{table_key}.document_input", f"the query and the document travel in two inputs; both "
+                                                         f"are named '{config.query_input}'")
+    if tokenizer:
+        try:
+            TokenCounter(tokenizer)
+        except TokenizerUnavailable as exc:
+            raise ConfigError(f"{table_key}.tokenizer", str(exc)) from None
+    return config
+
+
 def _token_ids(table: dict, key: str, config: EmbeddingsConfig, protocol: PredictorProtocol) -> None:
     """`token_ids` and `token_ids_file`: an encoding named here must be readable now; the
     default one is looked for when the model starts, and token ids are refused without it."""
@@ -500,11 +567,12 @@ def _token_ids(table: dict, key: str, config: EmbeddingsConfig, protocol: Predic
 
 
 def _token_budget(key: str, batching_raw: dict, batching: BatchingConfig) -> BatchingConfig:
-    """`max_batch_tokens`, `token_cost` and `buckets` of an embedding model's [models.batching]:
-    each text is a row whose length is its tokens (gateway.batching.padding)."""
+    """`max_batch_tokens`, `token_cost` and `buckets` of an embedding or rerank model's
+    [models.batching]: each text (or pair) is a row whose length is its tokens
+    (gateway.batching.padding)."""
     if "max_batch_cost" in batching_raw:
-        raise ConfigError(f"{key}.batching.max_batch_cost", "an embedding model's batch is limited in tokens: "
-                                                             "use max_batch_tokens")
+        raise ConfigError(f"{key}.batching.max_batch_cost", "an embedding or rerank model's batch is limited in "
+                                                             "tokens: use max_batch_tokens")
     buckets = _buckets(batching_raw, key)
     tokens = _number(batching_raw, f"{key}.batching", "max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS, integer=True,
                      minimum=1)
@@ -653,7 +721,8 @@ def _padding(raw: dict, key: str, inputs: tuple[TensorSpec, ...], outputs: tuple
                                   f"dimension {dim} of shape {list(spec.shape)} must be -1: it is the padded length")
             follows.append((spec.name, dim))
     for name in sorted(TOKEN_KEYS & batching_raw.keys()):
-        raise ConfigError(f"{key}.batching.{name}", "applies to an embedding model: add its [models.embeddings] table")
+        raise ConfigError(f"{key}.batching.{name}", "applies to an embedding model: add its [models.embeddings] table "
+                                                    "(or, to a rerank model, its [models.rerank] table)")
     used = [f"{key}.batching.{name}" for name in sorted(PADDING_KEYS & batching_raw.keys())]
     used += [f"{key}.inputs[].generate"] * bool(generated) + [f"{key}.outputs[].follows_pad"] * bool(follows)
     if not padded:

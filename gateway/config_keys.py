@@ -86,9 +86,11 @@ KEYS: tuple[Key, ...] = (
     Key("models[]", "backend_model", "string", "the model's name", "The model's name at the predictor."),
     Key("models[]", "api", "string", "v1 for kserve over HTTP and torchserve, else v2",
         "v1: KServe v1 (TorchServe: its own API); v2: the Open Inference Protocol; openai: an OpenAI-compatible "
-        "embeddings server (backend kserve, HTTP)."),
-    Key("models[]", "base_path", "string", "/openai/v1", "api = \"openai\": the path before /embeddings "
-                                                         "(Infinity: \"\", TEI and vLLM: /v1)."),
+        "embeddings server; score: vLLM's score API; rerank: Cohere's rerank API, one query per call (these three: "
+        "backend kserve, HTTP)."),
+    Key("models[]", "base_path", "string", "/openai/v1", "api = \"openai\", \"score\" or \"rerank\": the path "
+                                                         "before /embeddings, /score or /rerank (Infinity: \"\", "
+                                                         "TEI and vLLM: /v1)."),
     Key("models[]", "binary_data", "boolean", "true for triton", "OIP over HTTP with the binary tensor extension."),
     Key("models[]", "tls", "boolean", "true for an https:// url", "gRPC to the predictor over TLS."),
     Key("models[]", "ca_file", "string", "", "A CA bundle to verify the predictor (default: the system's)."),
@@ -99,6 +101,9 @@ KEYS: tuple[Key, ...] = (
     Key("models[]", "simulated", "table", "", "The simulated predictor's model and cost ([models.simulated])."),
     Key("models[]", "embeddings", "table", "", "A text-embedding model ([models.embeddings]): implied by api = "
                                                "\"openai\" and by the simulated encoder."),
+    Key("models[]", "rerank", "table", "", "A rerank model, (query, document) pairs scored ([models.rerank]): "
+                                           "implied by api = \"score\" or \"rerank\" and by the simulated "
+                                           "reranker."),
     # -- [models.batching] -------------------------------------------------------------------
     Key("models[].batching", "policy", "string", "adaptive", "window, adaptive or deadline (chosen by slo_ms)."),
     Key("models[].batching", "max_batch_size", "integer", "32", "Rows per predictor call; larger requests are "
@@ -126,7 +131,9 @@ KEYS: tuple[Key, ...] = (
                                                                  "tokens) merge within one bucket."),
     Key("models[].batching", "max_batch_cost", "integer", "0", "Padded elements (rows x padded length) per batch; "
                                                                "0: no limit."),
-    Key("models[].batching", "max_batch_tokens", "integer", "16384", "An embedding model's tokens per batch."),
+    Key("models[].batching", "max_batch_tokens", "integer", "16384", "An embedding model's tokens per batch (a "
+                                                                     "rerank model's: query plus document, each "
+                                                                     "pair)."),
     Key("models[].batching", "token_cost", "string", "longest", "How a batch of texts costs its tokens: longest "
                                                                 "(rows x the longest, a predictor that pads) or "
                                                                 "sum."),
@@ -146,8 +153,8 @@ KEYS: tuple[Key, ...] = (
     Key("models[].outputs[]", "follows_pad", "integer", "", "The output's dimension that follows the padded length: "
                                                             "cut back to each request's own."),
     # -- [models.simulated] and [models.embeddings] --------------------------------------------
-    Key("models[].simulated", "task", "string", "double", "double (OUTPUT0 = 2 x INPUT0) or embed (texts to unit "
-                                                          "vectors)."),
+    Key("models[].simulated", "task", "string", "double", "double (OUTPUT0 = 2 x INPUT0), embed (texts to unit "
+                                                          "vectors) or rerank ((query, document) pairs to scores)."),
     Key("models[].simulated", "call_ms", "number", "5", "Each call's fixed cost."),
     Key("models[].simulated", "per_instance_ms", "number", "0", "Each call's cost per row."),
     Key("models[].simulated", "per_element_us", "number", "0", "Each call's cost per element of its input (tokens "
@@ -165,6 +172,13 @@ KEYS: tuple[Key, ...] = (
     Key("models[].embeddings", "token_ids_file", "string", "tiktoken's cache",
         "The encoding's .tiktoken file; unset: tiktoken's cache (TIKTOKEN_CACHE_DIR, else its default). Never "
         "downloaded."),
+    Key("models[].rerank", "tokenizer", "string", "", "The model's tokenizer.json: exact token counts of each "
+                                                      "pair (the embeddings extra); unset: an estimate."),
+    Key("models[].rerank", "query_input", "string", "query", "OIP: the BYTES input holding each pair's query."),
+    Key("models[].rerank", "document_input", "string", "document", "OIP: the BYTES input holding each pair's "
+                                                                   "document."),
+    Key("models[].rerank", "output", "string", "the only FP32 output", "OIP: the FP32 output holding the scores, "
+                                                                       "[rows, 1]."),
     # -- [[tenants]] -------------------------------------------------------------------------
     Key("tenants[]", "name", "string", "", "The tenant's name, in metrics, logs and spans (never its key); required, "
                                            "unique."),

@@ -39,8 +39,10 @@ metadata does not list them.
 
 `TensorModel` and `InstanceModel` are the two forms; `gateway.model_kinds.served_model`
 picks one from the backend (or `gateway.embeddings.EmbeddingModel`, a tensor model whose
-rows are texts, for a model with `[models.embeddings]`). This module knows no wire format (codecs decode before it and encode after it),
-nothing of the scheduler, and no predictor protocol beyond the backend interface.
+rows are texts, for a model with `[models.embeddings]`; `gateway.rerank.RerankModel`, whose
+rows are (query, document) pairs, for a model with `[models.rerank]`). This module knows
+no wire format (codecs decode before it and encode after it), nothing of the scheduler,
+and no predictor protocol beyond the backend interface.
 """
 from __future__ import annotations
 
@@ -70,6 +72,7 @@ from gateway.uploads import upload_to_instance, upload_to_tensors
 from wire.embeddings import EmbeddingsRequest
 from wire.errors import InvalidInput, ModelNotFound, echo
 from wire.request import OipRequest
+from wire.rerank import RerankRequest
 from wire.tensors import ModelSignature, Tensor, TensorSpec, rows_tensor, shape_fits
 from wire.upload import TorchServeRequest, Upload
 
@@ -80,8 +83,8 @@ SERVER_NAME = "batching-gateway"
 
 
 # What a front end decodes, whatever its protocol: an OIP request, a TorchServe request,
-# an OpenAI embeddings request, or KServe v1 instances.
-ClientRequest = OipRequest | TorchServeRequest | EmbeddingsRequest | list[Any]
+# an OpenAI embeddings request, a Cohere rerank request, or KServe v1 instances.
+ClientRequest = OipRequest | TorchServeRequest | EmbeddingsRequest | RerankRequest | list[Any]
 
 
 @dataclass(slots=True)
@@ -134,6 +137,8 @@ class ServedModel(ABC):
             return self.batch_inputs_from_instances(request.instances)
         if isinstance(request, EmbeddingsRequest):
             raise self.not_an_embedding_model()
+        if isinstance(request, RerankRequest):
+            raise self.not_a_rerank_model()
         return self.batch_inputs_from_instances(request)
 
     def not_an_embedding_model(self) -> ModelNotFound:
@@ -150,6 +155,21 @@ class ServedModel(ABC):
     def embeddings_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
         """A batch result (this request's rows) as vectors, float32 [rows, dims]."""
         raise self.not_an_embedding_model()
+
+    def not_a_rerank_model(self) -> ModelNotFound:
+        """What a Cohere rerank client is told of a model that scores no pairs
+        (`gateway.rerank.RerankModel` is the one that does)."""
+        return ModelNotFound(f"The model '{self.name}' is not a rerank model: its clients send tensors or instances "
+                             f"(a [models.rerank] table makes a model score (query, document) pairs)")
+
+    @property
+    def reranks(self) -> bool:
+        """Whether Cohere rerank clients may name it (see gateway.rerank)."""
+        return False
+
+    def scores_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
+        """A batch result (this request's rows) as scores, float32 [rows]."""
+        raise self.not_a_rerank_model()
 
     def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
         """Refuse an OIP request by its inputs' headers (name, datatype, shape as sent):

@@ -77,10 +77,15 @@ class Answer:
         """As vectors, float32 [rows, dims] (an embedding model's: `gateway.embeddings`)."""
         return self.served.embeddings_from_outputs(self.result.outputs)
 
+    def scores(self) -> np.ndarray:
+        """As scores, float32 [rows], in the request's order (a rerank model's: `gateway.rerank`)."""
+        return self.served.scores_from_outputs(self.result.outputs)
+
     @property
     def tokens(self) -> int:
-        """The tokens its rows were measured at (an embedding model's; 0 for others)."""
-        return int(self.batch.lengths.sum()) if self.batch.lengths is not None and self.served.embeds_texts else 0
+        """The tokens its rows were measured at (an embedding or rerank model's; 0 for others)."""
+        measured = self.served.embeds_texts or self.served.reranks
+        return int(self.batch.lengths.sum()) if self.batch.lengths is not None and measured else 0
 
 
 class InferenceService:

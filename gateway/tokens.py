@@ -60,6 +60,24 @@ class TokenCounter:
         encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=True)
         return np.fromiter((len(encoding.ids) for encoding in encodings), dtype=np.int64, count=len(texts))
 
+    def cut(self, texts: Sequence[str], max_tokens: int) -> list[str]:
+        """Each text cut to its first `max_tokens` tokens, special tokens aside (Cohere's
+        `max_tokens_per_doc`): exactly at a token's end with the tokenizer, else at
+        `max_tokens` x 4 bytes of UTF-8 (the estimate's rate), on a character's boundary.
+        Texts that fit are returned as they are."""
+        if self._tokenizer is None:
+            limit = max_tokens * BYTES_PER_TOKEN
+            return [text if len(text) <= limit // 4 or len(encoded := text.encode("utf-8", "surrogatepass")) <= limit
+                    else encoded[:limit].decode("utf-8", "ignore") for text in texts]
+        long = [index for index, text in enumerate(texts) if len(text) > max_tokens]  # a token is one character or more
+        cut = list(texts)
+        if long:
+            encodings = self._tokenizer.encode_batch([texts[index] for index in long], add_special_tokens=False)
+            for index, encoding in zip(long, encodings, strict=True):
+                if len(encoding.offsets) > max_tokens:
+                    cut[index] = texts[index][:encoding.offsets[max_tokens - 1][1]]
+        return cut
+
 
 def estimate(text: str) -> int:
     """The estimate (see the module): a quarter of its UTF-8 bytes, rounded up, plus 2."""

@@ -38,11 +38,13 @@ def gw():
     text = {"name": "text", "backend": "simulated", "inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [-1]}]}
     encoder = {"name": "encoder", "backend": "simulated", "simulated": {"task": "embed"},
                "batching": {"max_batch_tokens": 1000}, "embeddings": {"token_ids_file": cl100k_file()}}
+    reranker = {"name": "reranker", "backend": "simulated", "simulated": {"task": "rerank"},
+                "batching": {"max_batch_tokens": 1000}}
     # One model per datatype whose values the corpus gets wrong: the model's check of the
     # datatype comes before the values are decoded, so each is sent to a model that takes it.
     typed = [{"name": datatype.lower(), "backend": "simulated",
               "inputs": [{"name": "INPUT0", "datatype": datatype, "shape": [-1, -1]}]} for datatype in TYPED]
-    with running_gateway(config_for(demo, text, encoder, *typed, **LIMITS)) as running:
+    with running_gateway(config_for(demo, text, encoder, reranker, *typed, **LIMITS)) as running:
         yield running
 
 
@@ -473,9 +475,56 @@ def test_bad_openai_input(gw, good_traffic, case_id, path, body, status, message
     assert "Traceback" not in error["message"]
 
 
+RERANK_V1, RERANK_V2 = "/v1/rerank", "/v2/rerank"
+PAIR = {"model": "reranker", "query": "q", "documents": ["a"]}
+COHERE_CASES = [
+    ("cohere-not-json", RERANK_V2, b'{"model": "reranker", "query": ', 400, "not valid JSON"),
+    ("cohere-not-an-object", RERANK_V2, j(["reranker", "q"]), 400, "must be a JSON object"),
+    ("cohere-no-model", RERANK_V2, j({"query": "q", "documents": ["a"]}), 400, "'model' is required"),
+    ("cohere-unknown-model", RERANK_V2, j({**PAIR, "model": "absent"}), 404, "not served"),
+    ("cohere-not-a-rerank-model", RERANK_V1, j({**PAIR, "model": "encoder"}), 404, "not a rerank model"),
+    ("cohere-no-query", RERANK_V2, j({"model": "reranker", "documents": ["a"]}), 400, "'query' is required"),
+    ("cohere-query-not-a-string", RERANK_V2, j({**PAIR, "query": ["q"]}), 400, "'query' is required"),
+    ("cohere-no-documents", RERANK_V2, j({"model": "reranker", "query": "q"}), 400, "'documents' is required"),
+    ("cohere-documents-empty", RERANK_V2, j({**PAIR, "documents": []}), 400, "'documents' is empty"),
+    ("cohere-documents-a-string", RERANK_V2, j({**PAIR, "documents": "a"}), 400, "'documents' is required"),
+    ("cohere-document-empty", RERANK_V1, j({**PAIR, "documents": ["a", ""]}), 400, "'documents[1]' is empty"),
+    ("cohere-document-a-number", RERANK_V2, j({**PAIR, "documents": [3]}), 400, "must be a string or an object"),
+    ("cohere-document-object-without-text", RERANK_V1, j({**PAIR, "documents": [{"title": "t"}]}), 400,
+     "without a 'text' string"),
+    ("cohere-rank-fields-absent", RERANK_V1, j({**PAIR, "documents": [{"a": "x"}], "rank_fields": ["b"]}), 400,
+     "has none of the 'rank_fields'"),
+    ("cohere-rank-fields-not-a-list", RERANK_V1, j({**PAIR, "rank_fields": "text"}), 400, "'rank_fields' must be"),
+    ("cohere-top-n-zero", RERANK_V2, j({**PAIR, "top_n": 0}), 400, "'top_n' must be a positive integer"),
+    ("cohere-top-n-a-string", RERANK_V2, j({**PAIR, "top_n": "3"}), 400, "'top_n' must be a positive integer"),
+    ("cohere-top-n-true", RERANK_V2, j({**PAIR, "top_n": True}), 400, "'top_n' must be a positive integer"),
+    ("cohere-max-tokens-negative", RERANK_V2, j({**PAIR, "max_tokens_per_doc": -1}), 400, "'max_tokens_per_doc'"),
+    ("cohere-return-documents-a-string", RERANK_V1, j({**PAIR, "return_documents": "yes"}), 400,
+     "'return_documents' must be true or false"),
+    ("cohere-priority-negative", RERANK_V2, j({**PAIR, "priority": -1}), 400, "'priority' must be"),
+    ("cohere-max-chunks", RERANK_V1, j({**PAIR, "max_chunks_per_doc": 10}), 400, "not chunked"),
+    ("cohere-relevant-spans", RERANK_V2, j({**PAIR, "relevant_spans": {"enabled": True}}), 400, "not supported"),
+    ("cohere-v1-field-on-v2", RERANK_V2, j({**PAIR, "rank_fields": ["text"]}), 400, "unknown field(s) for /v2"),
+    ("cohere-too-many-documents", RERANK_V2, j({**PAIR, "documents": ["a"] * 101}), 400, "at most 100"),
+    ("cohere-pair-over-the-token-budget", RERANK_V2, j({**PAIR, "documents": ["x" * 4000]}), 413,
+     "(batching.max_batch_tokens = 1000)"),
+    ("cohere-body-over-json-limit", RERANK_V2, j({**PAIR, "query": "x" * BIG_JSON}), 413,
+     "send fewer documents in each request"),
+]
+
+
+@pytest.mark.parametrize("case_id, path, body, status, message", COHERE_CASES, ids=[c[0] for c in COHERE_CASES])
+def test_bad_cohere_input(gw, good_traffic, case_id, path, body, status, message):
+    got_status, _, payload = http("POST", gw.http_url + path, body, headers={"Content-Type": "application/json"})
+    assert got_status == status, payload
+    error = orjson.loads(payload)
+    assert list(error) == ["message"] and message in error["message"]  # Cohere's shape
+    assert "Traceback" not in error["message"]
+
+
 def test_corpus_size():
     assert len(HTTP_CASES) + len(BINARY_CASES) + len(GRPC_CASES) + len(UPLOAD_CASES) + len(TS_GRPC_CASES) \
-        + len(OPENAI_CASES) >= 95
+        + len(OPENAI_CASES) + len(COHERE_CASES) >= 120
 
 
 def test_good_requests_all_succeeded_while_the_corpus_ran(good_traffic):

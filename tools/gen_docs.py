@@ -52,7 +52,7 @@ def config_page() -> str:
               "tracing": "[tracing]", "models[]": "[[models]]", "models[].batching": "[models.batching]",
               "models[].inputs[]": "[[models.inputs]]", "models[].inputs[].pad": "pad = { ... } of an input",
               "models[].outputs[]": "[[models.outputs]]", "models[].simulated": "[models.simulated]",
-              "models[].embeddings": "[models.embeddings]",
+              "models[].embeddings": "[models.embeddings]", "models[].rerank": "[models.rerank]",
               "tenants[]": "[[tenants]]"}
     parts = [HEADER, "# Configuration\n\n",
              "The TOML file of `batching-gateway serve --config FILE` (`check-config FILE` validates it): every key, "

@@ -60,6 +60,11 @@ class PaddingConfig:
     # A batch's cost: rows x its longest padded length (a predictor that pads), or, `summed`,
     # the sum of its rows' own lengths (one that does not, e.g. packed sequences).
     summed: bool = False
+    # Rows that are (query, document) pairs (a rerank model, gateway.batching.layouts.pairs):
+    # the input holding each row's query ("" = not pairs), and whether a batch holds the pairs
+    # of one query only (a predictor that takes one query per call).
+    query_input: str = ""
+    one_query: bool = False
 
 
 # -- tenants (see gateway.batching.tenants for what the scheduler does with them) -------------

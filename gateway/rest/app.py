@@ -1,9 +1,11 @@
 """The Tornado application: the URL map of the HTTP front end."""
 from __future__ import annotations
 
+from typing import Any
+
 import tornado.web
 
-from gateway.rest import dashboard, oip, openai, operations, v1
+from gateway.rest import cohere, dashboard, oip, openai, operations, v1
 from gateway.rest import torchserve as ts
 from gateway.rest.base import NotFoundHandler, log_request
 from gateway.service import InferenceService
@@ -37,8 +39,12 @@ def make_app(service: InferenceService, limits: Limits) -> tornado.web.Applicati
         (r"(?:/openai)?/v1/models", openai.ModelsHandler),
         (rf"/openai/v1/models/{MODEL}", openai.ModelsHandler),
     ]
+    handlers: list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]] = \
+        [(pattern, handler, context) for pattern, handler in routes]
+    # Cohere's rerank, v1 and v2: one handler, told which version's shape it speaks.
+    handlers += [(rf"/v{version}/rerank", cohere.RerankHandler, {**context, "version": version}) for version in (1, 2)]
     return tornado.web.Application(
-        [(pattern, handler, context) for pattern, handler in routes],
+        handlers,
         default_handler_class=NotFoundHandler,
         default_handler_args=context,
         compress_response=False,

@@ -6,8 +6,9 @@ The body names the model, so the model is found after the body is read. Each tex
 row of the model's batches, through `InferenceService.infer` like every other client:
 a list of texts larger than `max_batch_size` is split across batches and reassembled in
 its order. Errors carry OpenAI's shape (`wire.codecs.openai.error_document`) with the
-status of the gateway error. Only embedding models (`gateway.embeddings`) are listed and
-answered; any other model is a 404 in OpenAI's words. `GET /v1/models/<m>` is KServe v1's
+status of the gateway error. Only embedding models (`gateway.embeddings`) are answered, any
+other model is a 404 in OpenAI's words; the list names the rerank models too
+(`gateway.rest.cohere` serves them), as vLLM's and Infinity's lists do. `GET /v1/models/<m>` is KServe v1's
 route too: an embedding model answers there with OpenAI's model object and KServe's status
 in one document (`SharedModelHandler`), any other model with KServe's alone.
 """
@@ -56,7 +57,8 @@ class EmbeddingsHandler(_OpenAIErrors, BodyHandler):
 
 
 class ModelsHandler(_OpenAIErrors):
-    """The embedding models a client may name (`GET /v1/models`, or one: `.../models/<id>`)."""
+    """The models a client may name (`GET /v1/models`: the embedding and rerank models), or one
+embedding model (`.../models/<id>`)."""
 
     async def get(self, model: str | None = None) -> None:
         if model is not None:
@@ -66,11 +68,12 @@ class ModelsHandler(_OpenAIErrors):
             self.write_json(openai.model_document(model, _STARTED, OWNED_BY))
             return
         self.set_header("Content-Type", "application/json")
-        self.finish(openai.encode_models(embedding_models(self.service), _STARTED, OWNED_BY))
+        self.finish(openai.encode_models(listed_models(self.service), _STARTED, OWNED_BY))
 
 
-def embedding_models(service: InferenceService) -> list[str]:
-    return [name for name, served in service.models.items() if served.embeds_texts]
+def listed_models(service: InferenceService) -> list[str]:
+    """The embedding and rerank models: those the OpenAI and Cohere front ends serve."""
+    return [name for name, served in service.models.items() if served.embeds_texts or served.reranks]
 
 
 class SharedModelHandler(v1.V1ModelHandler):

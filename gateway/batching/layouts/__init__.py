@@ -26,8 +26,9 @@ is, so that the queue and the executor ask it instead of testing the model's set
 The layouts, one module each: `PlainRows` (`plain`: fixed-shape tensors and KServe v1
 instances; no padding work at all), `PaddedRows` (`padded`: inputs with a variable
 dimension, padded per batch, with buckets, generated inputs and outputs that follow the
-padded length) and `TextRows` (`texts`: one text a row, measured in tokens, sorted and cut
-by bucket, costed by the longest or by the sum). A new layout is a new module here and one
+padded length), `TextRows` (`texts`: one text a row, measured in tokens, sorted and cut
+by bucket, costed by the longest or by the sum) and `PairRows` (`pairs`: one (query,
+document) pair a row, a text row whose batch may be held to one query). A new layout is a new module here and one
 branch in `layout_for`.
 
 Plain data in, plain data out: this package must not know futures, timers, slots or
@@ -38,10 +39,11 @@ from __future__ import annotations
 from gateway.batching.config import BatchingConfig
 from gateway.batching.layouts.base import Cut, Restore, RowLayout
 from gateway.batching.layouts.padded import PaddedRows
+from gateway.batching.layouts.pairs import PairRows
 from gateway.batching.layouts.plain import PlainRows
 from gateway.batching.layouts.texts import TextRows
 
-__all__ = ["Cut", "PaddedRows", "PlainRows", "Restore", "RowLayout", "TextRows", "layout_for"]
+__all__ = ["Cut", "PaddedRows", "PairRows", "PlainRows", "Restore", "RowLayout", "TextRows", "layout_for"]
 
 
 def layout_for(config: BatchingConfig) -> RowLayout:
@@ -51,4 +53,7 @@ def layout_for(config: BatchingConfig) -> RowLayout:
         return PlainRows(config.max_batch_size)
     if padding.inputs:
         return PaddedRows(padding, config.max_batch_size, config.max_batch_cost)
-    return TextRows(padding, config.max_batch_size, config.max_batch_cost)
+    texts = TextRows(padding, config.max_batch_size, config.max_batch_cost)
+    if padding.query_input:
+        return PairRows(texts, padding.query_input, padding.one_query)
+    return texts
