@@ -68,6 +68,7 @@ from typing import Any
 
 from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.view import ModelView
 
 RECENT_BATCHES = 120  # recent batch sizes sent per model: two minutes of a batch a second
 PROFILE_POINTS = 256  # ℓ(b) points sent: enough for a line however large max_batch_size is
@@ -78,7 +79,7 @@ def snapshot(scheduler: BatchScheduler, now_unix_s: float | None = None) -> dict
     return {
         "server_time_unix_s": time.time() if now_unix_s is None else now_unix_s,
         "departure_reasons": list(departure_reasons()),
-        "models": [model_snapshot(scheduler, name) for name in sorted(scheduler.model_names())],
+        "models": [model_snapshot(view) for view in scheduler.views()],
         "tenants": tenants_snapshot(scheduler),
     }
 
@@ -104,22 +105,20 @@ def tenants_snapshot(scheduler: BatchScheduler) -> list[dict[str, Any]]:
     return out
 
 
-def model_snapshot(scheduler: BatchScheduler, name: str) -> dict[str, Any]:
+def model_snapshot(view: ModelView) -> dict[str, Any]:
     """One model's entry of `snapshot` (the module docstring says what each field holds)."""
-    stats = scheduler.snapshot(name)
-    config = scheduler.batching_config(name)
-    signal = scheduler.load(name, stats)
+    stats, config, signal = view.stats, view.config, view.load
     return {
-        "name": name,
+        "name": view.name,
         "policy": config.policy,
         "max_batch_size": config.max_batch_size,
         "max_queue": config.max_queue,
         "slo_ms": None if config.slo_s is None else config.slo_s * 1000,
         "priority_levels": config.priority_levels,
-        "queue": {"rows": scheduler.queue_depth(name), "requests": scheduler.queued_requests(name)},
+        "queue": {"rows": view.queued_rows, "requests": view.queued_requests},
         "load": {"load": signal.load, "demand_rows_per_second": signal.demand_rows_per_second,
                  "capacity_rows_per_second": signal.capacity_rows_per_second, "replicas": signal.replicas},
-        "inflight": {"batches": scheduler.inflight(name), "limit": scheduler.inflight_limit(name),
+        "inflight": {"batches": view.inflight, "limit": view.inflight_limit,
                      "auto": config.auto_inflight, "ceiling": config.inflight_ceiling if config.auto_inflight else None},
         "batch_size": {"bounds": list(stats.batch_size.bounds), "counts": list(stats.batch_size.counts),
                        "sum": stats.batch_size.sum, "count": stats.batch_size.count,

@@ -42,6 +42,7 @@ from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.stats import HistogramSnapshot, StatsSnapshot
 from gateway.batching.tenants import TenantUsageSnapshot
+from gateway.batching.view import ModelView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The status counted (nginx's convention) for a request whose client went away before its answer.
@@ -160,25 +161,23 @@ class _SchedulerCollector:
                                     "Learned predictor time of a batch, per row: l(b) = intercept + per_row * b",
                                     labels=["model"])
         scheduler = self.scheduler
-        # Per-model gauges read at scrape time: name -> (help, how to read it for a model).
-        # Lambdas throughout: a worker's scheduler (gateway.workers.remote) serves no model
-        # and has none of these readers.
-        gauges: dict[str, tuple[str, Callable[[str], float]]] = {
-            "gateway_queue_depth": ("Rows queued", lambda model: scheduler.queue_depth(model)),
+        # Per-model gauges read at scrape time: name -> (help, how to read it from a model's view).
+        gauges: dict[str, tuple[str, Callable[[ModelView], float]]] = {
+            "gateway_queue_depth": ("Rows queued", lambda view: view.queued_rows),
             "gateway_queue_limit": ("Rows the model may queue (batching.max_queue): beyond it requests are refused",
-                                    lambda model: scheduler.batching_config(model).max_queue),
+                                    lambda view: view.config.max_queue),
             "gateway_batch_size_limit": ("Rows a batch may hold (batching.max_batch_size): what a full batch is",
-                                         lambda model: scheduler.batching_config(model).max_batch_size),
+                                         lambda view: view.config.max_batch_size),
             "gateway_replicas": ("Predictor replicas of the model (1 for a single url)",
-                                 lambda model: len(self.replicas(model))),
+                                 lambda view: len(self.replicas(view.name))),
             "gateway_replicas_in_rotation": (
                 "Predictor replicas batches are sent to: the others were unreachable and wait for their probe to pass",
-                lambda model: sum(self.replicas(model))),
-            "gateway_batches_in_flight": ("Batches at the predictor", lambda model: scheduler.inflight(model)),
+                lambda view: sum(self.replicas(view.name))),
+            "gateway_batches_in_flight": ("Batches at the predictor", lambda view: view.inflight),
             "gateway_batches_in_flight_limit": (
                 "Batches the model may have at the predictor: max_inflight (or the value \"auto\" has learned) "
                 "per replica in rotation",
-                lambda model: scheduler.inflight_limit(model)),
+                lambda view: view.inflight_limit),
         }
         gauge_families = [(GaugeMetricFamily(name, text, labels=["model"]), read)
                           for name, (text, read) in gauges.items()]
@@ -195,8 +194,9 @@ class _SchedulerCollector:
             "gateway_priority_outcomes",
             "Requests by priority level and what became of them: answered, refused, dropped or expired",
             labels=["model", "level", "outcome"])
-        snapshots = {model: scheduler.snapshot(model) for model in scheduler.model_names()}
-        for model, stats in snapshots.items():
+        views = scheduler.views()
+        for view in views:
+            model, stats = view.name, view.stats
             for counter, read_count in counter_families:
                 counter.add_metric([model], read_count(stats))
             for histogram_family, read_histogram in histogram_families:
@@ -206,7 +206,7 @@ class _SchedulerCollector:
                 intercept.add_metric([model], stats.profile[0])
                 per_row.add_metric([model], stats.profile[1])
             for gauge, read in gauge_families:
-                gauge.add_metric([model], read(model))
+                gauge.add_metric([model], read(view))
             answered.add_metric([model], stats.answered)
             for reason in departure_reasons():
                 departures.add_metric([model, reason], stats.departures.get(reason, 0))
@@ -226,8 +226,8 @@ class _SchedulerCollector:
         yield level_outcomes
         yield intercept
         yield per_row
-        yield from _padding_families(snapshots)
-        yield from _load_families({model: scheduler.load(model, stats) for model, stats in snapshots.items()})
+        yield from _padding_families({view.name: view.stats for view in views})
+        yield from _load_families({view.name: view.load for view in views})
         yield from _tenant_families(scheduler.tenant_usage())
 
 

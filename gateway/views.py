@@ -53,7 +53,7 @@ class LocalViews:
         if name and name not in self.models:  # asked of the batcher by a worker, just after a reload
             raise ModelNotFound.unknown(name)
         served = [self.models[name]] if name else list(self.models.values())
-        return {"model_stats": [triton.model_statistics(m, self.scheduler.snapshot(m.name)) for m in served]}
+        return {"model_stats": [triton.model_statistics(m, self.scheduler.view(m.name).stats) for m in served]}
 
     async def exposition(self) -> bytes:
         return self.metrics.exposition()

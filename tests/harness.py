@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import config as gateway_config
 from gateway.server import Gateway
+from tests.batching.support import stats_of
 
 
 @dataclass
@@ -41,7 +42,7 @@ class RunningGateway:
 
     def stats(self, model: str):
         async def read():
-            return self.gateway.scheduler.stats(model)
+            return stats_of(self.gateway.scheduler, model)
         return self.call(read())
 
 
@@ -148,7 +149,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20) -> N
 def queued(gw: RunningGateway, model: str) -> int:
     """How many requests wait in `model`'s queue (read on the gateway's loop)."""
     async def depth() -> int:
-        return gw.gateway.scheduler.queue_depth(model)
+        return gw.gateway.scheduler.view(model).queued_rows
     return int(gw.call(depth()))
 
 

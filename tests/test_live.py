@@ -13,7 +13,7 @@ from gateway.batching.policies import departures
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.stats import SECONDS_BOUNDS
-from tests.batching.support import RecordingExecutor, rows
+from tests.batching.support import RecordingExecutor, rows, stats_of
 from wire.errors import RateLimited
 
 
@@ -43,7 +43,7 @@ async def test_counts_histogram_departures_and_profile_are_the_stats():
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", RecordingExecutor(delay_s=0.002), BatchingConfig(max_batch_size=4, max_hold_s=0))
     await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1 + i % 3))) for i in range(30)))
-    stats = scheduler.stats("m")
+    stats = stats_of(scheduler, "m")
     entry = model(live.snapshot(scheduler))
     assert entry["counts"] == {"requests": 30, "answered": 30, "refused": 0, "refused_late": 0, "dropped": 0,
                                "expired": 0, "batches": stats.batches, "instances": stats.instances}
@@ -96,12 +96,12 @@ async def test_slo_priority_levels_auto_inflight_and_padding():
     await asyncio.gather(scheduler.submit(BatchRequest.arriving("m", rows(0, 1), priority=1)),
                          scheduler.submit(BatchRequest.arriving("m", rows(1, 1))),
                          scheduler.submit(BatchRequest.arriving("m", rows(2, 1))))
-    scheduler.stats("m").count_padding(30, 20)  # as a padded model's batch would
+    stats_of(scheduler, "m").count_padding(30, 20)  # as a padded model's batch would
     entry = model(live.snapshot(scheduler))
     assert entry["slo_ms"] == pytest.approx(500) and entry["policy"] == "deadline"
     assert entry["goodput"] == {"slo_ms": pytest.approx(500), "answered_within_slo": 3}
     assert entry["inflight"]["auto"] is True and entry["inflight"]["ceiling"] == 4
-    assert entry["inflight"]["limit"] == scheduler.inflight_limit("m")
+    assert entry["inflight"]["limit"] == scheduler.view("m").inflight_limit
     assert entry["levels"] == [
         {"level": 1, "requests": 1, "answered": 1, "refused": 0, "dropped": 0, "expired": 0},
         {"level": 2, "requests": 2, "answered": 2, "refused": 0, "dropped": 0, "expired": 0}]

@@ -57,7 +57,7 @@ def test_ten_times_capacity_is_refused_at_once_and_accepted_work_finishes():
 
 
 async def _depth(gw):
-    return gw.gateway.scheduler.queue_depth("demo")
+    return gw.gateway.scheduler.view("demo").queued_rows
 
 
 def test_a_client_that_disconnects_while_queued_is_removed_and_never_sent():

@@ -11,6 +11,8 @@ Semantics
   period, the rest is answered Unavailable.
 * Closing stops all intake (Unavailable); queued and in-flight work gets a grace period,
   which `hurry` ends early (a second SIGTERM); the rest is answered Unavailable.
+* What a reader may know of a model is its `view` (`view.ModelView`): one consistent
+  moment of its counters, queue, settings and load.
 * Batch ids are unique per scheduler (a random prefix and a counter), for logs and traces.
 * Tenants (`set_tenants`) are the scheduler's, across its models: a request of a tenant is
   held to its quotas before it is queued and counted in its usage (`tenants`), and its
@@ -41,8 +43,8 @@ from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import names as policy_names
 from gateway.batching.queue import ModelQueue
 from gateway.batching.request import BatchRequest, BatchResult
-from gateway.batching.stats import ModelStats, StatsSnapshot
 from gateway.batching.tenants import Tenants, TenantUsageSnapshot
+from gateway.batching.view import ModelView
 from wire.errors import GatewayError, ModelNotFound, Unavailable
 
 __all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Replicas", "Scheduler"]
@@ -144,47 +146,21 @@ class BatchScheduler:
         """Every tenant's usage now (see `tenants`)."""
         return self.tenants.snapshot()
 
-    def has_model(self, name: str) -> bool:
-        return name in self._queues
-
-    def stats(self, name: str) -> ModelStats:
-        return self._queues[name].stats
-
-    def snapshot(self, name: str) -> StatsSnapshot:
-        """The model's figures now (`ModelStats.snapshot` at this loop's time)."""
-        return self._queues[name].stats.snapshot(self._loop.time())
-
-    def load(self, name: str, snapshot: StatsSnapshot | None = None) -> LoadSignal:
-        """The model's load on its predictor fleet now (see `batching.load`); from
-        `snapshot` when the caller has just taken one."""
+    def view(self, name: str) -> ModelView:
+        """Everything a reader may know of the model's batching now (see `view`)."""
         queue = self._queues[name]
-        figures = snapshot or self.snapshot(name)
+        stats = queue.stats.snapshot(self._loop.time())
         config = queue.config
-        capacity = replica_capacity(figures.profile, config.max_batch_size, queue.slots_per_replica, config.slo_s)
-        return LoadSignal(capacity, figures.demand_rows_per_second, queue.replicas.in_rotation())
-
-    def queue_depth(self, name: str) -> int:
-        return self._queues[name].queued_rows
-
-    def inflight(self, name: str) -> int:
-        return self._queues[name].inflight
-
-    def inflight_limit(self, name: str) -> int:
-        """Batches the model may have in flight now: its slots on every replica in rotation."""
-        return self._queues[name].inflight_limit
-
-    def slots_per_replica(self, name: str) -> int:
-        """Batches one predictor replica may have in flight: `max_inflight`, or its learned value."""
-        return self._queues[name].slots_per_replica
-
-    def queued_requests(self, name: str) -> int:
-        """Requests with rows still queued (not yet all taken into batches, not yet answered)."""
+        capacity = replica_capacity(stats.profile, config.max_batch_size, queue.slots_per_replica, config.slo_s)
         # A request split into parts is one request; parts of answered requests wait to be skipped.
-        return len({id(part.request) for part in self._queues[name].pending if part.live})
+        requests = len({id(part.request) for part in queue.pending if part.live})
+        return ModelView(name, config, stats, queue.queued_rows, requests, queue.inflight, queue.inflight_limit,
+                         queue.slots_per_replica,
+                         LoadSignal(capacity, stats.demand_rows_per_second, queue.replicas.in_rotation()))
 
-    def batching_config(self, name: str) -> BatchingConfig:
-        """The model's batching settings now (the latest re-tune's)."""
-        return self._queues[name].config
+    def views(self) -> list[ModelView]:
+        """Every model's view now, by name."""
+        return [self.view(name) for name in sorted(self._queues)]
 
     def model_names(self) -> list[str]:
         return list(self._queues)

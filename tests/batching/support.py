@@ -9,6 +9,7 @@ import numpy as np
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy
 from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.stats import ModelStats
 from wire.tensors import Tensor
 
 
@@ -38,6 +39,12 @@ class RecordingExecutor:
 def rows(start: int, count: int, width: int = 2) -> list[Tensor]:
     data = np.arange(start * width, (start + count) * width, dtype=np.float32).reshape(count, width)
     return [Tensor("INPUT0", "FP32", data)]
+
+
+def stats_of(scheduler: BatchScheduler, model: str) -> ModelStats:
+    """The model's live counters and learned profile, as its queue records them: what the
+    tests read between events (readers outside the scheduler get its `view`)."""
+    return scheduler._queues[model].stats
 
 
 def scheduler_with(executor, **config) -> BatchScheduler:

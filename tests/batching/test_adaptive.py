@@ -14,7 +14,7 @@ from gateway.batching.policies.adaptive import AdaptivePolicy, ReturnTracker
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.stats import ModelStats
-from tests.batching.support import RecordingExecutor, closed_loop_history, learned, rows, scheduler_with
+from tests.batching.support import RecordingExecutor, closed_loop_history, learned, rows, scheduler_with, stats_of
 from wire.tensors import Tensor
 
 
@@ -40,7 +40,7 @@ async def run_closed_loop(clients: int, call_s: float, think_s: float, rounds: i
             await asyncio.sleep(think_s)  # the client's own turnaround before its next request
 
     await asyncio.gather(*(client(i) for i in range(clients)))
-    return sizes, scheduler.stats("m").holds
+    return sizes, stats_of(scheduler, "m").holds
 
 
 async def test_closed_loop_clients_come_to_share_every_batch():
@@ -80,7 +80,7 @@ async def test_sparse_arrivals_are_never_held():
         pending.append(asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1)))))
         await asyncio.sleep(0.03)
     await asyncio.gather(*pending)
-    assert scheduler.stats("m").holds == 0
+    assert stats_of(scheduler, "m").holds == 0
 
 
 async def test_a_lone_request_ships_at_once_under_adaptive():
@@ -89,7 +89,7 @@ async def test_a_lone_request_ships_at_once_under_adaptive():
     result = await asyncio.wait_for(scheduler.submit(BatchRequest.arriving("m", rows(0, 1))), 1.0)
     np.testing.assert_array_equal(result.outputs[0].data, rows(0, 1)[0].data * 2)
     assert len(executor.batches) == 1
-    assert scheduler.stats("m").departures["slot_free"] == 1
+    assert stats_of(scheduler, "m").departures["slot_free"] == 1
 
 
 async def test_requests_arriving_while_the_slot_is_busy_leave_together():

@@ -15,7 +15,7 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.deadline import DeadlinePolicy
 from gateway.batching.request import BatchRequest
 from gateway.batching.stats import ModelStats
-from tests.batching.support import RecordingExecutor, learned, rows, scheduler_with
+from tests.batching.support import RecordingExecutor, learned, rows, scheduler_with, stats_of
 from wire.errors import DeadlineExceeded, Unavailable
 
 CONFIG = BatchingConfig(policy="deadline", slo_s=0.1, max_batch_size=8, max_hold_s=0)
@@ -145,7 +145,7 @@ async def test_under_overload_late_requests_are_refused_at_once_and_the_rest_ans
     await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1))) for i in range(8)))  # learn the profile
     # The SLO in learned calls, not a fixed time: a warm-up call the machine stalled (once in
     # a full run) taught a profile that refused every one of the 200, the first included.
-    full_batch_s = scheduler.stats("m").profile.predict(4)
+    full_batch_s = stats_of(scheduler, "m").profile.predict(4)
     gc.collect()  # a full collection now, not during the burst
     scheduler.add_model("m", executor, BatchingConfig(policy="deadline", slo_s=5 * full_batch_s, max_batch_size=4,
                                                       max_hold_s=0))  # re-tuned: what it learned stays
@@ -155,7 +155,7 @@ async def test_under_overload_late_requests_are_refused_at_once_and_the_rest_ans
     answered = {1000 + i for i, o in enumerate(outcomes) if not isinstance(o, BaseException)}
     assert all(isinstance(o, (Unavailable, DeadlineExceeded)) or not isinstance(o, BaseException) for o in outcomes)
     assert refused and answered, [type(o).__name__ for o in outcomes[:30]]
-    assert scheduler.stats("m").refused_late == len(refused)
+    assert stats_of(scheduler, "m").refused_late == len(refused)
     # Refused requests never reached the predictor; every answered one did. (A request sent
     # and then late at the predictor is a 504, neither refused nor answered.)
     sent = {int(row[0]) // 2 for batch in executor.batches for row in batch}  # rows(i) starts at 2i
@@ -167,7 +167,7 @@ async def test_a_queued_request_that_can_no_longer_make_it_is_dropped_and_never_
     executor = RecordingExecutor(delay_s=0.03)
     scheduler = scheduler_with(executor, policy="deadline", slo_s=1.0, max_batch_size=1, max_hold_s=0)
     await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))  # learn: about 30 ms per call, however long it took here
-    call_s = scheduler.stats("m").profile.predict(1)
+    call_s = stats_of(scheduler, "m").profile.predict(1)
     executor.release = asyncio.Event()
     first = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(1, 1))))
     await asyncio.wait_for(until(lambda: len(executor.batches) == 2), 5)  # the first is at the predictor, held
@@ -179,7 +179,7 @@ async def test_a_queued_request_that_can_no_longer_make_it_is_dropped_and_never_
         await asyncio.wait_for(short, 5)
     executor.release.set()
     await first
-    assert scheduler.stats("m").dropped == 1
+    assert stats_of(scheduler, "m").dropped == 1
     assert [batch[0, 0] for batch in executor.batches] == [0, 2]  # row 2 (the short one) was never sent
 
 
@@ -205,9 +205,9 @@ async def test_a_batch_is_sized_for_its_leaders_deadline_and_counted_so():
     due_soon = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1), timeout_s=0.15))) for i in range(8)]
     # ... but once the blocker is back, ~70 ms are left: about 6 rows fit, not 8.
     await asyncio.gather(blocker, *due_soon, return_exceptions=True)
-    assert scheduler.stats("m").refused_late == 0
+    assert stats_of(scheduler, "m").refused_late == 0
     assert 1 <= len(executor.batches[3]) < 8
-    assert scheduler.stats("m").departures["deadline_sized"] == 1
+    assert stats_of(scheduler, "m").departures["deadline_sized"] == 1
 
 
 def test_the_learned_hold_stays_but_never_past_the_leaders_latest_start():

@@ -10,7 +10,7 @@ import pytest
 from gateway.batching.config import BatchingConfig
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
-from tests.batching.support import RecordingExecutor, rows, scheduler_with
+from tests.batching.support import RecordingExecutor, rows, scheduler_with, stats_of
 from wire.errors import BadPredictorAnswer, DeadlineExceeded, HandlerFailed, ModelNotFound, PredictorRejected
 from wire.tensors import Tensor
 
@@ -36,14 +36,14 @@ async def test_an_overrun_batch_keeps_its_slot_while_the_predictor_computes_it_a
     executor = RecordingExecutor(delay_s=0.0)
     executor.release = asyncio.Event()  # the predictor computes the first batch until the test says
     scheduler = scheduler_with(executor, timeout_s=5.0, max_inflight=1)
-    profile = scheduler.stats("m").profile
+    profile = stats_of(scheduler, "m").profile
     with pytest.raises(DeadlineExceeded):  # its client gives it 100 ms
         await scheduler.submit(BatchRequest.arriving("m", rows(0, 1), timeout_s=0.1))
     for _ in range(100):  # the executor learns the overrun at the same deadline, in its own turn
         if profile.calls:
             break
         await asyncio.sleep(0.01)
-    assert scheduler.inflight("m") == 1 and profile.calls == 1  # answered, the overrun learned; still computing
+    assert scheduler.view("m").inflight == 1 and profile.calls == 1  # answered, the overrun learned; still computing
     second = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(1, 1))))
     for _ in range(20):
         await asyncio.sleep(0)
@@ -60,13 +60,13 @@ async def test_a_call_that_never_answers_gives_its_slot_back_after_as_long_again
     scheduler = scheduler_with(executor, timeout_s=0.1, max_inflight=1)
     with pytest.raises(DeadlineExceeded):
         await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))
-    assert scheduler.inflight("m") == 1  # held past the deadline: the predictor may still be computing
+    assert scheduler.view("m").inflight == 1  # held past the deadline: the predictor may still be computing
     for _ in range(200):  # 0.1 s to the deadline, then 0.1 s more; a hang would fail after 2 s
         # The slot is freed as the call's cancellation is asked for; the call ends at its next turn.
-        if scheduler.inflight("m") == 0 and executor.concurrent == 0:
+        if scheduler.view("m").inflight == 0 and executor.concurrent == 0:
             break
         await asyncio.sleep(0.01)
-    assert scheduler.inflight("m") == 0 and executor.concurrent == 0  # cancelled at the predictor's client
+    assert scheduler.view("m").inflight == 0 and executor.concurrent == 0  # cancelled at the predictor's client
 
 
 async def test_executor_errors_reach_every_member_and_wrong_row_counts_are_caught():
@@ -114,4 +114,4 @@ async def test_a_request_the_predictor_rejects_does_not_fail_the_others_in_its_b
             np.testing.assert_array_equal(outcome.outputs[0].data, requests[i][0].data * 2)
     assert calls[1] == 8  # the merged batch was tried first
     assert len(calls) <= 2 + 2 * 3  # then bisected: about log2(8) levels
-    assert scheduler.stats("m").isolations >= 1
+    assert stats_of(scheduler, "m").isolations >= 1

@@ -162,9 +162,9 @@ async def test_auto_finds_more_than_two_slots_and_leaves_them_when_the_predictor
     predictor = SlottedPredictor(slots=4)
     scheduler.add_model("m", predictor, BatchingConfig(max_batch_size=8, auto_inflight=True, max_hold_s=0))
     # 4 is tried only from 3, and 3 is kept only if it won: so more than 2 was found.
-    await closed_loop(scheduler, 64, until=lambda: scheduler.inflight_limit("m") >= 4, budget_s=60)
+    await closed_loop(scheduler, 64, until=lambda: scheduler.view("m").inflight_limit >= 4, budget_s=60)
     predictor.thrashing = True
-    await closed_loop(scheduler, 64, until=lambda: scheduler.inflight_limit("m") == 1, budget_s=60)
+    await closed_loop(scheduler, 64, until=lambda: scheduler.view("m").inflight_limit == 1, budget_s=60)
     await scheduler.close()
 
 
@@ -172,8 +172,8 @@ async def test_auto_starts_at_one_and_a_fixed_value_is_kept():
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("auto", SlottedPredictor(1), BatchingConfig(auto_inflight=True, inflight_ceiling=4))
     scheduler.add_model("fixed", SlottedPredictor(1), BatchingConfig(max_inflight=3))
-    assert scheduler.inflight_limit("auto") == 1
-    assert scheduler.inflight_limit("fixed") == 3
+    assert scheduler.view("auto").inflight_limit == 1
+    assert scheduler.view("fixed").inflight_limit == 3
     scheduler.add_model("fixed", SlottedPredictor(1), BatchingConfig(auto_inflight=True))  # re-tuned to auto
-    assert scheduler.inflight_limit("fixed") == 1
+    assert scheduler.view("fixed").inflight_limit == 1
     await scheduler.close()

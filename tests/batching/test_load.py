@@ -76,17 +76,18 @@ async def test_the_scheduler_reads_the_demand_the_profile_and_the_replicas_of_a_
 
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", executor, BatchingConfig(max_batch_size=8, max_inflight=2), replicas=replicas)
-    before = scheduler.load("m")
+    before = scheduler.view("m").load
     assert (before.capacity_rows_per_second, before.demand_rows_per_second, before.replicas) == (None, 0.0, 1)
     rows = np.ones((4, 1), dtype=np.float32)
     await asyncio.gather(*(scheduler.submit(BatchRequest("m", [Tensor("x", "FP32", rows)])) for _ in range(20)))
-    signal = scheduler.load("m")
+    signal = scheduler.view("m").load
     assert signal.demand_rows_per_second > 0 and signal.capacity_rows_per_second is not None
-    assert scheduler.inflight_limit("m") == 2 and scheduler.slots_per_replica("m") == 2
+    view = scheduler.view("m")
+    assert view.inflight_limit == 2 and view.slots_per_replica == 2
     replicas.serving = 3  # two replicas joined: three times the slots, a third of the load
-    assert scheduler.inflight_limit("m") == 6 and scheduler.load("m").replicas == 3
+    assert scheduler.view("m").inflight_limit == 6 and scheduler.view("m").load.replicas == 3
     replicas.serving, replicas.leaving = 2, 1  # one left with a batch still at it: counted apart
-    assert scheduler.inflight_limit("m") == 5 and scheduler.load("m").replicas == 2
+    assert scheduler.view("m").inflight_limit == 5 and scheduler.view("m").load.replicas == 2
     await scheduler.close()
 
 
@@ -98,9 +99,9 @@ async def test_the_demand_follows_the_arrivals_within_a_few_of_its_time_constant
     scheduler.add_model("m", executor, BatchingConfig(demand_smoothing_s=0.1))
     rows = np.ones((4, 1), dtype=np.float32)
     await asyncio.gather(*(scheduler.submit(BatchRequest("m", [Tensor("x", "FP32", rows)])) for _ in range(50)))
-    busy = scheduler.load("m").demand_rows_per_second
+    busy = scheduler.view("m").load.demand_rows_per_second
     await asyncio.sleep(0.5)  # five time constants with nothing arriving: under 1% is left
-    assert scheduler.load("m").demand_rows_per_second < busy * 0.01
+    assert scheduler.view("m").load.demand_rows_per_second < busy * 0.01
     await scheduler.close()
 
 
@@ -130,7 +131,7 @@ async def test_the_profile_learns_the_predictors_time_not_the_turns_of_a_busy_lo
             result = await scheduler.submit(BatchRequest("m", [Tensor("INPUT0", "FP32", np.full((1, 1), value,
                                                                                              dtype=np.float32))]))
             assert result.outputs[0].data.tolist() == [[2.0 * value]]
-        intercept, per_row = scheduler.snapshot("m").profile
+        intercept, per_row = scheduler.view("m").stats.profile
         assert intercept + per_row < BLOCKED_S, "the loop's own delay was learned as the predictor's time"
     finally:
         await scheduler.close()

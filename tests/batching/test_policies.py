@@ -16,7 +16,7 @@ from gateway.batching.policies.window import WindowPolicy
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.metrics import Metrics
-from tests.batching.support import rows
+from tests.batching.support import rows, stats_of
 from wire.errors import InvalidInput
 from wire.tracing import ClientContext
 
@@ -70,7 +70,7 @@ async def test_a_new_policy_is_one_table_entry_its_keys_read_and_its_reasons_cou
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", echo, batching)
     await scheduler.submit(BatchRequest.arriving("m", rows(1, 1)))  # alone: it leaves when its patience runs out
-    assert scheduler.stats("m").departures["patience_ran_out"] == 1
+    assert stats_of(scheduler, "m").departures["patience_ran_out"] == 1
     metrics = Metrics()
     metrics.watch_scheduler(scheduler)
     exposition = metrics.exposition().decode()

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gateway.batching.request import BatchRequest
-from tests.batching.support import RecordingExecutor, rows, scheduler_with
+from tests.batching.support import RecordingExecutor, rows, scheduler_with, stats_of
 from wire.errors import InvalidInput, Unavailable
 
 
@@ -95,7 +95,7 @@ async def test_a_full_queue_makes_room_for_a_higher_level_by_refusing_the_lowest
         await queued["c3"]  # the lowest level, the newest of it
     for name in ("a2", "b3", "d2"):
         await queued[name]
-    stats = scheduler.stats("m")
+    stats = stats_of(scheduler, "m")
     assert stats.refused == 2
     # Counted by level: the blocker and b3, c3 and the refused one are level 3.
     assert (stats.by_level[3].requests, stats.by_level[3].answered, stats.by_level[3].refused) == (4, 2, 2)
@@ -138,7 +138,7 @@ async def test_under_a_deadline_a_level_the_levels_above_leave_nothing_to_is_ref
     low_rows_sent = sum(int((batch[:, 0] >= 2000).sum()) for batch in executor.batches)  # rows(1000) starts at 2000
     assert outcomes.count("refused") >= 15 and "expired" not in outcomes, outcomes
     assert low_rows_sent == outcomes.count("answered")  # a refused request never reached the predictor
-    counts = scheduler.stats("m").by_level[2]
+    counts = stats_of(scheduler, "m").by_level[2]
     assert counts.expired == counts.dropped == 0
     for _ in range(100):  # the higher level is gone: within a few seconds its rate has decayed
         try:

@@ -12,7 +12,7 @@ from gateway.batching.policies.window import WindowPolicy
 from gateway.batching.queue import ModelQueue
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
-from tests.batching.support import RecordingExecutor, rows, scheduler_with
+from tests.batching.support import RecordingExecutor, rows, scheduler_with, stats_of
 from wire.errors import DeadlineExceeded, Overloaded, PayloadTooLarge
 
 
@@ -57,7 +57,7 @@ async def test_a_request_past_its_deadline_in_the_queue_is_answered_and_never_se
         await scheduler.submit(BatchRequest.arriving("m", rows(7, 1), timeout_s=0.05))
     await blocker
     assert len(executor.batches) == 1
-    assert scheduler.queue_depth("m") == 0
+    assert scheduler.view("m").queued_rows == 0
 
 
 async def test_a_full_queue_refuses_at_once():
@@ -70,7 +70,7 @@ async def test_a_full_queue_refuses_at_once():
     with pytest.raises(Overloaded):
         await scheduler.submit(BatchRequest.arriving("m", rows(9, 1)))
     await asyncio.gather(blocker, *queued)
-    assert scheduler.stats("m").refused == 1
+    assert stats_of(scheduler, "m").refused == 1
 
 
 async def test_a_request_larger_than_the_queue_is_refused_as_never_fitting_even_when_idle():
@@ -78,7 +78,7 @@ async def test_a_request_larger_than_the_queue_is_refused_as_never_fitting_even_
     scheduler = scheduler_with(executor, max_queue=4, max_batch_size=2)
     with pytest.raises(PayloadTooLarge, match="at most 4"):
         await scheduler.submit(BatchRequest.arriving("m", rows(0, 5)))
-    assert executor.batches == [] and scheduler.stats("m").refused == 0
+    assert executor.batches == [] and stats_of(scheduler, "m").refused == 0
     result = await scheduler.submit(BatchRequest.arriving("m", rows(0, 4)))  # the largest that fits still does
     assert len(result.outputs[0].data) == 4
 
@@ -91,10 +91,10 @@ async def test_a_cancelled_request_is_removed_and_never_sent():
     gone = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(5, 1))))
     stays = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(6, 1))))
     await asyncio.sleep(0)
-    assert scheduler.queue_depth("m") == 2
+    assert scheduler.view("m").queued_rows == 2
     gone.cancel()
     await asyncio.sleep(0)
-    assert scheduler.queue_depth("m") == 1
+    assert scheduler.view("m").queued_rows == 1
     await asyncio.gather(blocker, stays)
     sent = np.concatenate(executor.batches)
     assert not any((row == rows(5, 1)[0].data[0]).all() for row in sent)

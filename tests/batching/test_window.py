@@ -10,7 +10,7 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.window import WindowPolicy
 from gateway.batching.request import BatchRequest
 from gateway.batching.stats import ModelStats
-from tests.batching.support import RecordingExecutor, rows, scheduler_with
+from tests.batching.support import RecordingExecutor, rows, scheduler_with, stats_of
 
 
 async def test_window_policy_waits_for_max_latency_when_not_full():
@@ -22,7 +22,7 @@ async def test_window_policy_waits_for_max_latency_when_not_full():
     assert loop.time() - started >= 0.19
     assert [len(b) for b in executor.batches] == [3]
     assert len({r.batch_ids[0] for r in results}) == 1
-    assert scheduler.stats("m").departures["window_expired"] == 1
+    assert stats_of(scheduler, "m").departures["window_expired"] == 1
 
 
 async def test_window_policy_ships_a_full_batch_without_waiting():
@@ -30,7 +30,7 @@ async def test_window_policy_ships_a_full_batch_without_waiting():
     scheduler = scheduler_with(executor, policy="window", max_latency_s=10.0, max_batch_size=4)
     await asyncio.wait_for(asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1))) for i in range(4))), 2.0)
     assert [len(b) for b in executor.batches] == [4]
-    assert scheduler.stats("m").departures["full"] == 1
+    assert stats_of(scheduler, "m").departures["full"] == 1
 
 
 # -- the decision itself, without an event loop ----------------------------------------------

@@ -118,9 +118,9 @@ def test_a_cancelled_stream_drops_its_queued_requests(tmp_path):
         call.cancel()
         cancelled.set()
         deadline = time.monotonic() + 10
-        while gw.gateway.scheduler.queue_depth("demo") and time.monotonic() < deadline:
+        while gw.gateway.scheduler.view("demo").queued_rows and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert gw.gateway.scheduler.queue_depth("demo") == 0
+        assert gw.gateway.scheduler.view("demo").queued_rows == 0
         assert gw.stats("demo").batches < 30  # the dropped ones never reached the predictor
 
 
