@@ -241,7 +241,7 @@ def _rows(tensor: Tensor) -> list[Any]:
     if tensor.datatype in RAW_ONLY:
         raise InvalidInput(
             f"tensor '{tensor.name}' is {tensor.datatype}, which has no JSON form, and v1 instances and "
-            f"predictions are JSON: use an OIP client in binary form with a tensor predictor")
+            f"predictions are JSON: use an OIP client with the binary tensor extension and a tensor predictor")
     if tensor.datatype == "BYTES":
         return [_bytes_row(row) for row in tensor.data]
     return tensor.data.tolist()
@@ -249,7 +249,7 @@ def _rows(tensor: Tensor) -> list[Any]:
 
 def _bytes_row(row: Any) -> Any:
     """A BYTES element as JSON: its text if it is UTF-8, else KServe v1's {"b64": ...}
-    (the form `_decode_b64` reads back), so no byte is ever replaced or lost."""
+    (what `_decode_b64` reads back), so no byte is ever replaced or lost."""
     if isinstance(row, np.ndarray):
         return [_bytes_row(element) for element in row]
     if isinstance(row, bytes):

@@ -16,7 +16,7 @@ from gateway.rerank import RerankModel
 
 
 def served_model(config: ModelConfig, backend: Backend) -> ServedModel:
-    """The served model of the form its backend takes."""
+    """The served model of the batch form its backend takes."""
     if config.embeddings is not None:
         return EmbeddingModel(config, backend)
     if config.rerank is not None:

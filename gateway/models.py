@@ -4,7 +4,7 @@ A predictor takes a batch in one of two forms (`backends.base.BatchForm`): typed
 (Open Inference Protocol predictors) or one JSON tensor of KServe v1 instances (v1 and
 TorchServe predictors). Clients of every front end reach every model, so each request is
 converted to its model's form before it is queued, and the model's answer is converted
-back to the form its client speaks. That is what a served model owns, in one place:
+back to what its client speaks. That is what a served model owns, in one place:
 
 - `check_inputs`: an OIP request's inputs as their headers declare them, checked against
   the model's signature (names, datatypes, rows, each row's shape) before any payload is

@@ -54,7 +54,7 @@ BYTES_ON_LOOP = 65_536
 
 @dataclass(slots=True)
 class Answer:
-    """A request's rows of its batch's result, in whichever form its client reads them."""
+    """A request's rows of its batch's result, readable as either of the shapes clients read (tensors, predictions)."""
     served: ServedModel
     batch: BatchInputs
     result: BatchResult
@@ -217,7 +217,7 @@ class InferenceService:
         return all(checks)
 
     async def model_config(self, served: ServedModel) -> dict[str, Any]:
-        """The model's configuration in Triton's JSON form (see gateway.triton)."""
+        """The model's configuration as Triton's JSON document (see gateway.triton)."""
         return triton.model_config(served, await served.backend.model_config())
 
     # -- views of the whole gateway (gateway.views: this process's, or the workers') -----

@@ -2,7 +2,7 @@
 
 Triton's own tools ask for these before anything else: perf_analyzer reads a model's
 configuration to learn its batch size and tensors, and its statistics to split latency
-into queue and compute time. Both documents are built here, once, in Triton's JSON form
+into queue and compute time. Both documents are built here, once, as Triton's JSON
 (its HTTP API); the gRPC front end parses the same dicts into Triton's protobuf messages.
 
 - The configuration is the gateway's view of the model: the gateway's `max_batch_size`,
@@ -29,7 +29,7 @@ _NS = 1_000_000_000
 
 
 def model_config(served: ServedModel, predictor_config: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The model's configuration in Triton's JSON form."""
+    """The model's configuration as Triton's JSON document."""
     batching = served.config.batching
     config = dict(predictor_config or {})
     predictor_batch = int(config.get("max_batch_size", 0) or 0)

@@ -16,7 +16,7 @@ little-endian uint16 array whose `Tensor.datatype` says "BF16". The bits are nev
 converted, so every value (NaN payloads included) passes through exactly, and no runtime
 dependency (ml_dtypes) is needed. The datatype string, not the dtype, is what tells BF16
 from UINT16: requests of the two never share a batch (`signature_key`). BF16 has no JSON
-form and no typed gRPC contents field (`RAW_ONLY`): it travels only as raw bytes.
+representation and no typed gRPC contents field (`RAW_ONLY`): it travels only as raw bytes.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "BYTES": np.dtype(object),
     JSON: np.dtype(object),
 }
-# Datatypes with no JSON form and no typed gRPC contents field: raw / binary bytes only.
+# Datatypes with no JSON representation and no typed gRPC contents field: raw / binary bytes only.
 RAW_ONLY = frozenset({"BF16"})
 
 

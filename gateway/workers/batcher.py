@@ -8,7 +8,7 @@ Messages from a worker (`channel`):
 - `PredictorQuestion`: what this process's client of a model's predictor knows (its batch
   form, the signature and versions learned from it, its readiness, its Triton config),
   for a worker's `RemoteBackend`: workers build no predictor clients.
-- `Answer`: the worker's answer to the batcher's own `Ask`.
+- `Reply`: the worker's answer to the batcher's own `Ask`.
 
 When a worker's connection closes (it stopped, or died), its requests are cancelled:
 their clients were connected to it, and are gone with it.
@@ -31,7 +31,6 @@ from gateway.batching.scheduler import BatchScheduler
 from gateway.metrics import Family
 from gateway.views import LocalViews
 from gateway.workers.channel import (
-    Answer,
     Ask,
     Cancel,
     Channel,
@@ -39,6 +38,7 @@ from gateway.workers.channel import (
     Failure,
     Message,
     PredictorQuestion,
+    Reply,
     Result,
     Submit,
     ViewQuestion,
@@ -107,7 +107,7 @@ class Batcher:
         elif isinstance(message, PredictorQuestion):
             self._spawn(self._answer_question(worker, message.id, message.what,
                                               self.predictor(message.model, message.what)))
-        elif isinstance(message, Answer):
+        elif isinstance(message, Reply):
             question = worker.questions.pop(message.id, None)
             if question is not None and not question.done():
                 question.set_result(message.value)
@@ -148,7 +148,7 @@ class Batcher:
 
     async def _answer_question(self, worker: _Worker, question_id: int, name: str, answer: Awaitable[Any]) -> None:
         try:
-            reply: Message = Answer(question_id, await answer)
+            reply: Message = Reply(question_id, await answer)
         except GatewayError as error:
             reply = Failure(question_id, error)
         except Exception:

@@ -6,7 +6,7 @@ Messages (each a class below, with the request id it belongs to):
   batcher's client of a model's predictor knows: a worker builds none);
 - batcher -> worker: `Result` (a request's rows), `Failure` (its `GatewayError`), `Ask`
   (the worker's own part of a view: its /metrics counts);
-- either way: `Answer`, to the other side's question (by the question's id).
+- either way: `Reply`, to the other side's question (by the question's id).
 
 A frame is a 4-byte big-endian length, then a 4-byte length and a JSON header (orjson)
 listing the frame's messages, then the tensors' bytes those messages describe, in order.
@@ -41,7 +41,7 @@ from gateway.batching.request import NO_PARAMETERS, BatchRequest, BatchResult
 from wire import errors
 from wire.codecs import raw
 from wire.errors import GatewayError
-from wire.tensors import JSON, NUMPY_DTYPES, Tensor, rows_tensor
+from wire.tensors import JSON, Tensor, rows_tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
 _LENGTH = struct.Struct(">I")
@@ -86,7 +86,7 @@ class PredictorQuestion:
 
 
 @dataclass(slots=True)
-class Answer:
+class Reply:
     id: int     # the question's
     value: Any  # a JSON document, or /metrics' text as bytes
 
@@ -97,7 +97,7 @@ class Ask:
     name: str  # what the batcher wants of the worker's own: "metrics" (its metric families)
 
 
-Message = Submit | Cancel | Result | Failure | ViewQuestion | PredictorQuestion | Answer | Ask
+Message = Submit | Cancel | Result | Failure | ViewQuestion | PredictorQuestion | Reply | Ask
 
 
 # -- encoding ---------------------------------------------------------------------------------
@@ -106,11 +106,8 @@ def _tensor_header(tensor: Tensor, blobs: list[bytes | memoryview]) -> list[Any]
     data = tensor.data
     if tensor.datatype == JSON:
         blob: bytes | memoryview = orjson.dumps(data.tolist(), option=orjson.OPT_SERIALIZE_NUMPY)
-    elif tensor.datatype == "BYTES":
-        blob = raw.from_array(data, "BYTES")
     else:
-        # The raw layout as a view of the array (no copy: the frame's one join copies it).
-        blob = np.ascontiguousarray(data, dtype=NUMPY_DTYPES[tensor.datatype]).data.cast("B")
+        blob = raw.view(data, tensor.datatype)  # numeric: no copy, the frame's one write copies it
     blobs.append(blob)
     return [tensor.name, tensor.datatype, list(data.shape), len(blob)]
 
@@ -151,8 +148,8 @@ def _encode(message: Message, blobs: list[bytes | memoryview], now: float) -> li
         return ["view", message.id, message.name, list(message.args)]
     if isinstance(message, PredictorQuestion):
         return ["predictor", message.id, message.model, message.what]
-    if isinstance(message, Answer):
-        return ["answer", message.id, _value(message.value)]
+    if isinstance(message, Reply):
+        return ["reply", message.id, _value(message.value)]
     return ["ask", message.id, message.name]
 
 
@@ -232,8 +229,8 @@ def _decode(fields: list[Any], blobs: _Blobs, now: float) -> Message:
         return ViewQuestion(message_id, fields[2], tuple(fields[3]))
     if kind == "predictor":
         return PredictorQuestion(message_id, fields[2], fields[3])
-    if kind == "answer":
-        return Answer(message_id, _unvalue(fields[2]))
+    if kind == "reply":
+        return Reply(message_id, _unvalue(fields[2]))
     if kind == "ask":
         return Ask(message_id, fields[2])
     raise ValueError(f"unknown message kind {kind!r}")

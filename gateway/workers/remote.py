@@ -30,7 +30,6 @@ from gateway.roles import Role
 from gateway.telemetry import Telemetry
 from gateway.views import Views
 from gateway.workers.channel import (
-    Answer,
     Ask,
     Cancel,
     Channel,
@@ -38,6 +37,7 @@ from gateway.workers.channel import (
     Failure,
     Message,
     PredictorQuestion,
+    Reply,
     Result,
     Submit,
     ViewQuestion,
@@ -86,7 +86,7 @@ class BatcherClient:
     def _handle(self, message: Message) -> None:
         if isinstance(message, Ask):
             answer = self.answer.get(message.name)
-            self.channel.send(Answer(message.id, answer() if answer is not None else None))
+            self.channel.send(Reply(message.id, answer() if answer is not None else None))
             return
         waiting = self._waiting.pop(message.id, None)
         if waiting is None or waiting.done():
@@ -95,7 +95,7 @@ class BatcherClient:
             waiting.set_exception(message.error)
         elif isinstance(message, Result):
             waiting.set_result(message.result)
-        elif isinstance(message, Answer):
+        elif isinstance(message, Reply):
             waiting.set_result(message.value)
         else:
             log.error("the batcher sent an unexpected %s", type(message).__name__)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gateway.batching.request import BatchRequest, BatchResult
-from gateway.workers.channel import Answer, Cancel, Channel, ChannelClosed, Failure, Result, Submit, decode, encode
+from gateway.workers.channel import Cancel, Channel, ChannelClosed, Failure, Reply, Result, Submit, decode, encode
 from wire.errors import GatewayError, Overloaded
 from wire.tensors import JSON, Tensor, rows_tensor
 from wire.tracing import NO_CONTEXT, ClientContext
@@ -78,7 +78,7 @@ def test_results_failures_and_views_cross_typed():
     outputs = [Tensor("OUTPUT0", "INT64", np.array([[1], [2]], dtype=np.int64))]
     result, failure, unknown, view, text = round_trip(
         Result(1, BatchResult(outputs, ["b-1", "b-2"])), Failure(2, Overloaded("queue full")),
-        Failure(3, GatewayError("oops")), Answer(4, {"models": []}), Answer(5, b"# metrics\n"))
+        Failure(3, GatewayError("oops")), Reply(4, {"models": []}), Reply(5, b"# metrics\n"))
     assert result.result.batch_ids == ["b-1", "b-2"] and result.result.outputs[0].data.tolist() == [[1], [2]]
     assert type(failure.error) is Overloaded and failure.error.message == "queue full"  # its class: its status
     assert type(unknown.error) is GatewayError
