@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logs.configure(args.log_level, args.log_format)
     from gateway.server import serve as run  # imported late: check-config needs no servers
-    from gateway.workers.supervisor import BatcherRole
+    from gateway.workers.batcher_role import BatcherRole
     try:
         with event_loop_runner(args.loop) as runner:
             role = None if loaded.server.workers == 1 else BatcherRole(
@@ -79,7 +79,7 @@ def parser() -> argparse.ArgumentParser:
                             "or uvloop when installed (auto)")
     check = commands.add_parser("check-config", help="validate a config file without starting")
     check.add_argument("file")
-    # Started by `serve --workers N` itself (gateway.workers.supervisor), not by users.
+    # Started by `serve --workers N` itself (gateway.workers.batcher_role), not by users.
     worker = commands.add_parser("worker")
     worker.add_argument("config", help="the pickled GatewayConfig the batcher wrote")
     worker.add_argument("batcher", help="the batcher's Unix socket")
@@ -94,12 +94,12 @@ def _worker(args: argparse.Namespace) -> int:
     """A worker process of `serve --workers N`: the gateway with the batcher's scheduler."""
     with open(args.config, "rb") as handle:
         config: gateway_config.GatewayConfig = pickle.load(handle)  # written by our batcher, in its private directory
-    from gateway.workers.supervisor import TOKEN_VARIABLE  # its token travels apart from the file
+    from gateway.workers.batcher_role import TOKEN_VARIABLE  # its token travels apart from the file
     token = os.environ.pop(TOKEN_VARIABLE, "")
     config = dataclasses.replace(config, server=dataclasses.replace(config.server, auth_token=token))
     logs.configure(args.log_level, args.log_format)
     from gateway.server import serve
-    from gateway.workers.remote import WorkerRole
+    from gateway.workers.worker_role import WorkerRole
     with event_loop_runner(args.loop) as runner:
         runner.run(serve(config, args.config_path, WorkerRole(args.batcher)))
     return 0

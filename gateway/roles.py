@@ -5,10 +5,10 @@ batches, the service, the front ends); its role says the rest:
 
 * `SingleProcess` (here): its own `BatchScheduler` decides every batch, and its views
   (`gateway.views.LocalViews`) describe the whole gateway.
-* The batcher of `serve --workers N` (`gateway.workers.supervisor.BatcherRole`): the same
+* The batcher of `serve --workers N` (`gateway.workers.batcher_role.BatcherRole`): the same
   scheduler, also fed by its workers over their channel; it starts, restarts and signals
   them, and its /metrics adds their counts.
-* A worker (`gateway.workers.remote.WorkerRole`): a stand-in scheduler that hands each
+* A worker (`gateway.workers.worker_role.WorkerRole`): a stand-in scheduler that hands each
   request to the batcher, whose views it reads, and stand-in predictor clients that ask
   the batcher's what they know (a worker calls no predictor).
 

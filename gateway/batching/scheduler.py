@@ -51,7 +51,7 @@ __all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Replica
 
 class Scheduler(Protocol):
     """What decides batches, as the service drives it: this process's `BatchScheduler`, or
-    a worker's stand-in that hands each request to the batcher's (`gateway.workers.remote`).
+    a worker's stand-in that hands each request to the batcher's (`gateway.workers.worker_role`).
     What a scheduler has counted is read through the service's views, not here."""
 
     def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "",

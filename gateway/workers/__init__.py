@@ -18,9 +18,9 @@ Each process is the one gateway assembly (`gateway.server.Gateway`) with a role
 - `batcher.py`: the batcher's side: it queues what workers send in the one scheduler and
   answers the views that must describe the whole gateway (`BatcherViews`: /metrics summed
   over the workers, Triton statistics, the live page).
-- `remote.py`: a worker's side: `WorkerRole`, with `RemoteScheduler` (the `Scheduler` its
+- `worker_role.py`: a worker's side: `WorkerRole`, with `RemoteScheduler` (the `Scheduler` its
   service holds) and `RemoteViews`.
-- `supervisor.py`: `BatcherRole`: starting workers (`python -m gateway worker`), one READY
+- `batcher_role.py`: `BatcherRole`: starting workers (`python -m gateway worker`), one READY
   line, restarting a worker that dies, carrying SIGHUP and SIGTERM to every worker.
 
 The front ends, the service and the models do not know they run in a worker: they see a

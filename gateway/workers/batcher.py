@@ -158,7 +158,7 @@ class Batcher:
             worker.channel.send(reply)
 
     async def predictor(self, model: str, what: str) -> Any:
-        """What this process's client of `model`'s predictor knows (see `remote.RemoteBackend`)."""
+        """What this process's client of `model`'s predictor knows (see `worker_role.RemoteBackend`)."""
         assert self.views is not None, "a question before the service"
         served = self.views.local.models.get(model)
         if served is None:

@@ -82,7 +82,7 @@ class ViewQuestion:
 class PredictorQuestion:
     id: int
     model: str
-    what: str  # "form", "metadata", "ready" or "config" (see `remote.RemoteBackend`)
+    what: str  # "form", "metadata", "ready" or "config" (see `worker_role.RemoteBackend`)
 
 
 @dataclass(slots=True)
