@@ -78,11 +78,7 @@ class BaseHandler(tornado.web.RequestHandler):
     def clear(self) -> None:
         # Tornado's own clear(), less its Server header, with the Date header formatted once a
         # second instead of on every answer (email.utils' formatting was ~1% of a request).
-        self._headers = tornado.httputil.HTTPHeaders({"Content-Type": "text/html; charset=UTF-8", "Date": _http_date()})
-        self.set_default_headers()
-        self._write_buffer = []
-        self._status_code = 200
-        self._reason = tornado.httputil.responses[200]
+        tornado_internals.reset_answer(self, _http_date())
 
     def prepare(self) -> None:
         # The task serving this request: cancelled if the client goes away (on_connection_close).
@@ -314,7 +310,9 @@ class BodyHandler(BaseHandler):
             inflater = self._inflater or content_encoding.Inflater(self._coding, self.limits.max_body_bytes)
             self._chunks = [inflater.finish()]
             self._coding = self._inflater = None
-        return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        if len(self._chunks) > 1:  # joined once, and the chunks let go: a large body is not held twice
+            self._chunks = [b"".join(self._chunks)]
+        return self._chunks[0] if self._chunks else b""
 
 
 class NotFoundHandler(BaseHandler):

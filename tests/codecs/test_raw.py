@@ -92,3 +92,17 @@ def test_a_grpc_request_head_is_read_without_decoding_its_raw_contents():
     message.raw_input_contents[0] = b"\0" * 8
     with pytest.raises(InvalidInput, match="hold at most 2"):
         oip_grpc.read_request(message)
+
+
+@pytest.mark.parametrize("datatype, data", [
+    ("FP32", np.arange(6, dtype="<f4").reshape(2, 3)),
+    ("INT64", np.arange(6, dtype=">i8").reshape(3, 2)),          # big-endian: converted
+    ("FP32", np.arange(12, dtype="<f4").reshape(3, 4)[:, ::2]),   # not contiguous: copied
+    ("BYTES", np.array([[b"a", b""], [b"bc", b"d"]], dtype=object)),
+])
+def test_view_is_the_raw_layout_without_a_copy_where_it_can_be(datatype, data):
+    chunk = raw.view(data, datatype)
+    assert bytes(chunk) == raw.from_array(data, datatype)
+    assert isinstance(raw.from_array(data, datatype), bytes)
+    shared = isinstance(chunk, memoryview) and data.flags.c_contiguous and data.dtype.byteorder in "<="
+    assert (isinstance(chunk, memoryview) and np.shares_memory(np.frombuffer(chunk, np.uint8), data)) == shared

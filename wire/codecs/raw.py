@@ -105,13 +105,20 @@ def _uniform(view: memoryview, count: int, out: np.ndarray) -> bool:
 
 def from_array(data: np.ndarray, datatype: str) -> bytes:
     """Encode a tensor's elements in raw form."""
-    if datatype == "BYTES":
-        parts = []
-        for element in data.ravel():
-            if isinstance(element, str):
-                element = element.encode()
-            parts.append(_LENGTH.pack(len(element)))
-            parts.append(element)
-        return b"".join(parts)
-    dtype = NUMPY_DTYPES[datatype]
-    return np.ascontiguousarray(data, dtype=dtype).tobytes()
+    chunk = view(data, datatype)
+    return chunk if isinstance(chunk, bytes) else chunk.tobytes()
+
+
+def view(data: np.ndarray, datatype: str) -> bytes | memoryview:
+    """A tensor's elements in raw form for a caller that copies them once anyway (a join, a
+    write): a numeric tensor's as a view of its array (no copy when it is contiguous and
+    little-endian already); BYTES encoded."""
+    if datatype != "BYTES":
+        return np.ascontiguousarray(data, dtype=NUMPY_DTYPES[datatype]).data.cast("B")
+    parts = []
+    for element in data.ravel():
+        if isinstance(element, str):
+            element = element.encode()
+        parts.append(_LENGTH.pack(len(element)))
+        parts.append(element)
+    return b"".join(parts)
