@@ -6,7 +6,9 @@ computing models ``image`` and ``encoder``, batchSize 1) and ``torchserve_batchi
 the OpenAI-compatible embedding servers ``infinity_server`` (Infinity, its own batching) and
 ``kserve_openai_server`` (KServe's ``OpenAIEncoderModel``, one forward per request), and
 ``embedding_reference`` (texts -> the reference vectors of ``embedding_model.embed``). Triton's
-``triton_server`` serves the same encoder as ``embed``.
+``triton_server`` serves the same encoder as ``embed``, and the test cross-encoder as
+``rerank``; ``infinity_rerank_server`` (Infinity's own ``/rerank``) and ``vllm_score_server``
+(vLLM's score and rerank APIs, the tests' server: vLLM needs CUDA) serve it too.
 
 Registered from ``tests/conftest.py`` (``pytest_plugins = ["tests.predictors.fixtures"]``).
 Each fixture builds (or reuses) the predictor's cached venv (``tools.predictor_envs``),
@@ -32,6 +34,7 @@ from tests.predictors.harness import (
     KServeServer,
     TorchServeServer,
     TritonServer,
+    VllmScoreServer,
     reference_embeddings,
 )
 from tools.predictor_envs import ensure_env
@@ -114,6 +117,28 @@ def infinity_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infini
     """A real Infinity 0.0.78 serving ``embedding`` with its own batching (batch size 32),
     routes without a prefix: ``POST /embeddings``, ``GET /models``."""
     server = InfinityServer.start(ensure_env("infinity"), tmp_path_factory.mktemp("infinity"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def infinity_rerank_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InfinityServer]:
+    """A real Infinity 0.0.78 serving the test cross-encoder ``reranker`` with its own
+    batching (batch size 32): ``POST /rerank`` in Cohere's shape, ``GET /models``."""
+    server = InfinityServer.start(ensure_env("infinity"), tmp_path_factory.mktemp("infinity-rerank"), rerank=True)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_score_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmScoreServer]:
+    """The tests' server of vLLM's score and rerank APIs on the test cross-encoder (the
+    infinity venv's torch)."""
+    server = VllmScoreServer.start(ensure_env("infinity"), tmp_path_factory.mktemp("vllm-score"))
     try:
         yield server
     finally:

@@ -55,6 +55,10 @@ TORCHSERVE_SCRIPT = HERE / "torchserve_server.py"
 EMBEDDING_MODEL_SCRIPT = HERE / "embedding_model.py"
 INFINITY_SCRIPT = HERE / "infinity_server.py"
 KSERVE_OPENAI_SCRIPT = HERE / "kserve_openai_server.py"
+RERANK_MODEL_SCRIPT = HERE / "rerank_model.py"
+VLLM_SCORE_SCRIPT = HERE / "vllm_score_server.py"
+RERANK_MODEL = "reranker"  # the cross-encoder's served name at Infinity and the vLLM-style server
+TRITON_RERANK_MODEL = "rerank"  # Triton's: BYTES ``query``, ``document`` [-1, 1] -> FP32 ``score`` [-1, 1]
 MODEL = "double"
 EMBEDDING_MODEL = "embedding"  # the served name at Infinity and KServe
 TRITON_EMBED_MODEL = "embed"  # Triton's: BYTES ``text`` [-1, 1] -> FP32 ``embedding`` [-1, 128]
@@ -377,6 +381,58 @@ def embedding_model_folder(python: pathlib.Path) -> pathlib.Path:
     return pathlib.Path(result.stdout.strip().splitlines()[-1])
 
 
+def reference_rerank_scores(python: pathlib.Path, pairs: Sequence[tuple[str, str]], *,
+                            engine: str = "torch") -> list[float]:
+    """``rerank_model.score(pairs)`` run by a predictor venv's ``python``: the sigmoid of the test
+    cross-encoder's logit for each (query, document) pair. ``"torch"`` needs the infinity venv;
+    ``"numpy"`` (``NumpyCrossEncoder``) also runs with the triton venv's python."""
+    result = subprocess.run([str(python), str(RERANK_MODEL_SCRIPT), "score", "--engine", engine],
+                            input=json.dumps([list(pair) for pair in pairs]), capture_output=True, text=True,
+                            env=_child_env(), timeout=300, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"rerank_model.py score failed ({result.returncode}): {result.stderr[-3000:]}")
+    return json.loads(result.stdout)
+
+
+def rerank_model_folder(python: pathlib.Path) -> pathlib.Path:
+    """Build (or find) the cross-encoder's folder with a predictor venv's ``python``."""
+    result = subprocess.run([str(python), str(RERANK_MODEL_SCRIPT), "build"], capture_output=True, text=True,
+                            env=_child_env(), timeout=300, check=True)
+    return pathlib.Path(result.stdout.strip().splitlines()[-1])
+
+
+@dataclasses.dataclass
+class VllmScoreServer:
+    """The tests' server of vLLM's score and rerank APIs (``vllm_score_server.py``: vLLM's
+    wheel needs CUDA), computing with the test cross-encoder, one call at a time; each
+    call's pair and query counts in ``calls()``."""
+
+    http_port: int
+    process: PredictorProcess
+    call_log: pathlib.Path
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @classmethod
+    def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, ready_timeout: float = 120.0) -> VllmScoreServer:
+        workdir = pathlib.Path(workdir)
+        port = free_port()
+        call_log = workdir / "calls.jsonl"
+        process = PredictorProcess("vllm-score", [python, VLLM_SCORE_SCRIPT, "--port", port, "--call-log", call_log,
+                                                  "--exit-on-stdin-eof"],
+                                   workdir, None, env={"HF_HUB_OFFLINE": "1"}, ready_timeout=ready_timeout)
+        process.start()
+        return cls(http_port=port, process=process, call_log=call_log)
+
+    def stop(self) -> int | None:
+        return self.process.stop()
+
+    def calls(self) -> list[dict[str, Any]]:
+        return _read_call_log(self.call_log)
+
+
 def post_embeddings(url: str, texts: str | Sequence[Any], *, model: str = EMBEDDING_MODEL,
                     timeout: float = 30.0, **options: Any) -> tuple[int, Any]:
     """POST an OpenAI embeddings body (``input`` = ``texts``: a string, strings, or token ids,
@@ -431,8 +487,9 @@ class InfinityServer:
 
     @classmethod
     def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, url_prefix: str = "", batch_size: int = 32,
-              count_tokens: bool = False, ready_timeout: float = 180.0) -> InfinityServer:
-        """Start ``infinity_server.py`` with the infinity venv's ``python`` on a free loopback port."""
+              count_tokens: bool = False, ready_timeout: float = 180.0, rerank: bool = False) -> InfinityServer:
+        """Start ``infinity_server.py`` with the infinity venv's ``python`` on a free loopback port
+        (``rerank``: serving the test cross-encoder, ``reranker``, at ``<prefix>/rerank``)."""
         workdir = pathlib.Path(workdir)
         port = free_port()
         # Ready on its READY line: printed once /health and <prefix>/models answer (the
@@ -440,17 +497,24 @@ class InfinityServer:
         process = PredictorProcess(
             "infinity",
             [python, INFINITY_SCRIPT, "--port", port, "--url-prefix", url_prefix, "--batch-size", batch_size,
-             *(["--count-tokens"] if count_tokens else []), "--exit-on-stdin-eof"],
+             *(["--count-tokens"] if count_tokens else []), *(["--model", "rerank"] if rerank else []),
+             "--exit-on-stdin-eof"],
             workdir,
             None,
             env={"DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"},
             ready_timeout=ready_timeout,
         )
         process.start()
-        return cls(http_port=port, url_prefix=url_prefix, process=process)
+        return cls(http_port=port, url_prefix=url_prefix, process=process,
+                   model=RERANK_MODEL if rerank else EMBEDDING_MODEL)
 
     def stop(self) -> int | None:
         return self.process.stop()
+
+    def rerank(self, query: str, documents: Sequence[str], **options: Any) -> tuple[int, Any]:
+        """``POST <prefix>/rerank`` in Cohere's shape; (status, decoded JSON answer)."""
+        body = {"model": self.model, "query": query, "documents": list(documents), **options}
+        return http_post_json(f"{self.base_url}/rerank", body)
 
     def models(self) -> dict[str, Any]:
         """``GET <prefix>/models`` (Infinity's queue and batch stats per model)."""

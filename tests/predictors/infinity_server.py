@@ -1,4 +1,5 @@
-"""A real Infinity server (``infinity-emb`` 0.0.78) serving the test embedding model.
+"""A real Infinity server (``infinity-emb`` 0.0.78) serving the test embedding model, or
+(``--model rerank``) the test cross-encoder of ``rerank_model.py`` with its own ``/rerank``.
 
 Run by the INFINITY predictor venv's interpreter (``python -m tools.predictor_envs
 infinity`` prints it); the harness (``tests.predictors.harness.InfinityServer``) starts it::
@@ -16,7 +17,7 @@ sentence-transformers' own, equal to ``embedding_model.embed``; no vector disk c
 default) and no model warm-up (only startup time). ``DO_NOT_TRACK=1`` and
 ``HF_HUB_OFFLINE=1``: nothing leaves the machine.
 
-Prints ``READY http=127.0.0.1:N embeddings=<url>`` on stdout, its only line there (all
+Prints ``READY http=127.0.0.1:N embeddings=<url>`` (``rerank=<url>``) on stdout, its only line there (all
 else goes to stderr), once ``GET /health`` and ``GET <prefix>/models`` answer (the model is
 loaded by then: Infinity starts its engine in the app's lifespan, before uvicorn accepts
 connections): the READY line ``tools.processes`` reads, so benchmarks run it by path.
@@ -54,6 +55,7 @@ import signal
 import sys
 
 import embedding_model  # a sibling module: scripts run with their own venv
+import rerank_model
 from ready_line import announce_when_ready, stdout_for_ready_only
 from stdin_watchdog import on_stdin_eof
 
@@ -63,7 +65,9 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--url-prefix", default="", help="route prefix, e.g. /v1 (Infinity's default: none)")
     parser.add_argument("--batch-size", type=int, default=32, help="Infinity's maximum batch size (its default 32)")
-    parser.add_argument("--model-name", default=embedding_model.MODEL_NAME, help="the served model name")
+    parser.add_argument("--model", choices=["embedding", "rerank"], default="embedding",
+                        help="which test model: the encoder (/embeddings) or the cross-encoder (/rerank)")
+    parser.add_argument("--model-name", default="", help="the served model name (default: the model's own)")
     parser.add_argument("--count-tokens", action="store_true",
                         help="usage counts tokens (Infinity's --lengths-via-tokenize), not characters")
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
@@ -75,14 +79,16 @@ def _parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    folder = embedding_model.build()
+    module = rerank_model if args.model == "rerank" else embedding_model
+    folder = module.build()
+    model_name = args.model_name or module.MODEL_NAME
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("INFINITY_ANONYMOUS_USAGE_STATS", "0")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     cli_args = [
         "infinity_emb", "v2",
-        "--model-id", str(folder), "--served-model-name", args.model_name,
+        "--model-id", str(folder), "--served-model-name", model_name,
         "--engine", "torch", "--device", "cpu", "--dtype", "float32",
         "--batch-size", str(args.batch_size),
         "--no-bettertransformer", "--no-compile", "--no-model-warmup", "--no-vector-disk-cache",
@@ -96,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         # uvicorn turns SIGTERM into a clean shutdown.
         on_stdin_eof(lambda: os.kill(os.getpid(), signal.SIGTERM))
     base = f"http://127.0.0.1:{args.port}"
+    route = "rerank" if args.model == "rerank" else "embeddings"
     announce_when_ready(ready_out, [f"{base}/health", f"{base}{args.url_prefix}/models"],
-                        f"READY http=127.0.0.1:{args.port} embeddings={base}{args.url_prefix}/embeddings")
+                        f"READY http=127.0.0.1:{args.port} {route}={base}{args.url_prefix}/{route}")
 
     from infinity_emb.cli import cli
 

@@ -34,6 +34,12 @@ torch: a few MB in this venv instead of hundreds, and no second numpy ABI beside
 numpy<2; its answers equal ``embedding_model.embed`` (transformers' BertModel) to ~1e-7.
 The folder is built here if no other venv has built it yet (numpy alone can).
 
+Model ``rerank``: the test cross-encoder of ``rerank_model.py`` (that encoder with a
+one-label classification head), inputs ``query`` and ``document`` BYTES ``[-1, 1]`` (one
+pair per row, whatever query each row has), output ``score`` FP32 ``[-1, 1]``, the sigmoid of
+the logit; ``max_batch_size`` 64, no dynamic batcher; in numpy
+(``rerank_model.NumpyCrossEncoder``), equal to ``rerank_model.score`` to ~1e-7.
+
 Prints ``READY`` on stdout once Triton and the models answer; stops cleanly on
 SIGTERM / SIGINT (exit code 0), or exits 1 if Triton dies on its own.
 """
@@ -53,6 +59,7 @@ from stdin_watchdog import on_stdin_eof  # a sibling module: scripts run with th
 
 MODEL_NAME = "double"
 EMBED_MODEL = "embed"
+RERANK_MODEL = "rerank"
 IDENTITY_MODEL = "identity"
 IDENTITY_BF16_MODEL = "identity_bf16"
 # The identity model's datatypes (BF16 is in IDENTITY_BF16_MODEL: PyTriton cannot express it).
@@ -168,6 +175,16 @@ def main(argv: list[str] | None = None) -> int:
         texts = [bytes(row[0]).decode("utf-8", errors="replace") for row in text]
         return {"embedding": encoder.embed(texts)}
 
+    import rerank_model
+
+    cross_encoder = rerank_model.NumpyCrossEncoder()
+
+    @batch
+    def infer_rerank(query: np.ndarray, document: np.ndarray) -> dict[str, np.ndarray]:
+        pairs = [(bytes(q[0]).decode("utf-8", errors="replace"), bytes(d[0]).decode("utf-8", errors="replace"))
+                 for q, d in zip(query, document, strict=True)]
+        return {"score": cross_encoder.score(pairs).reshape(-1, 1)}
+
     identity_dtypes = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
                        "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
                        "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
@@ -226,6 +243,14 @@ def main(argv: list[str] | None = None) -> int:
             infer_func=infer_embed,
             inputs=[Tensor(name="text", dtype=np.bytes_, shape=(1,))],
             outputs=[Tensor(name="embedding", dtype=np.float32, shape=(embedding_model.DIMENSIONS,))],
+            config=ModelConfig(max_batch_size=64, batcher=None),
+            strict=True,
+        )
+        triton.bind(
+            model_name=RERANK_MODEL,
+            infer_func=infer_rerank,
+            inputs=[Tensor(name="query", dtype=np.bytes_, shape=(1,)), Tensor(name="document", dtype=np.bytes_, shape=(1,))],
+            outputs=[Tensor(name="score", dtype=np.float32, shape=(1,))],
             config=ModelConfig(max_batch_size=64, batcher=None),
             strict=True,
         )
