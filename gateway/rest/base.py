@@ -31,7 +31,7 @@ from gateway import metrics
 from gateway.auth import API_KEY_HEADERS
 from gateway.lifecycle import Call
 from gateway.models import ServedModel
-from gateway.rest import errors
+from gateway.rest import errors, tornado_internals
 from gateway.service import InferenceService
 from wire.codecs import content_encoding
 from wire.codecs.json_data import SEND_BINARY, json_too_large
@@ -145,8 +145,11 @@ class BaseHandler(tornado.web.RequestHandler):
         if isinstance(error, tornado.web.HTTPError) and error.log_message:
             # Tornado's own refusals say what was wrong here (e.g. a path that is not UTF-8).
             message = error.log_message % error.args if error.args else error.log_message
+        elif isinstance(error, tornado.web.HTTPError) and error.reason:
+            message = error.reason
         elif error is None or isinstance(error, tornado.web.HTTPError):
-            message = self._reason  # Tornado's own: bad method, malformed request
+            # Tornado's own: bad method, malformed request (its reason phrase for the status).
+            message = tornado.httputil.responses.get(self.get_status(), "Unknown")
         else:
             message = "internal error"  # never a traceback or an address
         self.set_header("Content-Type", errors.CONTENT_TYPE)

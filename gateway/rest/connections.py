@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import tornado.http1connection
 import tornado.httpserver
 import tornado.httputil
 import tornado.ioloop
@@ -53,7 +52,7 @@ import tornado.iostream
 import tornado.web
 
 from gateway.metrics import ConnectionStats
-from gateway.rest import errors
+from gateway.rest import errors, tornado_internals
 from wire.errors import GatewayError, HeaderFieldsTooLarge, InvalidInput, OverCapacity, RequestHeadTooLarge
 
 log = logging.getLogger(__name__)
@@ -108,7 +107,7 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
         )
         # The sweep below alone times a connection's wait for a head: Tornado's own wait
         # costs a future and a timer per request (~2% of one) and could only fire after it.
-        self.conn_params.header_timeout = None
+        tornado_internals.drop_header_timeout(self)
         self.limits = limits
         self.stats = ConnectionStats()
         self._deadlines: dict[object, _Deadline] = {}   # by Tornado's server connection
@@ -178,7 +177,7 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
             else:
                 # Tornado's own path from an accepted socket to a TLS stream; it calls
                 # handle_stream, where the connection is counted.
-                self._handle_connection(connection, address)
+                tornado_internals.accept_tls(self, connection, address)
         self._backoff_s = BACKOFF_FIRST_S
 
     def _back_off(self, error: OSError) -> None:
@@ -224,10 +223,7 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
         else:
             deadline.at = now + self.limits.idle_timeout_s
         _body_unread(deadline.stream, False)  # a body drained after an early answer ends unannounced
-        if type(request_conn) is tornado.http1connection.HTTP1Connection:
-            # Tornado makes each request's connection itself (HTTP1ServerConnection's request
-            # loop), with no factory to ask for another class: this one only adds behaviour.
-            request_conn.__class__ = _EarlyAnswerConnection
+        tornado_internals.keep_after_early_answer(request_conn, _drainable)
         return _GuardedRequest(super().start_request(server_conn, request_conn), request_conn, deadline,
                                self.limits.body_timeout_s, self.stats)
 
@@ -238,35 +234,6 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
                 deadline.at = None
                 self.stats.timed_out += 1
                 deadline.stream.close()  # Tornado then ends the connection and calls on_close
-
-
-class _EarlyAnswerConnection(tornado.http1connection.HTTP1Connection):
-    """Tornado's exchange of one request and its answer on a connection, but for an answer
-    that goes before the request's body is read. Tornado closes the connection then (the
-    only way it knows not to read the body), without saying so in the answer, and a client
-    that sends its next request on it fails. Here the connection is kept when the rest of
-    the body is small (`_drainable`): Tornado reads it past the handler and drops it, then
-    serves the next request; otherwise the answer says `Connection: close` (see the module)."""
-
-    def write_headers(self, start_line: tornado.httputil.RequestStartLine | tornado.httputil.ResponseStartLine,
-                      headers: tornado.httputil.HTTPHeaders, chunk: bytes | None = None) -> Any:
-        if not self._read_finished and not self._disconnect_on_finish and not self.is_client:
-            assert self._request_headers is not None  # a server writes an answer after a head
-            if headers.get("Connection", "").lower() == "close" or not _drainable(self._request_headers):
-                self._disconnect_on_finish = True  # Tornado adds `Connection: close` for it
-        return super().write_headers(start_line, headers, chunk)
-
-    def finish(self) -> None:
-        if self._read_finished or self._disconnect_on_finish:
-            super().finish()
-            return
-        # Answered before a body write_headers found small: Tornado's finish closes a connection
-        # whose read is unfinished; told it is finished, it keeps it and reads the body after.
-        self._read_finished = True
-        try:
-            super().finish()
-        finally:
-            self._read_finished = False
 
 
 def _drainable(headers: tornado.httputil.HTTPHeaders) -> bool:
