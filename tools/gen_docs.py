@@ -79,7 +79,7 @@ def errors_page() -> str:
         if not cls.__doc__:
             raise ValueError(f"wire.errors.{cls.__name__} has no docstring: say when a client gets it")
         meaning = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())
-        rows.append(f"| `{cls.__name__}` | {cls.http_status} | {cls.grpc_code.name} | {meaning} |\n")
+        rows.append(f"| `{cls.__name__}` | {cls.http_status} | {cls.grpc_code} | {meaning} |\n")
     return "".join([
         HEADER, "# Errors\n\n",
         "Every failure a client sees is one of these, each with one HTTP status and one gRPC code "

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 
-import grpc
-
 MAX_MESSAGE = 2048  # characters of an error's message; the rest is cut
 
 
 class GatewayError(Exception):
     http_status: int = 500
-    grpc_code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    # The name of its gRPC status code, as grpc.StatusCode spells it: the gRPC front end and
+    # the predictors' clients turn it into the code (wire/ knows no gRPC library).
+    grpc_code: str = "INTERNAL"
     http_headers: dict[str, str] = {}  # headers an HTTP answer of this error must carry
 
     def __init__(self, message: str) -> None:
@@ -30,7 +30,7 @@ class GatewayError(Exception):
 class InvalidInput(GatewayError):
     """The request itself is wrong: malformed body, bad shape, unknown datatype, too large."""
     http_status = 400
-    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_code = "INVALID_ARGUMENT"
 
 
 class PayloadTooLarge(InvalidInput):
@@ -42,14 +42,14 @@ class PayloadTooLarge(InvalidInput):
 class MessageTooLarge(PayloadTooLarge):
     """A gRPC message larger than the limit once decompressed: RESOURCE_EXHAUSTED, as grpc's
     own size limit answers (HTTP's 413 otherwise)."""
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_code = "RESOURCE_EXHAUSTED"
 
 
 class UnsupportedEncoding(InvalidInput):
     """A body in a content coding the gateway does not speak (HTTP's Content-Encoding). gRPC
     answers a message compression it does not speak with UNIMPLEMENTED, so the pair is that."""
     http_status = 415
-    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+    grpc_code = "UNIMPLEMENTED"
 
 
 class RequestHeadTooLarge(InvalidInput):
@@ -57,7 +57,7 @@ class RequestHeadTooLarge(InvalidInput):
     request target (414) or the header block (`HeaderFieldsTooLarge`, 431). gRPC's own
     limit on metadata answers RESOURCE_EXHAUSTED."""
     http_status = 414
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_code = "RESOURCE_EXHAUSTED"
 
 
 class HeaderFieldsTooLarge(RequestHeadTooLarge):
@@ -69,7 +69,7 @@ class Unauthenticated(GatewayError):
     """The gateway requires a bearer token (`[server] auth_token_env`) and the request has
     none, or another."""
     http_status = 401
-    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+    grpc_code = "UNAUTHENTICATED"
     http_headers = {"WWW-Authenticate": "Bearer"}  # RFC 6750
 
 
@@ -77,13 +77,13 @@ class PermissionDenied(GatewayError):
     """The request's key is known, but its tenant may not call this model (`models` of its
     `[[tenants]]` table)."""
     http_status = 403
-    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+    grpc_code = "PERMISSION_DENIED"
 
 
 class NotFound(GatewayError):
     """No such endpoint."""
     http_status = 404
-    grpc_code = grpc.StatusCode.NOT_FOUND
+    grpc_code = "NOT_FOUND"
 
 
 class ModelNotFound(NotFound):
@@ -108,7 +108,7 @@ def echo(text: str) -> str:
 class Overloaded(GatewayError):
     """The model's queue is full: refused at once rather than queued without bound."""
     http_status = 429
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_code = "RESOURCE_EXHAUSTED"
 
 
 class RateLimited(GatewayError):
@@ -116,7 +116,7 @@ class RateLimited(GatewayError):
     requests at once): refused before it is queued, with when to try again (`Retry-After`,
     whole seconds, at least 1)."""
     http_status = 429
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_code = "RESOURCE_EXHAUSTED"
 
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
@@ -130,7 +130,7 @@ class RateLimited(GatewayError):
 class Unavailable(GatewayError):
     """The predictor cannot be reached, or the model is not ready, or the gateway is stopping."""
     http_status = 503
-    grpc_code = grpc.StatusCode.UNAVAILABLE
+    grpc_code = "UNAVAILABLE"
 
 
 class OverCapacity(Unavailable):
@@ -142,25 +142,25 @@ class DeadlineExceeded(GatewayError):
     """The request's deadline (its client's, or the model's `timeout_s` or `slo_ms`, from its
     arrival) passed before its answer: before it was queued, in the queue, or at the predictor."""
     http_status = 504
-    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
+    grpc_code = "DEADLINE_EXCEEDED"
 
 
 class BadPredictorAnswer(GatewayError):
     """The predictor answered, but with something we cannot use (wrong count, shape, format)."""
     http_status = 502
-    grpc_code = grpc.StatusCode.INTERNAL
+    grpc_code = "INTERNAL"
 
 
 class PredictorRejected(GatewayError):
     """The predictor refused the batch as bad input (a 4xx / INVALID_ARGUMENT of its own)."""
     http_status = 400
-    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_code = "INVALID_ARGUMENT"
 
 
 class PredictorFailed(GatewayError):
     """The predictor reported an internal error (5xx / INTERNAL) for the batch."""
     http_status = 502
-    grpc_code = grpc.StatusCode.INTERNAL
+    grpc_code = "INTERNAL"
 
 
 class HandlerFailed(PredictorFailed):

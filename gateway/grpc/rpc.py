@@ -163,14 +163,14 @@ async def refuse(service: InferenceService, front_end: str | None, request: Any,
     if front_end is not None:
         call = service.open(front_end, getattr(request, "model_name", ""))
         call.close(error.http_status)
-    await context.abort(error.grpc_code, error.message)
+    await context.abort(grpc.StatusCode[error.grpc_code], error.message)
 
 
 def _classify(error: Exception, where: str) -> tuple[int, grpc.StatusCode, str]:
     """(HTTP status counted, gRPC code, message) of an error; an unexpected one is logged
     and never described to the client. Call it from the `except` block."""
     if isinstance(error, GatewayError):
-        return error.http_status, error.grpc_code, error.message
+        return error.http_status, grpc.StatusCode[error.grpc_code], error.message
     log.exception("unexpected error in %s", where)
     return 500, grpc.StatusCode.INTERNAL, "internal error"
 

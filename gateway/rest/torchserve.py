@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.rest.base import BaseHandler, BodyHandler
+from gateway.rest.forms import parse_form
 from wire.codecs import torchserve
 from wire.errors import GatewayError
 
@@ -27,7 +28,7 @@ class PredictionsHandler(BodyHandler):
     async def post(self, model: str, version: str | None = None) -> None:
         assert self.call is not None
         request = torchserve.decode_http(self.body, self.header("Content-Type"), self.request.query_arguments,
-                                         self.limits)
+                                         self.limits, parse_form)
         answer = await self.service.infer(self.served, request, self.call)
         body, content_type = torchserve.encode_answer(answer.predictions(), request.single)
         self.set_header("Content-Type", content_type)

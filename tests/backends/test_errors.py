@@ -14,7 +14,7 @@ def test_a_malformed_answer_is_unusable_not_the_client_s_fault():
         v1.decode_predictions(b'{"predictions": [1]}', 2)
     assert caught.value.message == ("model 'm': the predictor's answer is unusable: "
                                     "predictor returned 1 predictions for 2 instances")
-    assert (caught.value.http_status, caught.value.grpc_code.name) == (502, "INTERNAL")
+    assert (caught.value.http_status, caught.value.grpc_code) == (502, "INTERNAL")
 
 
 @pytest.mark.parametrize("body, problem", [

@@ -4,14 +4,21 @@ file a part of its name, query parameters too, gRPC entries as bytes), the bound
 forms, and TorchServe's answers (a string as text, anything else JSON)."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 
+from gateway.rest.forms import parse_form
 from wire.codecs import torchserve as ts
 from wire.codecs.limits import Limits
 from wire.errors import InvalidInput
 from wire.upload import Part
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+
+# Forms are parsed by the HTTP front end's parser (gateway/rest/forms.py), which the
+# codec is handed: these tests read bodies as the HTTP front end does.
+decode_http = functools.partial(ts.decode_http, parse_form=parse_form)
 
 
 def multipart(*parts: tuple[str, bytes, str | None, str | None], boundary: str = "xYzZY") -> tuple[bytes, str]:
@@ -31,10 +38,10 @@ def multipart(*parts: tuple[str, bytes, str | None, str | None], boundary: str =
 @pytest.mark.parametrize("content_type", [None, "application/json", "application/json; charset=utf-8",
                                           "application/x-www-form-urlencoded"])
 def test_json_bodies_are_the_json_forms_when_declared_json_or_undeclared(content_type):
-    request = ts.decode_http(b'{"instances": [[1], [2]]}', content_type)
+    request = decode_http(b'{"instances": [[1], [2]]}', content_type)
     assert (request.instances, request.single, request.upload) == ([[1], [2]], False, None)
-    assert ts.decode_http(b"[1, 2]", content_type).instances == [[1, 2]]
-    assert ts.decode_http(b'{"data": [3]}', content_type).instances == [[3]]
+    assert decode_http(b"[1, 2]", content_type).instances == [[1, 2]]
+    assert decode_http(b'{"data": [3]}', content_type).instances == [[3]]
 
 
 @pytest.mark.parametrize("body, message", [
@@ -43,38 +50,38 @@ def test_json_bodies_are_the_json_forms_when_declared_json_or_undeclared(content
 ])
 def test_a_body_declared_json_that_is_no_form_is_refused(body, message):
     with pytest.raises(InvalidInput, match=message.replace("[", r"\[").replace("{", r"\{")):
-        ts.decode_http(body, "application/json")
+        decode_http(body, "application/json")
 
 
 @pytest.mark.parametrize("body", [b"42", b'"text"', b'{"inputs": [1]}', b"true"])
 def test_an_undeclared_body_that_is_json_but_no_form_is_an_upload_as_torchserve_takes_it(body):
     """`curl -T` of a file that happens to hold `42`: TorchServe hands the bytes to its handler."""
-    assert ts.decode_http(body, None).upload == {"body": Part(body, "")}
+    assert decode_http(body, None).upload == {"body": Part(body, "")}
     assert ts.decode_grpc({"data": body}).upload == {"data": Part(body)}
 
 
 def test_a_form_takes_its_documented_64_parts():
     body = b"".join(b'--b\r\nContent-Disposition: form-data; name="f%d"\r\n\r\nv\r\n' % i for i in range(64)) + b"--b--\r\n"
-    assert len(ts.decode_http(body, "multipart/form-data; boundary=b").upload) == 64
+    assert len(decode_http(body, "multipart/form-data; boundary=b").upload) == 64
     with pytest.raises(InvalidInput, match="too many parts"):
-        ts.decode_http(body[:-7] + b'--b\r\nContent-Disposition: form-data; name="f64"\r\n\r\nv\r\n--b--\r\n',
+        decode_http(body[:-7] + b'--b\r\nContent-Disposition: form-data; name="f64"\r\n\r\nv\r\n--b--\r\n',
                        "multipart/form-data; boundary=b")
 
 
 def test_a_body_declared_json_that_is_not_json_is_refused():
     with pytest.raises(InvalidInput, match="not valid JSON"):
-        ts.decode_http(b"\x89PNG", "application/json")
+        decode_http(b"\x89PNG", "application/json")
 
 
 def test_the_instance_limit_holds_for_the_instances_form():
     with pytest.raises(InvalidInput, match="exceed the limit of 2"):
-        ts.decode_http(b'{"instances": [1, 2, 3]}', None, limits=Limits(max_instances=2))
+        decode_http(b'{"instances": [1, 2, 3]}', None, limits=Limits(max_instances=2))
 
 
 # -- uploads -------------------------------------------------------------------------
 
 def test_curl_t_an_undeclared_raw_body_is_the_part_body():
-    request = ts.decode_http(PNG, None)
+    request = decode_http(PNG, None)
     assert request.instances is None and request.single
     assert request.upload == {"body": Part(PNG, "")}
 
@@ -84,34 +91,34 @@ def test_curl_t_an_undeclared_raw_body_is_the_part_body():
     ("text/plain; charset=utf-8", "text/plain"), ("audio/wav", "audio/wav"),
 ])
 def test_a_raw_body_of_any_other_type_is_the_part_body_with_its_media_type(content_type, media_type):
-    assert ts.decode_http(PNG, content_type).upload == {"body": Part(PNG, media_type)}
+    assert decode_http(PNG, content_type).upload == {"body": Part(PNG, media_type)}
 
 
 def test_a_text_body_that_looks_like_json_is_text_when_declared_text():
     # TorchServe hands a text/* body to the handler as text, whatever it looks like.
-    assert ts.decode_http(b"[1, 2]", "text/plain").upload == {"body": Part(b"[1, 2]", "text/plain")}
+    assert decode_http(b"[1, 2]", "text/plain").upload == {"body": Part(b"[1, 2]", "text/plain")}
 
 
 def test_curl_f_each_multipart_part_is_a_part_of_its_name():
     body, content_type = multipart(("data", PNG, "kitten.png", "image/png"), ("note", b"hello", None, None),
                                    ("meta", b'{"k": 1}', "meta.json", "application/json"))
-    upload = ts.decode_http(body, content_type).upload
+    upload = decode_http(body, content_type).upload
     assert upload == {"data": Part(PNG, "image/png"), "note": Part(b"hello", ""),
                       "meta": Part(b'{"k": 1}', "application/json")}
 
 
 def test_a_field_sent_twice_keeps_its_last_value_as_torchserve_does():
     body, content_type = multipart(("data", b"first", None, None), ("data", b"second", None, None))
-    assert ts.decode_http(body, content_type).upload == {"data": Part(b"second", "")}
+    assert decode_http(body, content_type).upload == {"data": Part(b"second", "")}
 
 
 def test_an_url_encoded_form_that_is_not_json_gives_its_fields():
-    assert ts.decode_http(b"data=hello+world&x=1", "application/x-www-form-urlencoded").upload == {
+    assert decode_http(b"data=hello+world&x=1", "application/x-www-form-urlencoded").upload == {
         "data": Part(b"hello world"), "x": Part(b"1")}
 
 
 def test_query_parameters_are_parts_of_an_upload_and_a_body_part_wins():
-    upload = ts.decode_http(PNG, "image/png", {"topk": [b"3"], "body": [b"shadowed"]}).upload
+    upload = decode_http(PNG, "image/png", {"topk": [b"3"], "body": [b"shadowed"]}).upload
     assert upload == {"topk": Part(b"3"), "body": Part(PNG, "image/png")}
 
 
@@ -129,21 +136,21 @@ def test_query_parameters_are_parts_of_an_upload_and_a_body_part_wins():
 ])
 def test_malformed_forms_and_empty_bodies_are_400(body, content_type, message):
     with pytest.raises(InvalidInput, match=message):
-        ts.decode_http(body, content_type)
+        decode_http(body, content_type)
 
 
 def test_a_form_of_too_many_parts_is_refused_before_it_is_a_row():
     body, content_type = multipart(*[(f"f{i}", b"x", None, None) for i in range(ts.MAX_PARTS + 1)])
     with pytest.raises(InvalidInput, match="too many parts"):
-        ts.decode_http(body, content_type)
+        decode_http(body, content_type)
     with pytest.raises(InvalidInput, match="parameters; at most"):
-        ts.decode_http(PNG, "image/png", {f"q{i}": [b"1"] for i in range(ts.MAX_PARTS)})
+        decode_http(PNG, "image/png", {f"q{i}": [b"1"] for i in range(ts.MAX_PARTS)})
 
 
 def test_a_huge_part_header_is_refused():
     body = b"--b\r\nContent-Disposition: form-data; name=\"a\"\r\nX-Pad: " + b"p" * 20_000 + b"\r\n\r\nv\r\n--b--\r\n"
     with pytest.raises(InvalidInput, match="header too large"):
-        ts.decode_http(body, "multipart/form-data; boundary=b")
+        decode_http(body, "multipart/form-data; boundary=b")
 
 
 # -- gRPC -------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The simulated predictor as its own server process: a stand-in for a real model server.
 
-It serves ONE `SimulatedModel` (OUTPUT0 = 2 x INPUT0, at a configurable cost per call) on
+It serves ONE `SimulatedModel` (OUTPUT0 = 2 x INPUT0, at a configurable cost per call; or,
+with `--task rerank`, the simulated cross-encoder: BYTES `query` and `document`, FP32 `score`) on
 one asyncio event loop hosting a Tornado HTTP server and a grpc.aio server, speaking:
 
 - KServe v1 HTTP: `POST /v1/models/<m>:predict`, `GET /v1/models/<m>`;
@@ -43,6 +44,7 @@ import tornado.web
 
 from backends.settings import Cost
 from backends.simulated.model import CallLog, SimulatedModel
+from backends.simulated.reranker import SimulatedReranker
 from wire.codecs import json_data, oip_grpc, oip_json, v1
 from wire.codecs.limits import DEFAULT_LIMITS
 from wire.errors import (
@@ -81,7 +83,7 @@ class InjectedFault(GatewayError):
     def __init__(self, status: int) -> None:
         super().__init__(f"injected fault: status {status}")
         self.http_status = status
-        self.grpc_code = _GRPC_CODE_FOR_STATUS.get(status, grpc.StatusCode.INTERNAL)
+        self.grpc_code = _GRPC_CODE_FOR_STATUS.get(status, "INTERNAL")
 
 
 @dataclass(slots=True)
@@ -328,7 +330,7 @@ class GrpcService(pb_grpc.GRPCInferenceServiceServicer):
         try:
             return await work()
         except GatewayError as exc:
-            await context.abort(exc.grpc_code, exc.message)
+            await context.abort(grpc.StatusCode[exc.grpc_code], exc.message)
         except Exception:
             log.exception("internal error in gRPC call")
             await context.abort(grpc.StatusCode.INTERNAL, "internal error")
@@ -419,6 +421,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--http-port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--grpc-port", type=int, default=8001, help="0 picks a free port")
     parser.add_argument("--model", default="demo", help="the one model's name")
+    parser.add_argument("--task", choices=["double", "rerank"], default="double",
+                        help="double: OUTPUT0 = 2 x INPUT0; rerank: (query, document) pairs to scores")
     parser.add_argument("--call-ms", type=float, default=5.0, help="cost of each call")
     parser.add_argument("--per-instance-ms", type=float, default=0.0, help="extra cost per row")
     parser.add_argument("--slots", type=int, default=1, help="calls that may compute at once")
@@ -439,7 +443,8 @@ async def serve(args: argparse.Namespace) -> None:
                        "wrong_rows": args.wrong_rows})
     except InvalidInput as exc:
         raise SystemExit(f"simulated-predictor: {exc.message}") from None
-    model = SimulatedModel(args.model, Cost(args.call_ms, args.per_instance_ms, args.slots))
+    kind = SimulatedReranker if args.task == "rerank" else SimulatedModel
+    model = kind(args.model, Cost(args.call_ms, args.per_instance_ms, args.slots))
     server = PredictorServer(Predictor(model, faults), args.host, args.http_port, args.grpc_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

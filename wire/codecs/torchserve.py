@@ -16,25 +16,19 @@ A request is one of two things (`TorchServeRequest`):
   parameters are parts too; over gRPC each ``input`` entry is a part. One upload is one row,
   answered with its prediction alone.
 
-Multipart and url-encoded forms are parsed by Tornado's own ``httputil`` parser, bounded by
-`MAX_PARTS` and its part-header limit, on a body already bounded by ``max_body_bytes``. A
+Multipart and url-encoded forms are parsed by the HTTP front end's form parser
+(`gateway.rest.forms`, Tornado's own, bounded by `MAX_PARTS`), handed in as `parse_form`:
+this module says what the fields are, on a body already bounded by ``max_body_bytes``. A
 malformed form, a missing boundary, an empty body or too many parts is InvalidInput (400).
 
 An answer of one row is TorchServe's: text when the prediction is a string, else JSON.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import orjson
-from tornado.httputil import (
-    HTTPInputError,
-    ParseBodyConfig,
-    ParseMultipartConfig,
-    ParseUrlEncodedConfig,
-    parse_body_arguments,
-)
 
 from wire.codecs.json_data import check_json_size, loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
@@ -48,9 +42,21 @@ URLENCODED = "application/x-www-form-urlencoded"
 # A row is one request's parameters; TorchServe's handlers read one or two. The bound keeps a
 # body of a million empty fields from becoming a million dict entries.
 MAX_PARTS = 64
-# Tornado counts the preamble before a multipart body's first boundary as a part of its own.
-_FORM_LIMITS = ParseBodyConfig(multipart=ParseMultipartConfig(max_parts=MAX_PARTS + 1),
-                               urlencoded=ParseUrlEncodedConfig(max_arguments=MAX_PARTS))
+
+
+class FormFields(NamedTuple):
+    """A parsed form: each field's values as sent, each file's (bytes, declared media type)."""
+    arguments: dict[str, list[bytes]]
+    files: dict[str, list[tuple[bytes, str]]]
+
+
+FormParser = Callable[[str, bytes], FormFields]
+"""(Content-Type, body) -> the form's fields; raises InvalidInput for a malformed one."""
+
+
+def _no_form_parser(content_type: str, body: bytes) -> FormFields:
+    raise InvalidInput(f"a {media_type(content_type)} body is not taken here")
+
 GRPC_BODY_KEYS = ("data", "body")  # the input entries TorchServe's handlers read
 TEXT_ANSWER = "text/plain; charset=utf-8"
 JSON_ANSWER = "application/json"
@@ -62,8 +68,9 @@ def media_type(content_type: str | None) -> str:
 
 
 def decode_http(body: bytes, content_type: str | None, query: Mapping[str, list[bytes]] | None = None,
-                limits: Limits = DEFAULT_LIMITS) -> TorchServeRequest:
-    """A ``/predictions`` body with its Content-Type header and the URL's query arguments."""
+                limits: Limits = DEFAULT_LIMITS, parse_form: FormParser = _no_form_parser) -> TorchServeRequest:
+    """A ``/predictions`` body with its Content-Type header and the URL's query arguments;
+    `parse_form` reads a form's fields (the HTTP front end's parser)."""
     media = media_type(content_type)
     if media == JSON_MEDIA_TYPE:
         check_json_size(body, limits)
@@ -79,7 +86,7 @@ def decode_http(body: bytes, content_type: str | None, query: Mapping[str, list[
             if _is_json_form(document):
                 return _json_forms(document, limits)
     if media in (MULTIPART, URLENCODED):
-        parts = _form_parts(content_type or "", body, limits)
+        parts = _form_parts(parse_form(content_type or "", body), content_type or "", limits)
     else:
         if not body:
             raise InvalidInput("the request has no body: send the file (curl -T <file>) or a JSON body")
@@ -122,19 +129,14 @@ def _json_forms(document: Any, limits: Limits) -> TorchServeRequest:
     raise InvalidInput(f"the body must be JSON: {FORMS}")
 
 
-def _form_parts(content_type: str, body: bytes, limits: Limits) -> Upload:
-    arguments: dict[str, list[bytes]] = {}
-    files: dict[str, list[Any]] = {}
-    try:
-        parse_body_arguments(content_type, body, arguments, files, config=_FORM_LIMITS)
-    except HTTPInputError as exc:
-        raise InvalidInput(f"the {media_type(content_type)} body is malformed: {exc}") from None
+def _form_parts(form: FormFields, content_type: str, limits: Limits) -> Upload:
     parts: Upload = {}
     # A field sent twice keeps its last value, as TorchServe's parameter map does.
-    for name, values in arguments.items():
+    for name, values in form.arguments.items():
         parts[name] = Part(values[-1])
-    for name, uploads in files.items():
-        parts[name] = Part(uploads[-1].body, media_type(uploads[-1].content_type))
+    for name, uploads in form.files.items():
+        data, declared = uploads[-1]
+        parts[name] = Part(data, media_type(declared))
         if parts[name].media_type == JSON_MEDIA_TYPE:  # parsed before it is queued: within max_json_bytes
             check_json_size(parts[name].data, limits, f"part '{name}'")
     if not parts:
