@@ -85,3 +85,16 @@ def test_check_config(tmp_path):
     path.write_text('[server]\nhttp_listen_backlog = 0\n\n[[models]]\nname = "m"\n')
     bad = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "server.http_listen_backlog" in bad.stderr and ">= 1" in bad.stderr
+
+
+def test_check_config_takes_a_rerank_model_and_refuses_a_bad_rerank_key(tmp_path):
+    path = tmp_path / "gateway.toml"
+    path.write_text('[[models]]\nname = "r"\nbackend = "kserve"\napi = "score"\nurl = "http://127.0.0.1:1"\n')
+    ok = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], capture_output=True, text=True,
+                        timeout=30)
+    assert ok.returncode == 0 and "ok" in ok.stdout, ok.stderr
+    path.write_text('[[models]]\nname = "r"\nbackend = "kserve"\napi = "score"\nurl = "http://127.0.0.1:1"\n'
+                    '[models.rerank]\nquery_input = "q"\n')
+    bad = subprocess.run([sys.executable, "-m", "gateway", "check-config", str(path)], capture_output=True, text=True,
+                         timeout=30)
+    assert bad.returncode == 2 and "models[0].rerank.query_input" in bad.stderr, bad.stderr

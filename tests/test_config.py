@@ -317,3 +317,46 @@ def test_the_demand_smoothing_is_read_in_milliseconds_and_must_be_positive():
     assert parsed.models[0].batching.demand_smoothing_s == 30.0
     with pytest.raises(config.ConfigError, match="demand_smoothing_ms"):
         config.parse({"models": [{"name": "m", "batching": {"demand_smoothing_ms": 0}}]})
+
+
+# -- rerank models ([models.rerank]) --------------------------------------------------------
+
+SCORE = {"name": "r", "backend": "kserve", "api": "score", "url": "http://127.0.0.1:1", "base_path": "/v1"}
+
+
+def test_a_rerank_model_batches_pairs_held_to_one_query_only_for_a_cohere_shaped_predictor():
+    parsed = config.parse({"models": [
+        SCORE, {**SCORE, "name": "c", "api": "rerank", "base_path": ""},
+        {"name": "t", "backend": "triton", "url": "127.0.0.1:1", "protocol": "grpc",
+         "rerank": {"query_input": "q", "document_input": "d", "output": "s"}},
+        {"name": "s", "simulated": {"task": "rerank"}, "batching": {"max_batch_tokens": 4096, "token_cost": "sum"}}]})
+    score, cohere, triton, simulated = parsed.models
+    assert score.rerank is not None and score.predictor.protocol.value == "score-http"
+    assert score.predictor.base_path == "/v1" and cohere.predictor.base_path == ""
+    assert [m.batching.padding.one_query for m in parsed.models] == [False, True, False, False]
+    assert triton.batching.padding.query_input == "q" and triton.rerank.document_input == "d"
+    assert score.batching.padding.query_input == "query" and score.batching.max_batch_cost == 16384
+    assert simulated.batching.max_batch_cost == 4096 and simulated.batching.padding.summed
+
+
+@pytest.mark.parametrize("model, key, problem", [
+    ({**SCORE, "backend": "triton"}, "models[0].api", "use it with backend = \"kserve\""),
+    ({**SCORE, "api": "rerank", "protocol": "grpc", "url": "127.0.0.1:1"}, "models[0].api", "over HTTP"),
+    ({**SCORE, "rerank": {"query_input": "q"}}, "models[0].rerank.query_input", "Open Inference Protocol"),
+    ({**SCORE, "rerank": {"nope": 1}}, "models[0].rerank.nope", "unknown key"),
+    ({"name": "t", "backend": "triton", "url": "http://127.0.0.1:1", "rerank": {"document_input": "query"}},
+     "models[0].rerank.document_input", "both are named 'query'"),
+    ({"name": "t", "backend": "triton", "url": "http://127.0.0.1:1", "rerank": {}, "embeddings": {}}, "models[0].rerank",
+     "not both"),
+    ({"name": "k", "backend": "kserve", "url": "http://127.0.0.1:1", "rerank": {}}, "models[0].rerank",
+     "two BYTES tensors"),
+    ({"name": "s", "rerank": {}}, "models[0].rerank", "task = \"rerank\""),
+    ({**SCORE, "rerank": {"tokenizer": "/absent/tokenizer.json"}}, "models[0].rerank.tokenizer", "no such file"),
+    ({**SCORE, "batching": {"max_batch_cost": 10}}, "models[0].batching.max_batch_cost", "use max_batch_tokens"),
+    ({"name": "t", "backend": "triton", "url": "http://127.0.0.1:1", "base_path": "/v1"}, "models[0].base_path",
+     "applies only to api"),
+])
+def test_rerank_config_errors_name_the_key(model, key, problem):
+    with pytest.raises(config.ConfigError) as error:
+        config.parse({"models": [model]})
+    assert error.value.key == key and problem in error.value.problem, error.value

@@ -24,6 +24,7 @@ from tools.bench.loadgen_ceiling import loadgen_ceiling
 from tools.bench.memory import memory
 from tools.bench.overhead import overhead
 from tools.bench.perf_analyzer import perf_analyzer_scenario
+from tools.bench.rerank import rerank_scenario
 from tools.bench.saturation import saturation
 from tools.bench.tenants import tenants_scenario
 from tools.bench.torchserve import torchserve_scenario
@@ -47,6 +48,7 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "inflight": (inflight, 'max_inflight 1 vs 2 vs "auto" in front of predictors that want different values'),
     "torchserve": (torchserve_scenario, "TorchServe's own batching vs the gateway in front of it: a CNN on PNG uploads, an encoder"),
     "embeddings": (embeddings, "OpenAI embeddings: KServe alone vs the gateway in front of KServe and Triton vs Infinity"),
+    "rerank": (rerank_scenario, "Cohere rerank, distinct queries: one query per call vs pairs batched across clients"),
     "triton": (triton_scenario, "the real Triton's dynamic batcher vs the gateway in front of it: 1, 5, 128 clients; added latency"),
     "tenants": (tenants_scenario, "one gateway shared by teams: noisy neighbour, fair shares, quotas, the cost of tenants"),
     "autoscale": (autoscale, "an HPA on CPU, queue/compute, gateway_predictor_load or an oracle scaling predictor replicas"),

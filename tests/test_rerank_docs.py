@@ -1,0 +1,65 @@
+"""docs/rerank.md works as written: its simulated-reranker config served by
+`batching-gateway serve`, its curl commands and its `cohere` snippet (only the port changed
+to the free one the test's gateway got), and its predictor configs are valid configs."""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+
+import numpy as np
+import orjson
+
+from backends.simulated.reranker import score
+from gateway import config
+from tests.processes import ROOT, gateway
+from tests.readme import block_after, commands_after
+
+DOC = "docs/rerank.md"
+QUERY = "What is the capital of the United States?"
+DOCUMENTS = ["Carson City is the capital of Nevada.", "Washington, D.C. is the capital of the United States.",
+             "Capital punishment exists in the United States."]
+
+
+def best_first() -> list[int]:
+    scores = np.array([score(QUERY.encode(), document.encode()) for document in DOCUMENTS])
+    return np.argsort(-scores, kind="stable").tolist()
+
+
+def test_the_try_it_config_commands_and_python_work_as_written(tmp_path):
+    path = tmp_path / "rerank.toml"
+    path.write_text(block_after("## Try it on the simulated reranker", "toml", DOC))
+    server = gateway(path)
+    try:
+        port = server.fields["http"].rsplit(":", 1)[1]
+        for command in commands_after("## Try it on the simulated reranker", DOC):
+            done = subprocess.run(shlex.split(command.replace("127.0.0.1:8080", f"127.0.0.1:{port}")),
+                                  capture_output=True, text=True, timeout=30, check=True)
+            answer = orjson.loads(done.stdout)
+            if command.endswith("/v1/models"):
+                assert [model["id"] for model in answer["data"]] == ["reranker"]
+            else:
+                assert [item["index"] for item in answer["results"]] == best_first()[:2]
+                assert answer["meta"]["api_version"]["version"] == "2"
+        snippet = block_after("With the official clients", "python", DOC).replace("127.0.0.1:8080",
+                                                                                  f"127.0.0.1:{port}")
+        done = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines == [str(best_first()), DOCUMENTS[best_first()[0]]]
+    finally:
+        assert server.stop() == 0
+
+
+def test_every_predictor_config_on_the_page_is_valid():
+    page = (ROOT / DOC).read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", page, re.S)
+    assert len(blocks) == 4
+    for block in blocks:
+        document = tomllib.loads(block)
+        for model in document["models"]:
+            model.get("rerank", {}).pop("tokenizer", None)  # a path on the user's machine
+        parsed = config.parse(document)
+        assert all(model.rerank is not None for model in parsed.models)
