@@ -91,11 +91,15 @@ ClientRequest = OipRequest | TorchServeRequest | EmbeddingsRequest | RerankReque
 class BatchInputs:
     """A request in its model's batch form, and each row's real length when its instances
     were ragged along a padded dimension (None: every row is as long as the tensors); an
-    OIP request's outputs asked for and its parameters that travel with its batch."""
+    OIP request's outputs asked for and its parameters that travel with its batch; the
+    deadline and priority the request itself asks for in its body (an OIP request's
+    `timeout` and `priority` parameters), which win over its transport's (`Call`)."""
     tensors: list[Tensor]
     lengths: np.ndarray | None = None
     requested: list[str] = field(default_factory=list)
     parameters: Mapping[str, Any] = field(default_factory=lambda: NO_PARAMETERS)
+    timeout_s: float | None = None
+    priority: int | None = None
 
 
 class ServedModel(ABC):
@@ -129,7 +133,9 @@ class ServedModel(ABC):
             requested = [output.name for output in request.outputs]
             tensors = self.batch_inputs_from_tensors(request.inputs)
             self.check_requested_outputs(requested)
-            return BatchInputs(tensors, requested=requested, parameters=request.forwarded_parameters())
+            return BatchInputs(tensors, requested=requested, parameters=request.forwarded_parameters(),
+                               timeout_s=request.timeout_s,
+                               priority=request.priority if "priority" in request.parameters else None)
         if isinstance(request, TorchServeRequest):
             if request.upload is not None:
                 return self.batch_inputs_from_upload(request.upload)

@@ -270,13 +270,9 @@ class InferenceService:
             if call.tenant:
                 self.door.permit(call.tenant, served.name)
             batch = served.batch_inputs(request)
-            own_timeout, own_priority = None, None
-            if isinstance(request, OipRequest):  # its `timeout` and `priority` parameters
-                own_timeout = request.timeout_s
-                own_priority = request.priority if "priority" in request.parameters else None
             submitted = call.batch_request(served.name, batch.tensors, batch.lengths,
                                            client=self.telemetry.request_started(call), parameters=batch.parameters,
-                                           timeout_s=own_timeout, priority=own_priority, form=served.form)
+                                           timeout_s=batch.timeout_s, priority=batch.priority, form=served.form)
             try:
                 result = await self.scheduler.submit(submitted)
             except GatewayError as error:

@@ -42,9 +42,7 @@ class RerankHandler(BodyHandler):
         if request.priority:
             self.call.priority = request.priority
         served = self.service.model(request.model)
-        if not served.reranks:
-            raise served.not_a_rerank_model()
-        answer = await self.service.infer(served, request, self.call)
+        answer = await self.service.infer(served, request, self.call)  # refused there unless it reranks
         body = cohere.encode_answer(request, answer.scores(), answer.tokens)
         self.set_header("Content-Type", "application/json")
         self.set_header("X-Batch-Id", answer.batch_id)

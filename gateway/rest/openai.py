@@ -47,9 +47,7 @@ class EmbeddingsHandler(_OpenAIErrors, BodyHandler):
         assert self.call is not None
         self.call.model = request.model
         served = self.service.model(request.model)
-        if not served.embeds_texts:
-            raise served.not_an_embedding_model()
-        answer = await self.service.infer(served, request, self.call)
+        answer = await self.service.infer(served, request, self.call)  # refused there unless it embeds texts
         body = openai.encode_answer(request.model, answer.embeddings(), request.encoding_format, answer.tokens)
         self.set_header("Content-Type", "application/json")
         self.set_header("X-Batch-Id", answer.batch_id)
