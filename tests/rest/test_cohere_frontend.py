@@ -176,3 +176,40 @@ def test_max_tokens_per_doc_cuts_each_document_before_it_is_scored(gw):
     answer = v2(gw).rerank(model="reranker", query=QUERY, documents=[long_document], max_tokens_per_doc=10)
     assert answer.results[0].relevance_score == pytest.approx(float(expected(QUERY, [long_document[:40]])[0]),
                                                               rel=1e-6)
+
+
+def test_with_a_token_the_cohere_clients_api_key_is_it(monkeypatch):
+    # Cohere's clients send their api_key as "Authorization: Bearer <key>": the gateway's token.
+    monkeypatch.setenv("GATEWAY_TOKEN", "s3cret-token")
+    with running_gateway(config_for(RERANKER, server={"auth_token_env": "GATEWAY_TOKEN"})) as gw:
+        client = cohere.ClientV2(api_key="s3cret-token", base_url=gw.http_url, timeout=30)
+        answer = client.rerank(model="reranker", query=QUERY, documents=DOCUMENTS)
+        assert [result.index for result in answer.results] == best_first(expected(QUERY, DOCUMENTS))
+        with pytest.raises(cohere.UnauthorizedError) as refused:
+            v2(gw).rerank(model="reranker", query=QUERY, documents=DOCUMENTS)  # api_key "unused"
+        assert refused.value.status_code == 401 and "message" in refused.value.body
+
+
+def test_a_tenant_may_rerank_only_with_its_models_and_its_deadline_holds(monkeypatch):
+    from gateway import config as gateway_config
+
+    monkeypatch.setenv("TEAM_A_KEY", "key-a")
+    monkeypatch.setenv("TEAM_B_KEY", "key-b")
+    document = {"models": [RERANKER, ENCODER], "server": {"http_port": 0, "grpc_port": 0},
+                "tenants": [{"name": "a", "key_env": "TEAM_A_KEY", "models": ["reranker"]},
+                            {"name": "b", "key_env": "TEAM_B_KEY", "models": ["encoder"]}]}
+    with running_gateway(gateway_config.parse(document)) as gw:
+        a = cohere.ClientV2(api_key="key-a", base_url=gw.http_url, timeout=30)
+        assert len(a.rerank(model="reranker", query=QUERY, documents=DOCUMENTS).results) == 4
+        with pytest.raises(cohere.ForbiddenError):
+            cohere.ClientV2(api_key="key-b", base_url=gw.http_url, timeout=30).rerank(
+                model="reranker", query=QUERY, documents=DOCUMENTS)
+        with held_slot(gw, "reranker") as (release, batches):
+            blocker = threading.Thread(target=lambda: a.rerank(model="reranker", query="first", documents=["a"]))
+            blocker.start()
+            wait_for(lambda: len(batches) == 1, "the blocker's batch to reach the gate")
+            with pytest.raises(cohere.GatewayTimeoutError):  # queued behind the held batch past its deadline
+                a.rerank(model="reranker", query=QUERY, documents=DOCUMENTS,
+                         request_options={"additional_headers": {"X-Request-Timeout-Ms": "50"}})
+            release.set()
+            blocker.join(timeout=20)
