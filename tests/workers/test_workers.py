@@ -703,3 +703,43 @@ def test_embedding_clients_at_every_worker_get_their_own_vectors_in_token_capped
         assert status == 400 and "'dimensions' is passed only" in body["error"]["message"]
         for connection in connections:
             connection.close()
+
+
+RERANKER = '''[[models]]
+name = "reranker"
+backend = "simulated"
+[models.simulated]
+task = "rerank"
+call_ms = 2
+[models.batching]
+max_batch_size = 8
+'''
+
+
+def test_rerank_clients_at_every_worker_get_their_own_scores_best_first(tmp_path):
+    from backends.simulated.reranker import score
+
+    config = tmp_path / "gateway.toml"
+    config.write_text(RERANKER)
+    with gateway_with_workers(config) as gw:
+        connections = connections_on_every_worker(gw, 6)
+
+        def rerank(index: int) -> tuple[int, bool]:
+            connection = connections[index]
+            query, documents = f"query of client {index}", [f"document {i} of client {index}" for i in range(12)]
+            connection.request("POST", "/v2/rerank", orjson.dumps({"model": "reranker", "query": query,
+                                                                   "documents": documents}),
+                               {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            results = orjson.loads(response.read()).get("results", [])
+            own = [score(query.encode(), document.encode()) for document in documents]
+            expected = sorted(range(12), key=lambda i: -own[i])
+            ok = [item["index"] for item in results] == expected and all(
+                item["relevance_score"] == pytest.approx(own[item["index"]], rel=1e-6) for item in results)
+            return response.status, ok
+
+        with concurrent.futures.ThreadPoolExecutor(len(connections)) as pool:
+            results = list(pool.map(rerank, range(len(connections))))
+        assert all(status == 200 and ok for status, ok in results), results
+        for connection in connections:
+            connection.close()
