@@ -123,6 +123,45 @@ def families(registry: CollectorRegistry) -> list[Family]:
             for metric in registry.collect()]
 
 
+# Per-model figures, read from each model's view at scrape time: name -> (help, how to read it).
+_COUNTERS: dict[str, tuple[str, Callable[[StatsSnapshot], int]]] = {
+    "gateway_batches": ("Batches sent to the predictor", lambda stats: stats.batches),
+    "gateway_batched_instances": ("Rows sent to the predictor in batches", lambda stats: stats.instances),
+    "gateway_refused": ("Requests refused because the queue was full", lambda stats: stats.refused),
+    "gateway_refused_late": ("Requests refused at admission: predicted to miss their deadline",
+                             lambda stats: stats.refused_late),
+    "gateway_dropped": ("Queued requests dropped, never sent: they could no longer meet their deadline",
+                        lambda stats: stats.dropped),
+    "gateway_timeouts": ("Requests answered with a deadline error", lambda stats: stats.expired),
+    "gateway_isolations": ("Merged batches the predictor rejected, bisected to isolate the bad request",
+                           lambda stats: stats.isolations),
+    "gateway_answered": ("Requests answered successfully, all within their deadline (late ones are timeouts)",
+                         lambda stats: stats.answered),
+}
+_HISTOGRAMS: dict[str, tuple[str, Callable[[StatsSnapshot], HistogramSnapshot]]] = {
+    "gateway_batch_size": ("Rows per batch", lambda stats: stats.batch_size),
+    "gateway_queue_wait_seconds": ("Time a request (or part) waited in the queue", lambda stats: stats.queue_wait_s),
+    "gateway_predictor_latency_seconds": ("Time the predictor took per call", lambda stats: stats.predictor_s),
+}
+# Gauges read from the view and the model's replicas (in rotation or not).
+_GAUGES: dict[str, tuple[str, Callable[[ModelView, list[bool]], float]]] = {
+    "gateway_queue_depth": ("Rows queued", lambda view, replicas: view.queued_rows),
+    "gateway_queue_limit": ("Rows the model may queue (batching.max_queue): beyond it requests are refused",
+                            lambda view, replicas: view.config.max_queue),
+    "gateway_batch_size_limit": ("Rows a batch may hold (batching.max_batch_size): what a full batch is",
+                                 lambda view, replicas: view.config.max_batch_size),
+    "gateway_replicas": ("Predictor replicas of the model (1 for a single url)", lambda view, replicas: len(replicas)),
+    "gateway_replicas_in_rotation": (
+        "Predictor replicas batches are sent to: the others were unreachable and wait for their probe to pass",
+        lambda view, replicas: sum(replicas)),
+    "gateway_batches_in_flight": ("Batches at the predictor", lambda view, replicas: view.inflight),
+    "gateway_batches_in_flight_limit": (
+        "Batches the model may have at the predictor: max_inflight (or the value \"auto\" has learned) "
+        "per replica in rotation",
+        lambda view, replicas: view.inflight_limit),
+}
+
+
 class _SchedulerCollector:
     def __init__(self, scheduler: BatchScheduler, replicas: Callable[[str], list[bool]]) -> None:
         self.scheduler = scheduler
@@ -132,103 +171,56 @@ class _SchedulerCollector:
         return []  # families are only known at collect time
 
     def collect(self) -> Iterator[Metric]:
-        # Per-model counters and histograms: name -> (help, how to read it from a model's snapshot).
-        counters: dict[str, tuple[str, Callable[[StatsSnapshot], int]]] = {
-            "gateway_batches": ("Batches sent to the predictor", lambda stats: stats.batches),
-            "gateway_batched_instances": ("Rows sent to the predictor in batches", lambda stats: stats.instances),
-            "gateway_refused": ("Requests refused because the queue was full", lambda stats: stats.refused),
-            "gateway_refused_late": ("Requests refused at admission: predicted to miss their deadline",
-                                     lambda stats: stats.refused_late),
-            "gateway_dropped": ("Queued requests dropped, never sent: they could no longer meet their deadline",
-                                lambda stats: stats.dropped),
-            "gateway_timeouts": ("Requests answered with a deadline error", lambda stats: stats.expired),
-            "gateway_isolations": ("Merged batches the predictor rejected, bisected to isolate the bad request",
-                                   lambda stats: stats.isolations),
-        }
-        histograms: dict[str, tuple[str, Callable[[StatsSnapshot], HistogramSnapshot]]] = {
-            "gateway_batch_size": ("Rows per batch", lambda stats: stats.batch_size),
-            "gateway_queue_wait_seconds": ("Time a request (or part) waited in the queue", lambda stats: stats.queue_wait_s),
-            "gateway_predictor_latency_seconds": ("Time the predictor took per call", lambda stats: stats.predictor_s),
-        }
-        counter_families = [(CounterMetricFamily(name, text, labels=["model"]), read)
-                            for name, (text, read) in counters.items()]
-        histogram_families = [(HistogramMetricFamily(name, text, labels=["model"]), read)
-                              for name, (text, read) in histograms.items()]
-        intercept = GaugeMetricFamily("gateway_predictor_profile_intercept_seconds",
-                                      "Learned predictor time of a batch, fixed part: l(b) = intercept + per_row * b",
-                                      labels=["model"])
-        per_row = GaugeMetricFamily("gateway_predictor_profile_per_row_seconds",
-                                    "Learned predictor time of a batch, per row: l(b) = intercept + per_row * b",
-                                    labels=["model"])
-        scheduler = self.scheduler
-        # Per-model gauges read at scrape time: name -> (help, how to read it from a model's view).
-        gauges: dict[str, tuple[str, Callable[[ModelView], float]]] = {
-            "gateway_queue_depth": ("Rows queued", lambda view: view.queued_rows),
-            "gateway_queue_limit": ("Rows the model may queue (batching.max_queue): beyond it requests are refused",
-                                    lambda view: view.config.max_queue),
-            "gateway_batch_size_limit": ("Rows a batch may hold (batching.max_batch_size): what a full batch is",
-                                         lambda view: view.config.max_batch_size),
-            "gateway_replicas": ("Predictor replicas of the model (1 for a single url)",
-                                 lambda view: len(self.replicas(view.name))),
-            "gateway_replicas_in_rotation": (
-                "Predictor replicas batches are sent to: the others were unreachable and wait for their probe to pass",
-                lambda view: sum(self.replicas(view.name))),
-            "gateway_batches_in_flight": ("Batches at the predictor", lambda view: view.inflight),
-            "gateway_batches_in_flight_limit": (
-                "Batches the model may have at the predictor: max_inflight (or the value \"auto\" has learned) "
-                "per replica in rotation",
-                lambda view: view.inflight_limit),
-        }
-        gauge_families = [(GaugeMetricFamily(name, text, labels=["model"]), read)
-                          for name, (text, read) in gauges.items()]
-        answered = CounterMetricFamily(
-            "gateway_answered", "Requests answered successfully, all within their deadline (late ones are timeouts)",
-            labels=["model"])
-        departures = CounterMetricFamily(
-            "gateway_batch_departures",
-            f"Batches by why they left the queue: {', '.join(departure_reasons())}",
-            labels=["model", "reason"])
-        level_requests = CounterMetricFamily("gateway_priority_requests", "Requests received, by priority level",
-                                             labels=["model", "level"])
-        level_outcomes = CounterMetricFamily(
-            "gateway_priority_outcomes",
-            "Requests by priority level and what became of them: answered, refused, dropped or expired",
-            labels=["model", "level", "outcome"])
-        views = scheduler.views()
-        for view in views:
-            model, stats = view.name, view.stats
-            for counter, read_count in counter_families:
-                counter.add_metric([model], read_count(stats))
-            for histogram_family, read_histogram in histogram_families:
-                histogram = read_histogram(stats)
-                histogram_family.add_metric([model], histogram.cumulative(), histogram.sum)
-            if stats.profile is not None:
-                intercept.add_metric([model], stats.profile[0])
-                per_row.add_metric([model], stats.profile[1])
-            for gauge, read in gauge_families:
-                gauge.add_metric([model], read(view))
-            answered.add_metric([model], stats.answered)
-            for reason in departure_reasons():
-                departures.add_metric([model, reason], stats.departures.get(reason, 0))
-            for level in stats.levels:
-                level_requests.add_metric([model, str(level.level)], level.requests)
-                for outcome, count in level.outcomes.items():
-                    level_outcomes.add_metric([model, str(level.level), outcome], count)
-        for counter, _ in counter_families:
-            yield counter
-        for histogram_family, _ in histogram_families:
-            yield histogram_family
-        for gauge, _ in gauge_families:
-            yield gauge
-        yield answered
-        yield departures
-        yield level_requests
-        yield level_outcomes
-        yield intercept
-        yield per_row
+        views = self.scheduler.views()
+        yield from _model_families(views, self.replicas)
         yield from _padding_families({view.name: view.stats for view in views})
         yield from _load_families({view.name: view.load for view in views})
-        yield from _tenant_families(scheduler.tenant_usage())
+        yield from _tenant_families(self.scheduler.tenant_usage())
+
+
+def _model_families(views: list[ModelView], replicas: Callable[[str], list[bool]]) -> Iterator[Metric]:
+    """Each model's counters, histograms, gauges, departures, levels and learned profile."""
+    counters = [(CounterMetricFamily(name, text, labels=["model"]), read) for name, (text, read) in _COUNTERS.items()]
+    histograms = [(HistogramMetricFamily(name, text, labels=["model"]), read)
+                  for name, (text, read) in _HISTOGRAMS.items()]
+    gauges = [(GaugeMetricFamily(name, text, labels=["model"]), read) for name, (text, read) in _GAUGES.items()]
+    departures = CounterMetricFamily("gateway_batch_departures",
+                                     f"Batches by why they left the queue: {', '.join(departure_reasons())}",
+                                     labels=["model", "reason"])
+    level_requests = CounterMetricFamily("gateway_priority_requests", "Requests received, by priority level",
+                                         labels=["model", "level"])
+    level_outcomes = CounterMetricFamily(
+        "gateway_priority_outcomes",
+        "Requests by priority level and what became of them: answered, refused, dropped or expired",
+        labels=["model", "level", "outcome"])
+    intercept = GaugeMetricFamily("gateway_predictor_profile_intercept_seconds",
+                                  "Learned predictor time of a batch, fixed part: l(b) = intercept + per_row * b",
+                                  labels=["model"])
+    per_row = GaugeMetricFamily("gateway_predictor_profile_per_row_seconds",
+                                "Learned predictor time of a batch, per row: l(b) = intercept + per_row * b",
+                                labels=["model"])
+    for view in views:
+        model, stats, in_rotation = view.name, view.stats, replicas(view.name)
+        for counter, count in counters:
+            counter.add_metric([model], count(stats))
+        for family, histogram_of in histograms:
+            histogram = histogram_of(stats)
+            family.add_metric([model], histogram.cumulative(), histogram.sum)
+        for gauge, read in gauges:
+            gauge.add_metric([model], read(view, in_rotation))
+        for reason in departure_reasons():
+            departures.add_metric([model, reason], stats.departures.get(reason, 0))
+        for level in stats.levels:
+            level_requests.add_metric([model, str(level.level)], level.requests)
+            for outcome, number in level.outcomes.items():
+                level_outcomes.add_metric([model, str(level.level), outcome], number)
+        if stats.profile is not None:
+            intercept.add_metric([model], stats.profile[0])
+            per_row.add_metric([model], stats.profile[1])
+    yield from (family for family, _ in counters)
+    yield from (family for family, _ in histograms)
+    yield from (family for family, _ in gauges)
+    yield from (departures, level_requests, level_outcomes, intercept, per_row)
 
 
 def _tenant_families(usage: list[TenantUsageSnapshot]) -> Iterator[Metric]:
