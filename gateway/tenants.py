@@ -77,10 +77,18 @@ class KeySource:
         return frozenset({digest(key)})
 
 
+# CPython's own SHA-256 hashes a key of a few dozen bytes in half the time OpenSSL's takes
+# to set up (0.76 against 1.36 us here); the digest is the same.
+try:
+    from _sha256 import sha256 as _sha256  # Python 3.11
+except ImportError:  # 3.12 renamed it
+    _sha256 = hashlib.sha256
+
+
 def digest(key: str) -> bytes:
     """A key's SHA-256 digest, over its UTF-8 bytes (what `sha256sum` prints for the key
     written without a newline: `printf %s "$KEY" | sha256sum`)."""
-    return hashlib.sha256(key.encode()).digest()
+    return _sha256(key.encode()).digest()
 
 
 @dataclass(frozen=True, slots=True)

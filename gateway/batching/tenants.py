@@ -69,6 +69,18 @@ class TokenBucket:
         """Seconds until `units` are held (0 if they are now)."""
         return max(units - self.refill(now), 0.0) / self.rate
 
+    def take(self, units: float, now: float) -> float:
+        """Take `units` if they are held now (0.0); else take nothing and say how many
+        seconds until they would be."""
+        level = self.level
+        if now > self.at:
+            level = self.level = min(self.capacity, level + (now - self.at) * self.rate)
+            self.at = now
+        if level >= units:
+            self.level = level - units
+            return 0.0
+        return (units - level) / self.rate
+
     def resized(self, capacity: float, rate: float, now: float) -> TokenBucket:
         """This bucket at a new size and rate, keeping what it holds (up to the new size)."""
         bucket = TokenBucket(capacity, rate, now)
@@ -104,7 +116,7 @@ class TenantUsageSnapshot:
 class _Quota:
     """One tenant's buckets and count of requests in the scheduler."""
 
-    __slots__ = ("policy", "requests", "tokens", "concurrent")
+    __slots__ = ("policy", "requests", "tokens", "concurrent", "max_concurrent")
 
     def __init__(self, policy: TenantPolicy, now: float, before: _Quota | None = None) -> None:
         self.policy = policy
@@ -113,6 +125,7 @@ class _Quota:
         self.tokens: TokenBucket | None = self._bucket(policy.tokens_per_minute, 60.0, now,
                                                        before.tokens if before is not None else None)
         self.concurrent: int = before.concurrent if before is not None else 0
+        self.max_concurrent = policy.max_concurrent if policy.max_concurrent is not None else math.inf
 
     @staticmethod
     def _bucket(per_period: float | None, period_s: float, now: float,
@@ -156,29 +169,30 @@ class Tenants:
         quota = self._quotas.get(tenant)
         if quota is None:
             return
-        policy = quota.policy
-        if policy.max_concurrent is not None and quota.concurrent >= policy.max_concurrent:
+        if quota.concurrent >= quota.max_concurrent:
             raise self._refused(tenant, "max_concurrent", RateLimited(
                 f"tenant '{tenant}' has {quota.concurrent} requests in the gateway, its limit (max_concurrent); "
                 "try again when one is answered"))
-        if quota.tokens is not None and tokens > quota.tokens.capacity:
-            raise self._refused(tenant, "tokens_per_minute", PayloadTooLarge(
-                f"the request counts {tokens} tokens, more than tenant '{tenant}' may send in a minute "
-                f"(tokens_per_minute = {policy.tokens_per_minute:g}): send it in smaller requests"))
-        wait_s = max(quota.requests.wait_s(1, now) if quota.requests is not None else 0.0,
-                     quota.tokens.wait_s(tokens, now) if quota.tokens is not None else 0.0)
-        if wait_s > 0:
-            over = "requests_per_second" if quota.requests is not None and quota.requests.level < 1 \
-                else "tokens_per_minute"
-            limit = policy.requests_per_second if over == "requests_per_second" else policy.tokens_per_minute
-            raise self._refused(tenant, over, RateLimited(
-                f"tenant '{tenant}' is over its quota ({over} = {limit:g}); try again in {math.ceil(wait_s)} s",
-                wait_s))
-        if quota.requests is not None:
-            quota.requests.level -= 1
-        if quota.tokens is not None:
-            quota.tokens.level -= tokens
+        requests, bucket = quota.requests, quota.tokens
+        if bucket is not None:
+            if tokens > bucket.capacity:
+                raise self._refused(tenant, "tokens_per_minute", PayloadTooLarge(
+                    f"the request counts {tokens} tokens, more than tenant '{tenant}' may send in a minute "
+                    f"(tokens_per_minute = {quota.policy.tokens_per_minute:g}): send it in smaller requests"))
+            wait_s = bucket.take(tokens, now)
+            if wait_s:
+                raise self._over(tenant, "tokens_per_minute", quota.policy.tokens_per_minute, wait_s)
+        if requests is not None:
+            wait_s = requests.take(1, now)
+            if wait_s:
+                if bucket is not None:
+                    bucket.level += tokens  # both or neither
+                raise self._over(tenant, "requests_per_second", quota.policy.requests_per_second, wait_s)
         quota.concurrent += 1
+
+    def _over(self, tenant: str, quota: str, limit: float | None, wait_s: float) -> GatewayError:
+        return self._refused(tenant, quota, RateLimited(
+            f"tenant '{tenant}' is over its quota ({quota} = {limit:g}); try again in {math.ceil(wait_s)} s", wait_s))
 
     def give_back(self, tenant: str, tokens: int) -> None:
         """Undo `admit` for a request the queue refused after it."""
@@ -194,9 +208,9 @@ class Tenants:
     def answered(self, tenant: str, status: int) -> None:
         """A request let in has its answer (`status`: its HTTP status) and leaves."""
         quota = self._quotas.get(tenant)
-        if quota is not None:  # a tenant declared by a reload after its request came in counted none
-            quota.concurrent = max(quota.concurrent - 1, 0)
-        self._usage(tenant).statuses[status] += 1
+        if quota is not None and quota.concurrent:  # one declared by a reload after its request came in counted none
+            quota.concurrent -= 1
+        (self.usage.get(tenant) or self._usage(tenant)).statuses[status] += 1
 
     def _refused(self, tenant: str, reason: str, error: GatewayError) -> GatewayError:
         self.refused(tenant, reason, error.http_status)
@@ -205,7 +219,7 @@ class Tenants:
     # -- usage ----------------------------------------------------------------------------
 
     def let_in(self, tenant: str, rows: int, tokens: int) -> None:
-        usage = self._usage(tenant)
+        usage = self.usage.get(tenant) or self._usage(tenant)
         usage.rows += rows
         usage.tokens += tokens
 
@@ -221,7 +235,7 @@ class Tenants:
         usage.statuses[status] += 1
 
     def queued_for(self, tenant: str, seconds: float) -> None:
-        self._usage(tenant).queue_wait_s.observe(seconds)
+        (self.usage.get(tenant) or self._usage(tenant)).queue_wait_s.observe(seconds)
 
     def _usage(self, tenant: str) -> TenantUsage:
         usage = self.usage.get(tenant)
