@@ -10,6 +10,7 @@ from backends.oip_grpc import OIP_SERVICE, TORCHSERVE_OIP_SERVICE, OipGrpcBacken
 from backends.oip_http import OipHttpBackend
 from backends.registry import create_backend
 from backends.replicas import ReplicaSet
+from backends.rerank_http import CohereRerankBackend, ScoreBackend
 from backends.settings import PredictorProtocol
 from backends.simulated.inprocess import InProcessBackend
 from backends.torchserve_grpc import TorchServeGrpcBackend
@@ -36,6 +37,8 @@ def model(**fields) -> config.ModelConfig:
      PredictorProtocol.TORCHSERVE_PREDICTIONS_GRPC, TorchServeGrpcBackend),
     ({"backend": "torchserve", "protocol": "grpc", "api": "v2", "url": GRPC, **SIGNATURE},
      PredictorProtocol.TORCHSERVE_OIP_GRPC, OipGrpcBackend),
+    ({"backend": "kserve", "api": "score", "url": HTTP}, PredictorProtocol.SCORE_HTTP, ScoreBackend),
+    ({"backend": "kserve", "api": "rerank", "url": HTTP}, PredictorProtocol.RERANK_HTTP, CohereRerankBackend),
 ])
 def test_each_combination_resolves_to_one_protocol_and_its_client(fields, protocol, client):
     settings = model(**fields).predictor
@@ -49,7 +52,8 @@ def test_every_protocol_is_reachable_from_the_config():
         {"backend": "kserve", "url": HTTP}, {"backend": "torchserve", "url": HTTP},
         {"backend": "torchserve", "protocol": "grpc", "url": GRPC},
         {"backend": "torchserve", "protocol": "grpc", "api": "v2", "url": GRPC},
-        {"backend": "kserve", "api": "openai", "url": HTTP}]}
+        {"backend": "kserve", "api": "openai", "url": HTTP}, {"backend": "kserve", "api": "score", "url": HTTP},
+        {"backend": "kserve", "api": "rerank", "url": HTTP}]}
     assert resolved == set(PredictorProtocol)
 
 
