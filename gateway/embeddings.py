@@ -157,13 +157,7 @@ class EmbeddingModel(TensorModel):
         """Each row's tokens, read from the request's text input (an OIP client's BYTES)."""
         self._check_text([TensorSpec(tensor.name, tensor.datatype, tensor.data.shape) for tensor in tensors])
         text = next(tensor for tensor in tensors if tensor.name == self.text_input)
-        rows = text.data.reshape(len(text.data), -1)
-        try:
-            texts = [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in rows[:, 0]]
-        except UnicodeDecodeError as exc:
-            raise InvalidInput(f"input '{self.text_input}' of model '{self.name}': a text is not UTF-8 ({exc.reason} "
-                               f"at byte {exc.start})") from None
-        return self.tokens.count(texts)
+        return self.tokens.count(self.texts_of(text))
 
     # -- out of the answer --------------------------------------------------------------
 
@@ -173,19 +167,11 @@ class EmbeddingModel(TensorModel):
 
     def embeddings_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
         """The vectors, float32 [rows, dims], from the predictor's outputs."""
-        wanted = self.settings.output
-        candidates = [t for t in outputs if t.name == wanted] if wanted else \
-            [t for t in outputs if t.datatype == "FP32"] or outputs
-        if len(candidates) != 1:
-            names = [t.name for t in outputs]
-            raise BadPredictorAnswer(
-                f"model '{self.name}': cannot tell which output holds the embeddings among {names}; "
-                f"name it with [models.embeddings] output" if not wanted else
-                f"model '{self.name}' answered no output '{wanted}' ([models.embeddings] output); it has {names}")
-        vectors = candidates[0].data
+        output = self.output_holding(outputs, self.settings.output, "the embeddings", "embeddings")
+        vectors = output.data
         if vectors.ndim != 2 or vectors.dtype.kind != "f":
-            raise BadPredictorAnswer(f"model '{self.name}': output '{candidates[0].name}' is not one vector per "
-                                     f"row (shape {list(vectors.shape)}, {candidates[0].datatype})")
+            raise BadPredictorAnswer(f"model '{self.name}': output '{output.name}' is not one vector per "
+                                     f"row (shape {list(vectors.shape)}, {output.datatype})")
         vectors = vectors.astype(np.float32, copy=False)
         finite = np.isfinite(vectors).all(axis=1)
         if not finite.all():

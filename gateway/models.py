@@ -70,7 +70,7 @@ from gateway.instances import (
 )
 from gateway.uploads import upload_to_instance, upload_to_tensors
 from wire.embeddings import EmbeddingsRequest
-from wire.errors import InvalidInput, ModelNotFound, echo
+from wire.errors import BadPredictorAnswer, InvalidInput, ModelNotFound, echo
 from wire.request import OipRequest
 from wire.rerank import RerankRequest
 from wire.tensors import ModelSignature, Tensor, TensorSpec, rows_tensor, shape_fits
@@ -300,6 +300,29 @@ class ServedModel(ABC):
 
 class TensorModel(ServedModel):
     """A predictor that takes typed tensors (Open Inference Protocol)."""
+
+    def texts_of(self, tensor: Tensor) -> list[str]:
+        """A BYTES input of one text per row as the texts (InvalidInput if one is not UTF-8):
+        what an embedding or rerank model measures in tokens."""
+        rows = tensor.data.reshape(len(tensor.data), -1)
+        try:
+            return [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in rows[:, 0]]
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"input '{tensor.name}' of model '{self.name}': a text is not UTF-8 ({exc.reason} at "
+                               f"byte {exc.start})") from None
+
+    def output_holding(self, outputs: list[Tensor], wanted: str, what: str, table: str) -> Tensor:
+        """The one output that holds `what` (the embeddings, the scores): the one named
+        `wanted` (the `output` key of [models.<table>]), else the only FP32 one, else the only one."""
+        candidates = [t for t in outputs if t.name == wanted] if wanted else \
+            [t for t in outputs if t.datatype == "FP32"] or outputs
+        if len(candidates) != 1:
+            names = [t.name for t in outputs]
+            raise BadPredictorAnswer(
+                f"model '{self.name}': cannot tell which output holds {what} among {names}; "
+                f"name it with [models.{table}] output" if not wanted else
+                f"model '{self.name}' answered no output '{wanted}' ([models.{table}] output); it has {names}")
+        return candidates[0]
 
     def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
         """Also, when the model describes its inputs: the same names, each of its datatype,

@@ -94,16 +94,10 @@ class RerankModel(TensorModel):
                 raise InvalidInput(f"model '{self.name}' scores pairs: send the query and the document as the BYTES "
                                    f"inputs '{self.settings.query_input}' and '{self.settings.document_input}', one "
                                    f"pair per row")
-            rows = tensor.data.reshape(len(tensor.data), -1)
-            if rows.shape[1] != 1:
+            if tensor.data.reshape(len(tensor.data), -1).shape[1] != 1:
                 raise InvalidInput(f"input '{name}' of model '{self.name}' holds one text per row (shape [rows, 1]); "
                                    f"got {list(tensor.data.shape)}")
-            try:
-                texts = [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in rows[:, 0]]
-            except UnicodeDecodeError as exc:
-                raise InvalidInput(f"input '{name}' of model '{self.name}': a text is not UTF-8 ({exc.reason} at byte "
-                                   f"{exc.start})") from None
-            counts.append(self.tokens.count(texts))
+            counts.append(self.tokens.count(self.texts_of(tensor)))
         return counts[0] + counts[1]
 
     # -- out of the answer --------------------------------------------------------------
@@ -114,19 +108,11 @@ class RerankModel(TensorModel):
 
     def scores_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
         """The scores, float32 [rows], from the predictor's outputs."""
-        wanted = self.settings.output
-        candidates = [t for t in outputs if t.name == wanted] if wanted else \
-            [t for t in outputs if t.datatype == "FP32"] or outputs
-        if len(candidates) != 1:
-            names = [t.name for t in outputs]
-            raise BadPredictorAnswer(
-                f"model '{self.name}': cannot tell which output holds the scores among {names}; "
-                f"name it with [models.rerank] output" if not wanted else
-                f"model '{self.name}' answered no output '{wanted}' ([models.rerank] output); it has {names}")
-        scores = candidates[0].data
+        output = self.output_holding(outputs, self.settings.output, "the scores", "rerank")
+        scores = output.data
         if scores.dtype.kind != "f" or scores.ndim not in (1, 2) or (scores.ndim == 2 and scores.shape[1] != 1):
-            raise BadPredictorAnswer(f"model '{self.name}': output '{candidates[0].name}' is not one score per row "
-                                     f"(shape {list(scores.shape)}, {candidates[0].datatype})")
+            raise BadPredictorAnswer(f"model '{self.name}': output '{output.name}' is not one score per row "
+                                     f"(shape {list(scores.shape)}, {output.datatype})")
         scores = scores.reshape(-1).astype(np.float32, copy=False)
         finite = np.isfinite(scores)
         if not finite.all():
