@@ -311,6 +311,14 @@ class HttpPredictor:
         except orjson.JSONDecodeError:
             return None
 
+    async def lists_model(self, path: str, model: str) -> bool:
+        """Whether an OpenAI-style `GET <path>` (`{"data": [{"id": ...}, ...]}`) lists `model`:
+        the readiness of an OpenAI- or Cohere-compatible server."""
+        document = await self.probe_json(path)
+        if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+            return False
+        return any(isinstance(item, dict) and item.get("id") == model for item in document["data"])
+
     async def close(self) -> None:
         for connection in self._open:
             connection.abort()

@@ -50,10 +50,7 @@ class _RerankHttp(Backend):
         return queries, documents
 
     async def ready(self) -> bool:
-        document = await self.http.probe_json(self._models_path)
-        if not isinstance(document, dict) or not isinstance(document.get("data"), list):
-            return False
-        return any(isinstance(item, dict) and item.get("id") == self.model for item in document["data"])
+        return await self.http.lists_model(self._models_path, self.model)
 
     async def metadata(self) -> tuple[ModelSignature, list[str]]:
         return SIGNATURE, []
