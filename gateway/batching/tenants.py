@@ -72,14 +72,10 @@ class TokenBucket:
     def take(self, units: float, now: float) -> float:
         """Take `units` if they are held now (0.0); else take nothing and say how many
         seconds until they would be."""
-        level = self.level
-        if now > self.at:
-            level = self.level = min(self.capacity, level + (now - self.at) * self.rate)
-            self.at = now
-        if level >= units:
-            self.level = level - units
-            return 0.0
-        return (units - level) / self.rate
+        wait_s = self.wait_s(units, now)
+        if not wait_s:
+            self.level -= units
+        return wait_s
 
     def resized(self, capacity: float, rate: float, now: float) -> TokenBucket:
         """This bucket at a new size and rate, keeping what it holds (up to the new size)."""
