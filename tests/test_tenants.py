@@ -11,7 +11,6 @@ import base64
 import concurrent.futures
 import contextlib
 import hashlib
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from gateway import config as gateway_config
 from gateway.lifecycle import Call
 from tests.harness import http, http_json, running_gateway, wait_for
 from tests.http_stub import JsonHandler, serving
+from tests.predictors.torchserve_clients import CURL, CURL_ENV
 from tests.processes import gateway as gateway_process
 from tools.otlp_receiver import grpc_receiver
 from wire.generated.inference import grpc_service_pb2 as pb
@@ -126,15 +126,14 @@ def test_over_its_quota_the_openai_client_gets_a_rate_limit_error_saying_when_to
         grpc_client.close()
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_curl_with_each_header_and_the_open_probes(gw):
     def curl(path: str, *headers: str, body: dict | None = None) -> tuple[int, dict[str, str], bytes]:
-        command = ["curl", "-sS", "-i", f"{gw.http_url}{path}"]
+        command = [CURL, "-sS", "-i", f"{gw.http_url}{path}"]
         for header in headers:
             command += ["-H", header]
         if body is not None:
             command += ["-H", "Content-Type: application/json", "--data-binary", orjson.dumps(body).decode()]
-        output = subprocess.run(command, capture_output=True, check=True, timeout=30).stdout
+        output = subprocess.run(command, capture_output=True, check=True, timeout=30, env=CURL_ENV).stdout
         head, _, payload = output.partition(b"\r\n\r\n")
         status_line, *lines = head.decode().split("\r\n")
         fields = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines)}

@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (one app, its rout
         return {"object": "list", "data": [{"id": args.model_name, "object": "model", "created": started,
                                             "owned_by": "vllm", "root": args.model_name, "max_model_len": 512}]}
 
-    async def score(request: Request) -> JSONResponse:
+    async def checked_body(request: Request) -> dict[str, Any] | JSONResponse:
+        """The request's JSON object for this model, or vLLM's error answer."""
         try:
             body = await request.json()
         except ValueError:
@@ -121,8 +122,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (one app, its rout
         if not isinstance(body, dict):
             return error("the body must be a JSON object")
         refused = model_checked(body)
-        if refused is not None:
-            return refused
+        return refused if refused is not None else body
+
+    async def score(request: Request) -> JSONResponse:
+        body = await checked_body(request)
+        if isinstance(body, JSONResponse):
+            return body
         text_1, text_2 = body.get("text_1"), body.get("text_2")
         if isinstance(text_1, str):
             text_1 = [text_1]
@@ -145,15 +150,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 (one app, its rout
                                        "prompt_tokens_details": None}})
 
     async def rerank(request: Request) -> JSONResponse:
-        try:
-            body = await request.json()
-        except ValueError:
-            return error("the body is not valid JSON")
-        if not isinstance(body, dict):
-            return error("the body must be a JSON object")
-        refused = model_checked(body)
-        if refused is not None:
-            return refused
+        body = await checked_body(request)
+        if isinstance(body, JSONResponse):
+            return body
         query, documents, top_n = body.get("query"), body.get("documents"), body.get("top_n") or 0
         if not isinstance(query, str) or not isinstance(documents, list) or not documents or \
                 not all(isinstance(d, str) for d in documents) or not isinstance(top_n, int):
