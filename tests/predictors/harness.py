@@ -41,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -270,6 +271,15 @@ class TritonServer:
     def execution_count(self, model: str | None = None) -> int:
         """How many times Triton executed the model: one per batch it ran."""
         return sum(int(s.get("execution_count", 0)) for s in self.model_stats(model)["model_stats"])
+
+    def executions_reaching(self, count: int, model: str | None = None, timeout: float = 20.0) -> int:
+        """`execution_count` once it has reached `count`, or what it is after `timeout`:
+        Triton counts an execution (and its inferences) once its response is out, so a read
+        right after the answer may lag it. Reached, its inference counts are current too."""
+        deadline = time.monotonic() + timeout
+        while (counted := self.execution_count(model)) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return counted
 
     def inference_count(self, model: str | None = None) -> int:
         """How many inferences (rows, summed over all batches) Triton ran."""

@@ -6,7 +6,6 @@ as single texts, lists, and base64 where the server speaks OpenAI."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -220,11 +219,7 @@ def test_triton_embed_over_rest_equals_the_reference_in_one_execution(triton_ser
     executions, inferences = triton_server.execution_count("embed"), triton_server.inference_count("embed")
     vectors = np.asarray(triton_server.embed(texts), dtype=np.float32)
     np.testing.assert_allclose(vectors, expected(reference, texts), atol=TRITON_TOLERANCE, rtol=0)
-    # Triton counts an execution once its response is out: the count may lag the answer a little.
-    deadline = time.monotonic() + 5
-    while triton_server.execution_count("embed") == executions and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert triton_server.execution_count("embed") == executions + 1
+    assert triton_server.executions_reaching(executions + 1, "embed") == executions + 1
     assert triton_server.inference_count("embed") == inferences + len(texts)
 
 
