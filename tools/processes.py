@@ -276,8 +276,11 @@ class ServerProcess:
     def log_text(self) -> str:
         """Everything the server wrote to stderr so far."""
         if self._log is not None:
-            self._log.seek(0)
-            return self._log.read().decode(errors="replace")
+            # pread, not seek and read: the child writes its stderr through the same open file,
+            # whose offset both share; a seek(0) here would land its next line at the start,
+            # over what it wrote before (one full run lost a reload's log line so).
+            fd = self._log.fileno()
+            return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
         if self.log_path is not None:
             try:
                 return self.log_path.read_text(errors="replace")
