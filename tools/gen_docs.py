@@ -4,7 +4,7 @@
     python -m tools.gen_docs --check   # exit 1 if a committed page differs from the code
 
 * `config.md`: every configuration key with its type, default and meaning, from their one
-  declaration (`gateway.config_keys`), which the parser's accepted keys come from too.
+  declaration (`gateway.config.TABLES`), which the parser reads the file by too.
 * `cli.md`: every command's help, from the gateway's own parser (`gateway.cli.parser`).
 * `errors.md`: every error a client can see, with its HTTP status and gRPC code, from
   `wire.errors` (the one table from errors to both protocols).
@@ -46,22 +46,17 @@ def cli_page() -> str:
 
 
 def config_page() -> str:
-    from gateway.config_keys import KEYS
+    from gateway.config import TABLES
 
-    titles = {"": "The document", "server": "[server]", "server.tls": "[server.tls]", "limits": "[limits]",
-              "tracing": "[tracing]", "models[]": "[[models]]", "models[].batching": "[models.batching]",
-              "models[].inputs[]": "[[models.inputs]]", "models[].inputs[].pad": "pad = { ... } of an input",
-              "models[].outputs[]": "[[models.outputs]]", "models[].simulated": "[models.simulated]",
-              "models[].embeddings": "[models.embeddings]", "models[].rerank": "[models.rerank]",
-              "tenants[]": "[[tenants]]"}
     parts = [HEADER, "# Configuration\n\n",
              "The TOML file of `batching-gateway serve --config FILE` (`check-config FILE` validates it): every key, "
-             "from its one declaration in `gateway/config_keys.py`. A key that is not here is refused, naming it. "
+             "from its one declaration (`gateway/config/`: a typed field with its bounds, default and meaning, "
+             "which the parser reads the file by). A key that is not here is refused, naming it. "
              "Durations are seconds where a key ends in `_s`, milliseconds in `_ms`.\n"]
-    for table in dict.fromkeys(key.table for key in KEYS):
-        parts += [f"\n## {titles[table]}\n\n", "| key | type | default | meaning |\n|---|---|---|---|\n"]
-        parts += [f"| `{key.name}` | {key.type} | {f'`{key.default}`' if key.default else ''} | {key.meaning} |\n"
-                  for key in KEYS if key.table == table]
+    for table in TABLES:
+        parts += [f"\n## {table.title}\n\n", "| key | type | default | meaning |\n|---|---|---|---|\n"]
+        parts += [f"| `{key.name}` | {key.kind.value} | {f'`{key.default_text}`' if key.default_text else ''} | "
+                  f"{key.meaning} |\n" for key in table.keys]
     return "".join(parts)
 
 

@@ -1,33 +1,53 @@
-"""BatchingConfig: one model's batching settings (its `[models.batching]` TOML table).
+"""BatchingConfig: one model's batching settings (its `[models.batching]` table).
 
-Defaults live here and only here; `gateway.config` reads the TOML keys (milliseconds
-where the key says `_ms`) into this dataclass and validates them. This module must not
-know how the settings are used: the queue and the policies read them.
+Each setting a user writes is declared once, here, on its field (`gateway.config_keys.key`):
+its TOML name, type, default, bounds and meaning; `gateway.config` reads the table with these
+declarations (milliseconds where the key says `_ms`, seconds in the field) and the reference
+page is written from them. This module must not know how the settings are used (the queue
+and the policies read them), nor any TOML file or the config's parser.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.config_keys import Kind, key
+
 
 @dataclass(frozen=True, slots=True)
 class BatchingConfig:
-    policy: str = "adaptive"     # the name of the policy (see gateway.batching.policies), as in TOML
-    max_batch_size: int = 32     # hard cap on rows per executor call; larger requests are split
-    max_latency_s: float = 0.5   # window: the most the oldest request waits for a full batch;
-    #                              adaptive: also caps the learned hold (see policies.adaptive)
-    max_inflight: int = 1        # batches of this model at the executor at once (when not auto)
-    auto_inflight: bool = False  # max_inflight = "auto": learned per model (see batching.inflight)
-    inflight_ceiling: int = 8    # auto: the most batches in flight it may try
-    max_queue: int = 4096        # rows queued for this model beyond which requests are refused
-    timeout_s: float = 60.0      # a request's deadline, from its arrival (a client may ask for less)
-    max_hold_s: float = 0.01     # adaptive: the most a learned hold may delay a batch; 0 = never hold
-    slo_s: float | None = None   # deadline: the answer's latency objective, and every request's deadline
-    priority_levels: int = 0     # 0: one level for all; n: levels 1 (highest) .. n, FIFO within a level
-    default_priority_level: int = 0  # the level of a request that names none (priority 0)
-    max_batch_cost: int = 0      # padded elements (rows x padded length) per batch, tokens for texts; 0 = no limit
-    #                              (see batching.padding)
+    # The name of the policy (see gateway.batching.policies); its choices and the key that
+    # selects one are the policies' own, so the config reads it apart.
+    policy: str = key(Kind.STRING, "adaptive", "window, adaptive or deadline (chosen by slo_ms).", apart=True)
+    max_batch_size: int = key(Kind.INTEGER, 32, "Rows per predictor call; larger requests are split.", minimum=1)
+    timeout_s: float = key(Kind.NUMBER, 60.0, "A request's deadline from its arrival (a client may ask for less).",
+                           minimum=0.001)
+    # A number, or "auto" (auto_inflight: learned per model, see batching.inflight).
+    max_inflight: int = key(Kind.INTEGER_OR_AUTO, 1, "Batches of this model at each predictor replica at once; "
+                                                     "auto: learned.")
+    demand_smoothing_s: float = key(Kind.NUMBER, 5000, "The load signal's demand (gateway_demand_rows_per_second): "
+                                                       "the time constant of its exponential smoothing.",
+                                    name="demand_smoothing_ms", per=1000, minimum=10)  # see batching.load
+    inflight_ceiling: int = key(Kind.INTEGER, 8, 'max_inflight = "auto": the most it may try.', minimum=1)
+    max_queue: int = key(Kind.INTEGER, 4096, "Rows queued beyond which requests are refused (429).", minimum=1)
+    # 0: one level for all; n: levels 1 (highest) .. n, FIFO within a level.
+    priority_levels: int = key(Kind.INTEGER, 0, "Priority levels, 1 the highest; 0: one level for all.", minimum=0)
+    # Its bounds are the levels' (Triton's rule), so the config reads it apart.
+    default_priority_level: int = key(Kind.INTEGER, 0, "The level of a request that names none.",
+                                      shown="the lowest level", apart=True)
+    max_latency_s: float = key(Kind.NUMBER, 500, "window: the most the oldest request waits for a full batch; "
+                                                 "adaptive: caps the learned hold.",
+                               name="max_latency_ms", per=1000, minimum=0)  # see policies.adaptive
+    max_hold_s: float = key(Kind.NUMBER, 10, "adaptive: the most a learned hold may delay a batch; 0: never hold.",
+                            name="max_hold_ms", per=1000, minimum=0)
+    slo_s: float | None = key(Kind.NUMBER, None, "The deadline policy's latency objective, and every request's "
+                                                 "deadline.", name="slo_ms", per=1000, minimum=0,
+                              positive="must be positive")
+    # Padded elements (rows x padded length) per batch, tokens for texts (see batching.padding);
+    # read with the padding, which it needs.
+    max_batch_cost: int = key(Kind.INTEGER, 0, "Padded elements (rows x padded length) per batch; 0: no limit.",
+                              apart=True)
+    auto_inflight: bool = False  # max_inflight = "auto"
     padding: PaddingConfig | None = None  # variable-length inputs: None = every length is its own signature
-    demand_smoothing_s: float = 5.0  # the load signal's demand: its smoothing's time constant (see batching.load)
 
 
 # -- variable-length inputs (see gateway.batching.padding for what they mean) ------------------
@@ -69,14 +89,26 @@ class PaddingConfig:
 
 # -- tenants (see gateway.batching.tenants for what the scheduler does with them) -------------
 
+# A tenant's weight and quotas: a positive, finite number, held as a float.
+_POSITIVE: dict = {"positive": "must be a positive number, got {value}", "finite": True, "per": 1}
+
+
 @dataclass(frozen=True, slots=True)
 class TenantPolicy:
     """What the scheduler knows of one tenant (a `[[tenants]]` table): its name, never its
     keys; the priority level of its requests and its share among the tenants of a level; its
     quotas, held for the whole gateway at the scheduler (None: no limit)."""
     name: str
-    priority: int = 0                         # its requests' level (0: the model's default); a request may ask lower
-    weight: float = 1.0                       # its share of a batch among the tenants queued at one level
-    requests_per_second: float | None = None  # a bucket of at most this many requests, refilled at this rate
-    tokens_per_minute: float | None = None    # likewise in tokens (text models) or rows (tensor models)
-    max_concurrent: int | None = None         # requests it may have in the scheduler at once
+    # Its requests' level (0: the model's default); a request may ask for a lower one.
+    priority: int = key(Kind.INTEGER, 0, "The level of its requests where a model has priority_levels (1 the "
+                                         "highest); a request may ask for a lower level, never a higher one.",
+                        shown="the model's default", minimum=1)
+    weight: float = key(Kind.NUMBER, 1.0, "Its share among the tenants queued at one level.", **_POSITIVE)
+    # A bucket of at most this many requests, refilled at this rate.
+    requests_per_second: float | None = key(Kind.NUMBER, None, "Its quota of requests: a bucket of at most this many, "
+                                                               "refilled at this rate; over it, 429 with Retry-After.",
+                                            **_POSITIVE)
+    tokens_per_minute: float | None = key(Kind.NUMBER, None, "Its quota of tokens (text models; rows for tensor "
+                                                             "models), a bucket of at most this many.", **_POSITIVE)
+    max_concurrent: int | None = key(Kind.INTEGER, None, "Its requests in the gateway at once; beyond, 429.",
+                                     minimum=1)
