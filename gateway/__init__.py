@@ -10,7 +10,7 @@
   into tensors; `triton.py`: Triton's model configuration and statistics documents;
 - `batching/`: the scheduler, its queues, row layouts, policies and tenants' quotas;
 - `auth.py` and `tenants.py`: who may call (the token, or tenants' keys);
-- `config.py`, `config_keys.py`, `cli.py`, `server.py`, `roles.py`, `workers/`: the way in,
+- `config/`, `config_keys.py`, `cli.py`, `server.py`, `roles.py`, `workers/`: the way in,
   the process and its role (one process, or `--workers`); `views.py`, `metrics.py`,
   `live.py`, `logs.py`, `telemetry.py`, `memory.py`: operating it.
 
