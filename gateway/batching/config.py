@@ -9,6 +9,7 @@ and the policies read them), nor any TOML file or the config's parser.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.config_keys import Kind, key
 
@@ -27,7 +28,8 @@ class BatchingConfig:
     demand_smoothing_s: float = key(Kind.NUMBER, 5000, "The load signal's demand (gateway_demand_rows_per_second): "
                                                        "the time constant of its exponential smoothing.",
                                     name="demand_smoothing_ms", per=1000, minimum=10)  # see batching.load
-    inflight_ceiling: int = key(Kind.INTEGER, 8, 'max_inflight = "auto": the most it may try.', minimum=1)
+    inflight_ceiling: int = key(Kind.INTEGER, 8, 'max_inflight = "auto": the most it may try.', minimum=1,
+                                apart=True)  # read with max_inflight, which it needs
     max_queue: int = key(Kind.INTEGER, 4096, "Rows queued beyond which requests are refused (429).", minimum=1)
     # 0: one level for all; n: levels 1 (highest) .. n, FIFO within a level.
     priority_levels: int = key(Kind.INTEGER, 0, "Priority levels, 1 the highest; 0: one level for all.", minimum=0)
@@ -90,7 +92,7 @@ class PaddingConfig:
 # -- tenants (see gateway.batching.tenants for what the scheduler does with them) -------------
 
 # A tenant's weight and quotas: a positive, finite number, held as a float.
-_POSITIVE: dict = {"positive": "must be a positive number, got {value}", "finite": True, "per": 1}
+_POSITIVE: dict[str, Any] = {"positive": "must be a positive number, got {value}", "finite": True, "per": 1}
 
 
 @dataclass(frozen=True, slots=True)

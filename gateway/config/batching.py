@@ -57,6 +57,7 @@ def batching(raw: dict, where: str) -> BatchingConfig:
         raise ConfigError(f"{where}.inflight_ceiling", 'applies only to max_inflight = "auto"')
     fixed = replace(BATCHING["max_inflight"], kind=Kind.INTEGER, minimum=1)
     values["max_inflight"] = fixed.value if auto else value(fixed, raw, where)
+    values["inflight_ceiling"] = value(BATCHING["inflight_ceiling"], raw, where)
     return BatchingConfig(**fields(BatchingConfig, values), auto_inflight=auto)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backends.settings import PredictorProtocol
-from gateway.config.read import ConfigError, read, table
+from gateway.config.read import ConfigError, only, read, table
 from gateway.config_keys import Kind, Table, declared, key
 from gateway.tokens import (
     DEFAULT_TOKEN_ENCODING,
@@ -103,11 +103,12 @@ def rerank(raw: dict, key: str, protocol: PredictorProtocol, simulated_task: str
                                  "Triton, KServe v2, api = \"score\" or \"rerank\", or the simulated model "
                                  "with task = \"rerank\"")
     given = table(raw, "rerank", where)
-    config = RerankConfig(**read(RERANK, given, where))
-    if protocol not in _OIP:
+    only(given, where, RERANK.names())
+    if protocol not in _OIP:  # said before what is wrong with the value: no value would do
         for name in sorted({"query_input", "document_input", "output"} & given.keys()):
             raise ConfigError(f"{where}.{name}", "names a tensor of an Open Inference Protocol predictor "
                                                  "(Triton, KServe v2); this one's are fixed")
+    config = RerankConfig(**read(RERANK, given, where))
     if config.query_input == config.document_input:
         raise ConfigError(f"{where}.document_input", f"the query and the document travel in two inputs; both "
                                                      f"are named '{config.query_input}'")
