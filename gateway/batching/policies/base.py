@@ -24,7 +24,9 @@ from wire.errors import GatewayError
 class Setting:
     """A key of a model's `[batching]` table that a policy reads: the TOML `key` (in
     milliseconds: every policy setting is a duration) into `BatchingConfig.<field>` (in
-    seconds). `positive`: 0 is refused."""
+    seconds). `positive`: 0 is refused. A key declared on the field already (its declaration,
+    `gateway.config_keys.key`, names it with its bounds) is read by that declaration; this
+    one is how a new policy adds a key of its own without touching the config."""
     key: str
     field: str
     positive: bool = False
