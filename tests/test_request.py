@@ -1,11 +1,11 @@
 """wire/request.py: what a client gives of its deadline and priority, read the same way on
-every protocol, and durations told to clients in milliseconds that never read "0 ms"."""
+every protocol."""
 from __future__ import annotations
 
 import pytest
 
 from wire.errors import InvalidInput
-from wire.request import OipRequest, format_ms, priority_from_header
+from wire.request import OipRequest, priority_from_header
 from wire.tensors import Tensor
 
 
@@ -31,9 +31,3 @@ def test_the_priority_header_is_a_non_negative_integer():
     for value in ("high", "-1", "1.5", ""):
         with pytest.raises(InvalidInput, match="X-Request-Priority"):
             priority_from_header(value)
-
-
-@pytest.mark.parametrize("seconds, text", [(0.0004, "0.4 ms"), (0.0000123, "0.012 ms"), (0, "0 ms"),
-                                           (0.0123, "12 ms"), (1.5, "1500 ms"), (0.009, "9 ms")])
-def test_durations_below_a_millisecond_are_not_reported_as_zero(seconds, text):
-    assert format_ms(seconds) == text

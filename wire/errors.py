@@ -2,7 +2,9 @@
 
 Every failure a client can see is a `GatewayError` subclass. Front ends never choose a
 status themselves: they read `http_status` / `grpc_code` off the error. Messages are meant
-for clients: they say what was wrong and never carry stack traces or internal addresses.
+for clients: they say what was wrong and never carry stack traces or internal addresses;
+what they repeat is worded here too (`echo`: a client-chosen name, bounded; `format_ms`: a
+duration).
 """
 from __future__ import annotations
 
@@ -103,6 +105,13 @@ def echo(text: str) -> str:
     """A client-chosen name as an error repeats it: bounded, so that an error's size is
     the gateway's choice (a 1 MB name once overflowed the client's metadata limit)."""
     return text if len(text) <= MAX_ECHO else f"{text[:MAX_ECHO]}... ({len(text)} characters)"
+
+
+def format_ms(seconds: float) -> str:
+    """A duration as an error tells it, in milliseconds: "0.4 ms", not "0 ms", below one.
+    The one way a message words a duration, so that every deadline refusal reads alike."""
+    milliseconds = seconds * 1000
+    return f"{milliseconds:.0f} ms" if milliseconds >= 9.5 or milliseconds == 0 else f"{milliseconds:.2g} ms"
 
 
 class Overloaded(GatewayError):

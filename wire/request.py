@@ -16,17 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wire.errors import InvalidInput
+from wire.errors import format_ms as format_ms  # its home is wire.errors: here only until batching/queue.py imports it there
 from wire.tensors import Tensor, TensorSpec
 
 # How a client without OIP parameters (KServe v1, TorchServe; HTTP header or gRPC metadata)
 # gives Triton's `priority`: 1 is the highest level, 0 the model's default.
 PRIORITY_HEADER = "X-Request-Priority"
-
-
-def format_ms(seconds: float) -> str:
-    """A duration for a person in milliseconds: "0.4 ms", not "0 ms", below one."""
-    milliseconds = seconds * 1000
-    return f"{milliseconds:.0f} ms" if milliseconds >= 9.5 or milliseconds == 0 else f"{milliseconds:.2g} ms"
 
 
 def priority_from_header(value: str | None) -> int:

@@ -62,8 +62,7 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy
 from gateway.batching.policies.base import QueuedPart, QueueState, Setting
 from gateway.batching.request import BatchRequest
-from wire.errors import GatewayError, Unavailable
-from wire.request import format_ms
+from wire.errors import GatewayError, Unavailable, format_ms
 
 PROBE_AFTER_S = 1.0  # with nothing in flight and no call for this long, a request is admitted as a probe
 
