@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 from google.protobuf import json_format
@@ -94,58 +94,26 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         client closes or cancels the stream, what it still has queued is dropped, never
         sent, and counted 499 with the answers it never took. When the gateway drains, it
         stops reading every stream: each answers what it has read, then ends UNAVAILABLE."""
-        answers: asyncio.Queue[tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None] = asyncio.Queue()
-        window = asyncio.Semaphore(STREAM_WINDOW)
-
-        async def answer(request: pb.ModelInferRequest, call: Call) -> pb.ModelStreamInferResponse:
-            return pb.ModelStreamInferResponse(infer_response=await self._infer(request, call))
-
-        async def read() -> None:
-            try:
-                while True:
-                    await window.acquire()  # a slot before reading: a full window stops the reading
-                    request = await anext(requests, None)
-                    if request is None:
-                        return
-                    call = self.service.open("oip_grpc_stream", getattr(request, "model_name", ""))
-                    answers.put_nowait((asyncio.create_task(in_band(request, context, call, answer, _stream_error)),
-                                        call))
-            finally:
-                answers.put_nowait(None)
-
-        reader = asyncio.create_task(read())
+        answers = _StreamAnswers(self.service, self._infer, context)
+        reader = asyncio.create_task(answers.read(requests))
         self.streams.track(reader)
-        pending: tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None = None
         try:
-            while (pending := await answers.get()) is not None:
-                task, call = pending
-                response = await task
-                # Written here, not yielded: a client gone mid-write fails this await, in our
-                # hands (one INFO line), instead of inside grpc (an ERROR with a traceback).
-                try:
-                    await context.write(response)
-                except Exception:  # noqa: BLE001 (whatever the transport raises, the client is gone)
-                    log.info("a ModelStreamInfer client went away with %d answers untaken", answers.qsize() + 1)
-                    return
-                call.close(200)  # taken by the stream (an in-band error is already closed with its status)
-                window.release()
-            try:
-                await reader  # the client's half-close, or its read error
-            except asyncio.CancelledError:
-                if not self.streams.ending or _cancelling():
-                    raise
-                context.set_code(grpc.StatusCode.UNAVAILABLE)
-                context.set_details("the gateway is shutting down; every request read from this stream was answered")
+            if await answers.write():
+                await self._stream_ended(reader, context)
         finally:
             reader.cancel()
-            # What the client never took: the one being written, then the rest, queued or computing.
-            undelivered = [pending] if pending is not None else []
-            while not answers.empty():
-                if (item := answers.get_nowait()) is not None:
-                    undelivered.append(item)
-            for task, call in undelivered:
-                task.cancel()
-                call.close(CLIENT_CLOSED_REQUEST)
+            answers.drop_undelivered()
+
+    async def _stream_ended(self, reader: asyncio.Task[None], context: grpc.aio.ServicerContext) -> None:
+        """Every answer is written: the stream ends as its reading did, at the client's
+        half-close, with its read error, or UNAVAILABLE when the gateway's drain stopped it."""
+        try:
+            await reader
+        except asyncio.CancelledError:
+            if not self.streams.ending or _cancelling():
+                raise
+            context.set_code(grpc.StatusCode.UNAVAILABLE)
+            context.set_details("the gateway is shutting down; every request read from this stream was answered")
 
     async def _infer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelInferResponse:
         served = self.service.model(request.model_name, request.model_version)
@@ -153,6 +121,70 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         answer = await self.service.infer(served, decoded, call)
         return oip_grpc.encode_response(
             request.model_name, request.model_version, request.id, answer.tensors(), {"batch_id": answer.batch_id})
+
+
+class _StreamAnswers:
+    """One ModelStreamInfer stream's requests, each answered in its own task as it is read,
+    and their answers in the order the requests came: at most `STREAM_WINDOW` read and not
+    yet taken by the client."""
+
+    def __init__(self, service: InferenceService,
+                 infer: Callable[[pb.ModelInferRequest, Call], Awaitable[pb.ModelInferResponse]],
+                 context: grpc.aio.ServicerContext) -> None:
+        self.service = service
+        self.infer = infer
+        self.context = context
+        self.queue: asyncio.Queue[tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None] = asyncio.Queue()
+        self.window = asyncio.Semaphore(STREAM_WINDOW)
+        self.pending: tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None = None  # being written
+
+    async def read(self, requests: AsyncIterator[pb.ModelInferRequest]) -> None:
+        """Read the stream while the window has room, each request opened as its own Call and
+        answered in band; then (the client's half-close, an error, a cancel) say the end."""
+        try:
+            while True:
+                await self.window.acquire()  # a slot before reading: a full window stops the reading
+                request = await anext(requests, None)
+                if request is None:
+                    return
+                call = self.service.open("oip_grpc_stream", getattr(request, "model_name", ""))
+                self.queue.put_nowait((asyncio.create_task(in_band(request, self.context, call, self.answer,
+                                                                   _stream_error)), call))
+        finally:
+            self.queue.put_nowait(None)
+
+    async def answer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelStreamInferResponse:
+        return pb.ModelStreamInferResponse(infer_response=await self.infer(request, call))
+
+    async def write(self) -> bool:
+        """Hand each answer to the client in order, as it is ready, until the reading ends;
+        False if the client went away."""
+        while (pending := await self.queue.get()) is not None:
+            self.pending = pending
+            task, call = pending
+            response = await task
+            # Written here, not yielded: a client gone mid-write fails this await, in our
+            # hands (one INFO line), instead of inside grpc (an ERROR with a traceback).
+            try:
+                await self.context.write(response)
+            except Exception:  # noqa: BLE001 (whatever the transport raises, the client is gone)
+                log.info("a ModelStreamInfer client went away with %d answers untaken", self.queue.qsize() + 1)
+                return False
+            call.close(200)  # taken by the stream (an in-band error is already closed with its status)
+            self.window.release()
+        self.pending = None
+        return True
+
+    def drop_undelivered(self) -> None:
+        """What the client never took (the answer being written, then the rest, queued or
+        computing): cancelled, each request closed 499."""
+        undelivered = [self.pending] if self.pending is not None else []
+        while not self.queue.empty():
+            if (item := self.queue.get_nowait()) is not None:
+                undelivered.append(item)
+        for task, call in undelivered:
+            task.cancel()
+            call.close(CLIENT_CLOSED_REQUEST)
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
