@@ -12,7 +12,7 @@
 - `auth.py` and `tenants.py`: who may call (the token, or tenants' keys);
 - `config/`, `config_keys.py`, `cli.py`, `server.py`, `roles.py`, `workers/`: the way in,
   the process and its role (one process, or `--workers`); `views.py`, `metrics.py`,
-  `live.py`, `logs.py`, `telemetry.py`, `memory.py`: operating it.
+  `live.py`, `logs.py`, `telemetry/`, `memory.py`: operating it.
 
 It builds on `wire` (what travels) and reaches predictors (Triton, KServe, TorchServe, an
 OpenAI-compatible server) only through `backends.registry`, `settings` and `base`;

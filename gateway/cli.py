@@ -12,7 +12,8 @@ import signal
 import sys
 
 from gateway import config as gateway_config
-from gateway import logs, telemetry
+from gateway import logs
+from gateway.telemetry.settings import resolve as resolve_tracing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check-config":
             loaded = gateway_config.load(args.file)
-            telemetry.resolve(loaded.tracing)  # and the OTEL_* variables it would start with
+            resolve_tracing(loaded.tracing)  # and the OTEL_* variables it would start with
             tenants = f"; {len(loaded.tenants)} tenant(s): {', '.join(t.name for t in loaded.tenants)}" \
                 if loaded.tenants else ""
             print(f"{args.file}: ok ({len(loaded.models)} model(s): {', '.join(m.name for m in loaded.models)}{tenants})")
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             if key in overrides and not 0 <= overrides[key] <= 65535:
                 raise gateway_config.ConfigError(f"--{key.replace('_', '-')}", "must be between 0 and 65535")
         loaded = dataclasses.replace(loaded, server=dataclasses.replace(loaded.server, **overrides))
-        telemetry.resolve(loaded.tracing)  # tracing asked for but not installed: exit 2, before anything starts
+        resolve_tracing(loaded.tracing)  # tracing asked for but not installed: exit 2, before anything starts
     except gateway_config.ConfigError as error:
         print(f"batching-gateway: config error: {error}", file=sys.stderr)
         return 2

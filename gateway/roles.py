@@ -24,7 +24,7 @@ from backends.base import Backend
 from backends.registry import create_backend
 from gateway.batching.scheduler import BatchScheduler, Scheduler
 from gateway.config import GatewayConfig, ModelConfig, ServerConfig
-from gateway.telemetry import Telemetry
+from gateway.telemetry.spans import Telemetry
 from gateway.views import LocalViews, Views
 
 if TYPE_CHECKING:  # the service is built with a role's views; the role never builds a service

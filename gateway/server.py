@@ -22,9 +22,9 @@ from gateway.front_ends import FrontEnds
 from gateway.memory import Trimmer
 from gateway.roles import Role, SingleProcess
 from gateway.service import InferenceService
-from gateway.telemetry import NO_TELEMETRY, Telemetry
-from gateway.telemetry import resolve as resolve_tracing
-from gateway.telemetry import start as start_telemetry
+from gateway.telemetry.settings import resolve as resolve_tracing
+from gateway.telemetry.spans import NO_TELEMETRY, Telemetry
+from gateway.telemetry.spans import start as start_telemetry
 
 log = logging.getLogger(__name__)
 # Descriptors kept back from client connections: predictor connections, gRPC's own, files, logs.

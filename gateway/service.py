@@ -38,7 +38,7 @@ from gateway.lifecycle import Call
 from gateway.metrics import Metrics
 from gateway.model_kinds import served_model
 from gateway.models import SERVER_NAME, BatchInputs, ClientRequest, ServedModel
-from gateway.telemetry import Telemetry
+from gateway.telemetry.spans import Telemetry
 from gateway.views import Views
 from wire.errors import GatewayError, ModelNotFound
 from wire.request import OipRequest, RequestHead

@@ -40,3 +40,7 @@ def test_every_module_of_the_gateway_takes_a_floor():
 def test_every_bench_scenario_is_under_the_bench_contract():
     listed = layered(contract("the benchmarks import one way")["layers"])
     assert modules("tools/bench") <= listed, sorted(modules("tools/bench") - listed)
+
+
+def test_every_module_of_the_telemetry_takes_a_layer():
+    assert layered(contract("tracing one way")["layers"]) == modules("gateway/telemetry")

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 from gateway.batching.scheduler import Scheduler
 from gateway.config import GatewayConfig, ServerConfig
 from gateway.roles import SingleProcess
-from gateway.telemetry import Telemetry
+from gateway.telemetry.spans import Telemetry
 from gateway.views import LocalViews, Views
 from gateway.workers.batcher import Batcher, BatcherViews
 

@@ -27,7 +27,7 @@ from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.scheduler import Scheduler
 from gateway.config import ModelConfig
 from gateway.roles import Role
-from gateway.telemetry import Telemetry
+from gateway.telemetry.spans import Telemetry
 from gateway.views import Views
 from gateway.workers.channel import (
     Ask,
