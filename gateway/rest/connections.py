@@ -18,12 +18,9 @@ Tornado's HTTPServer, with the guards a production proxy puts in front of an app
   larger or chunked body, `Expect: 100-continue`, a 414 or 431) the answer says
   `Connection: close`, and the connection is closed;
 - such a close is not lost to a client that writes its whole body before it reads: it
-  lingers as nginx's `lingering_close` does, its sending side first, then what the client
-  still sends is read and dropped, for at most `LINGER_S` and `LINGER_BYTES`, before the
-  close (a close with unread data would send a reset, which discards the answer). A
-  lingering socket counts against `max_connections` until it closes; a connection accepted
-  at the cap closes the oldest lingering socket at once rather than be refused, so
-  descriptors stay bounded by the cap;
+  lingers (`gateway.rest.lingering`). A lingering socket counts against `max_connections`
+  until it closes; a connection accepted at the cap closes the oldest lingering socket at
+  once rather than be refused, so descriptors stay bounded by the cap;
 - a request head is judged before routing: a request target over 8 KiB gets 414, a header
   block over 64 KiB gets 431, and an absolute-form target (`POST http://host/path`, which
   RFC 9112 says servers must accept) is served as its path.
@@ -34,7 +31,6 @@ the ordinary loggers, whose repeats `gateway.logs` rate-limits.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import re
@@ -53,7 +49,8 @@ import tornado.web
 
 from gateway.metrics import ConnectionStats
 from gateway.rest import errors, tornado_internals
-from wire.errors import GatewayError, HeaderFieldsTooLarge, InvalidInput, OverCapacity, RequestHeadTooLarge
+from gateway.rest.lingering import LingeringSockets, LingeringStream, set_body_unread
+from wire.errors import GatewayError, HeaderFieldsTooLarge, OverCapacity, RequestHeadTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +64,6 @@ HEAD_READ_LIMIT = 1024 * 1024
 # connection kept. A few reads cost less than the client's new connection would (a handshake, TLS's
 # key exchange), and it covers the small JSON requests whose refusals are common (a wrong model name).
 DRAIN_BYTES = 64 * 1024
-LINGER_S = 5.0                        # a closed connection's unread body is drained this long at most
-LINGER_BYTES = 256 * 1024 * 1024      # and this much at most (the largest bodies clients send, refused)
 SWEEP_INTERVAL_S = 0.25               # how often timeouts are checked: their resolution
 ACCEPTS_PER_WAKEUP = 128              # as Tornado's accept loop: then let other work run
 BACKOFF_FIRST_S = 0.05
@@ -111,13 +106,13 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
         self.limits = limits
         self.stats = ConnectionStats()
         self._deadlines: dict[object, _Deadline] = {}   # by Tornado's server connection
-        self._lingering = _LingeringSockets(self.stats)
+        self._lingering = LingeringSockets(self.stats)
         self._listeners: dict[int, socket.socket] = {}
         self._accepting = False
         self._backoff_s = BACKOFF_FIRST_S
         self._loop = tornado.ioloop.IOLoop.current()
         self._sweeper = tornado.ioloop.PeriodicCallback(self._sweep, SWEEP_INTERVAL_S * 1000)
-        self._refusal = _raw_answer(OverCapacity(
+        self._refusal = errors.raw_answer(OverCapacity(
             f"the gateway holds its maximum of {self.limits.max_connections} connections (server.max_connections); "
             "retry shortly"))
 
@@ -171,8 +166,8 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
                 self._refuse(connection)
                 continue
             if self.ssl_options is None:
-                # A plain connection's stream lingers at its close (see _LingeringStream).
-                self.handle_stream(_LingeringStream(connection, self._lingering, max_buffer_size=self.max_buffer_size,
+                # A plain connection's stream lingers at its close (see LingeringStream).
+                self.handle_stream(LingeringStream(connection, self._lingering, max_buffer_size=self.max_buffer_size,
                                                     read_chunk_size=self.read_chunk_size), address)
             else:
                 # Tornado's own path from an accepted socket to a TLS stream; it calls
@@ -222,7 +217,7 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
             deadline = self._deadlines[server_conn] = _Deadline(stream, now + self.limits.header_timeout_s)
         else:
             deadline.at = now + self.limits.idle_timeout_s
-        _body_unread(deadline.stream, False)  # a body drained after an early answer ends unannounced
+        set_body_unread(deadline.stream, False)  # a body drained after an early answer ends unannounced
         tornado_internals.keep_after_early_answer(request_conn, _drainable)
         return _GuardedRequest(super().start_request(server_conn, request_conn), request_conn, deadline,
                                self.limits.body_timeout_s, self.stats)
@@ -250,104 +245,6 @@ def _drainable(headers: tornado.httputil.HTTPHeaders) -> bool:
     return len(lengths) == 1 and _CONTENT_LENGTH.fullmatch(lengths[0]) is not None and int(lengths[0]) <= DRAIN_BYTES
 
 
-class _LingeringStream(tornado.iostream.IOStream):
-    """A plain TCP stream whose close, when the client has sent what was not read, lingers
-    (see the module): its answer is already in the kernel's send buffer, and a close with
-    unread data would reset the connection before the client reads it."""
-
-    body_unread = False  # a request's head is in and its body is not (see _GuardedRequest)
-
-    def __init__(self, sock: socket.socket, lingering: _LingeringSockets, **kwargs: Any) -> None:
-        super().__init__(sock, **kwargs)
-        self.lingering = lingering
-
-    def close_fd(self) -> None:
-        sock = self.socket
-        if self.body_unread and isinstance(self.error, tornado.iostream.UnsatisfiableReadError):
-            # Tornado gives up on a body line over its bound (a chunk-size line of 64 bytes or
-            # more) by closing, with no answer: the client gets one before the close.
-            with contextlib.suppress(OSError):
-                sock.send(_raw_answer(InvalidInput(f"the chunked body is malformed: {self.error}")), socket.MSG_DONTWAIT)
-        try:
-            unread = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-        except BlockingIOError:  # nothing waiting now; more may be on its way if a body was cut short
-            unread = self.body_unread
-        except OSError:  # the connection is already broken
-            unread = False
-        if not unread:
-            super().close_fd()
-            return
-        self.socket = None  # type: ignore[assignment]  # Tornado's own close_fd leaves it so
-        self.lingering.add(sock)
-
-
-def _body_unread(stream: tornado.iostream.IOStream, unread: bool) -> None:
-    if isinstance(stream, _LingeringStream):  # a TLS stream closes at once
-        stream.body_unread = unread
-
-
-class _LingeringSockets:
-    """A server's sockets lingering at their close, oldest first: each counts against
-    max_connections (`ConnectionStats.lingering`) until it closes."""
-
-    def __init__(self, stats: ConnectionStats) -> None:
-        self.stats = stats
-        self._sockets: dict[_Lingering, None] = {}  # in the order they began
-
-    def add(self, sock: socket.socket) -> None:
-        """Half-close `sock` (the answer, then the end of it, reach the client) and let it linger."""
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            sock.close()
-            return
-        self._sockets[_Lingering(sock, self)] = None
-        self.stats.lingering = len(self._sockets)
-
-    def discard(self, lingering: _Lingering) -> None:
-        self._sockets.pop(lingering, None)
-        self.stats.lingering = len(self._sockets)
-
-    def close_oldest(self) -> bool:
-        """Close the socket that has lingered longest, at once; False if none lingers."""
-        oldest = next(iter(self._sockets), None)
-        if oldest is None:
-            return False
-        oldest.close()
-        return True
-
-
-class _Lingering:
-    """A half-closed socket: what its client still sends is read and dropped, bounded in
-    time and bytes, then it is closed."""
-
-    def __init__(self, sock: socket.socket, sockets: _LingeringSockets) -> None:
-        self.sock = sock
-        self.sockets = sockets
-        self.left = LINGER_BYTES
-        self.loop = tornado.ioloop.IOLoop.current()
-        self.loop.add_handler(sock, self._drain, tornado.ioloop.IOLoop.READ)
-        self.timer = self.loop.call_later(LINGER_S, self.close)
-
-    def _drain(self, sock: socket.socket, events: int) -> None:
-        try:
-            # Until the client closes its side too, or has sent as much as it may.
-            while self.left > 0 and (data := sock.recv(min(65536, self.left))):
-                self.left -= len(data)
-        except BlockingIOError:
-            return  # all read for now: wait for more, or for the timer
-        except OSError:
-            pass
-        self.close()
-
-    def close(self) -> None:
-        if self.sock.fileno() != -1:
-            self.loop.remove_timeout(self.timer)
-            self.loop.remove_handler(self.sock)
-            self.sock.close()
-            self.sockets.discard(self)
-
-
 class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
     """One request's delegate: its head is judged (and an absolute-form target made
     origin-form) before the application sees it."""
@@ -365,7 +262,7 @@ class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
                          headers: tornado.httputil.HTTPHeaders) -> Awaitable[None] | None:
         assert isinstance(start_line, tornado.httputil.RequestStartLine)
         self.deadline.at = time.monotonic() + self.body_timeout_s
-        _body_unread(self.deadline.stream, True)  # until finish: a close now lingers
+        set_body_unread(self.deadline.stream, True)  # until finish: a close now lingers
         target = start_line.path
         if len(target) > MAX_REQUEST_TARGET_BYTES:
             self._refuse(RequestHeadTooLarge(
@@ -385,7 +282,7 @@ class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
 
     def finish(self) -> None:
         self.deadline.at = None  # the whole request is in
-        _body_unread(self.deadline.stream, False)
+        set_body_unread(self.deadline.stream, False)
         if not self.refused:
             self.delegate.finish()
 
@@ -403,15 +300,6 @@ class _GuardedRequest(tornado.httputil.HTTPMessageDelegate):
         self.connection.write_headers(tornado.httputil.ResponseStartLine("HTTP/1.1", code, reason), headers, body)
         # Finished before the body is read: Tornado closes the connection once this is sent.
         self.connection.finish()
-
-
-def _raw_answer(error: GatewayError) -> bytes:
-    """`error` as a whole HTTP/1.1 answer that closes the connection, for a socket no
-    Tornado connection serves yet."""
-    code, fields, body = errors.render(error)
-    head = [f"HTTP/1.1 {code} {tornado.httputil.responses[code]}", *(f"{k}: {v}" for k, v in fields.items()),
-            "Connection: close", f"Content-Length: {len(body)}"]
-    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
 def _origin_form(start_line: tornado.httputil.RequestStartLine,

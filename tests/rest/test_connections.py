@@ -4,7 +4,8 @@ accept that fails for want of descriptors backing off instead of spinning, an ea
 refusal that keeps the connection when the body is small (http.client, aiohttp and
 Triton's aio client then send their next request on it) and says `Connection: close`
 otherwise, reaching a client still sending its body (a lingering close, bounded, whose
-sockets count against the cap), and the listen backlog."""
+sockets count against the cap: gateway/rest/lingering.py, tested here through the
+server that uses it), and the listen backlog."""
 from __future__ import annotations
 
 import asyncio
