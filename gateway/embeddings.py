@@ -37,7 +37,8 @@ import numpy as np
 from backends.base import Backend
 from gateway.batching.executor import Executor
 from gateway.config import TOKEN_IDS_AS_IS, EmbeddingsConfig, ModelConfig
-from gateway.models import BatchInputs, ClientRequest, TensorModel
+from gateway.models.base import BatchInputs, ClientRequest
+from gateway.models.tensor import TensorModel
 from gateway.tokens import EncodingUnavailable, TokenCounter, UndecodableTokens, token_decoder
 from wire.embeddings import TOKEN_IDS_INPUT, EmbeddingsRequest, pack_token_ids
 from wire.errors import BadPredictorAnswer, InvalidInput

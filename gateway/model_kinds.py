@@ -11,7 +11,9 @@ from __future__ import annotations
 from backends.base import Backend, BatchForm
 from gateway.config import ModelConfig
 from gateway.embeddings import EmbeddingModel
-from gateway.models import InstanceModel, PaddedInstanceModel, ServedModel, TensorModel
+from gateway.models.base import ServedModel
+from gateway.models.instance import InstanceModel, PaddedInstanceModel
+from gateway.models.tensor import TensorModel
 from gateway.rerank import RerankModel
 
 

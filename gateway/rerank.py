@@ -28,7 +28,8 @@ import numpy as np
 
 from backends.base import Backend
 from gateway.config import ModelConfig, RerankConfig
-from gateway.models import BatchInputs, ClientRequest, TensorModel
+from gateway.models.base import BatchInputs, ClientRequest
+from gateway.models.tensor import TensorModel
 from gateway.tokens import TokenCounter
 from wire.errors import BadPredictorAnswer, InvalidInput
 from wire.rerank import RerankRequest

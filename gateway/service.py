@@ -37,7 +37,7 @@ from gateway.config import ConfigError, GatewayConfig, ModelConfig, tenant_direc
 from gateway.lifecycle import Call
 from gateway.metrics import Metrics
 from gateway.model_kinds import served_model
-from gateway.models import SERVER_NAME, BatchInputs, ClientRequest, ServedModel
+from gateway.models.base import SERVER_NAME, BatchInputs, ClientRequest, ServedModel
 from gateway.telemetry.spans import Telemetry
 from gateway.views import Views
 from wire.errors import GatewayError, ModelNotFound

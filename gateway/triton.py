@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.batching.stats import Durations, StatsSnapshot
-from gateway.models import ServedModel
+from gateway.models.base import ServedModel
 from wire.tensors import TensorSpec
 
 EXTENSIONS = ("model_configuration", "statistics")

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from gateway import live, triton
 from gateway.batching.scheduler import BatchScheduler
 from gateway.metrics import Metrics
-from gateway.models import ServedModel
+from gateway.models.base import ServedModel
 from wire.errors import ModelNotFound
 
 

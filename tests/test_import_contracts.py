@@ -44,3 +44,7 @@ def test_every_bench_scenario_is_under_the_bench_contract():
 
 def test_every_module_of_the_telemetry_takes_a_layer():
     assert layered(contract("tracing one way")["layers"]) == modules("gateway/telemetry")
+
+
+def test_every_module_of_the_served_models_takes_a_layer():
+    assert layered(contract("the served models one way")["layers"]) == modules("gateway/models")

@@ -1,5 +1,6 @@
-"""Served models (gateway/models.py): a model that describes nothing is served all the same,
-and what the predictor describes is followed when it changes."""
+"""Served models (gateway/models/, each chosen by gateway/model_kinds.py): a model that
+describes nothing is served all the same, and what the predictor describes is followed when
+it changes."""
 from __future__ import annotations
 
 import asyncio
@@ -9,9 +10,9 @@ import pytest
 
 from backends.base import Backend
 from backends.settings import PredictorProtocol, PredictorSettings
-from gateway import models
 from gateway.config import ModelConfig
 from gateway.model_kinds import served_model
+from gateway.models import base as models
 from wire.errors import InvalidInput
 from wire.tensors import ModelSignature, Tensor, TensorSpec
 

@@ -30,7 +30,7 @@ import tornado.web
 from gateway import metrics
 from gateway.auth import API_KEY_HEADERS
 from gateway.lifecycle import Call
-from gateway.models import ServedModel
+from gateway.models.base import ServedModel
 from gateway.rest import errors, tornado_internals
 from gateway.service import InferenceService
 from wire.codecs import content_encoding

@@ -1,48 +1,15 @@
-"""The models the gateway serves, each owning its *batch form*.
+"""`ServedModel`, what every served model is, whatever its batch form: how any client's
+decoded request (`ClientRequest`) becomes the model's batch form (`batch_inputs`, the one
+place a request is told apart by its protocol, into `BatchInputs`), the checks every form
+shares (an OIP request's inputs by their headers, before any payload is decoded; the
+outputs asked for), the answer back (`select_outputs`, `predictions_from_outputs`), and
+what the predictor says of the model: its signature (from config, else learned from the
+predictor's metadata and re-read every `METADATA_REFRESH_S`), versions, readiness and OIP
+metadata.
 
-A predictor takes a batch in one of two forms (`backends.base.BatchForm`): typed tensors
-(Open Inference Protocol predictors) or one JSON tensor of KServe v1 instances (v1 and
-TorchServe predictors). Clients of every front end reach every model, so each request is
-converted to its model's form before it is queued, and the model's answer is converted
-back to what its client speaks. That is what a served model owns, in one place:
-
-- `check_inputs`: an OIP request's inputs as their headers declare them, checked against
-  the model's signature (names, datatypes, rows, each row's shape) before any payload is
-  decoded (`wire.request.RequestHead`): a 64 MB tensor of the wrong kind costs its header;
-- `batch_inputs_from_tensors` / `_instances` / `_upload`: an OIP, v1 or TorchServe request in the
-  model's batch form, checked against the model's signature (by `check_inputs` for tensors);
-- `tensors_from_outputs` / `predictions_from_outputs`: the batch result as OIP output
-  tensors or v1 predictions;
-- its signature (from config, else learned from the predictor's metadata and re-read
-  every `METADATA_REFRESH_S`, so a predictor restarted with another model is followed),
-  versions, readiness and OIP metadata.
-
-A model that describes no tensors (a custom `kserve.Model`, KServe's sklearn and xgboost
-runtimes, every v1 predictor) is served all the same: its readiness is its predictor's,
-OIP requests pass through with their own names and datatypes, and an OIP client of a v1
-predictor gets KServe's own convention for the predictions (`output-0`, the datatype taken
-from the values), and v1 instances for a tensor predictor that lists no inputs travel as
-its twin (`input-0`). Only a conversion that needs a name nobody gave is refused, at
-request time, with 400 naming the config key that would supply it.
-
-A TorchServe upload (a raw body, form parts or gRPC entries: `wire.upload`) is one row:
-`batch_inputs_from_upload` (`gateway.uploads`) makes it an instance of named values for a
-v1 or TorchServe predictor, or BYTES tensors for a tensor predictor.
-
-A model with variable-length inputs (`batching.padding`) takes typed tensors whatever its
-predictor: requests of different lengths are padded together in the scheduler, so its v1
-clients' instances may be ragged along the declared dimension (each keeps its own length,
-and per-token predictions come back at that length), and a v1 predictor of such a model
-gets the padded batch as instances (`PaddedInstanceModel`). Its generated inputs (each
-row's length or mask) are filled by the scheduler: clients never send them and its OIP
-metadata does not list them.
-
-`TensorModel` and `InstanceModel` are the two forms; `gateway.model_kinds.served_model`
-picks one from the backend (or `gateway.embeddings.EmbeddingModel`, a tensor model whose
-rows are texts, for a model with `[models.embeddings]`; `gateway.rerank.RerankModel`, whose
-rows are (query, document) pairs, for a model with `[models.rerank]`). This module knows
-no wire format (codecs decode before it and encode after it), nothing of the scheduler,
-and no predictor protocol beyond the backend interface.
+It must not know the forms themselves (`tensor.py`, `instance.py` implement the abstract
+methods), nor a kind of model built on them (`gateway.embeddings`, `gateway.rerank` answer
+their own clients): only that a model may or may not embed texts or score pairs.
 """
 from __future__ import annotations
 
@@ -60,20 +27,12 @@ from gateway.batching.config import PaddingConfig
 from gateway.batching.executor import Executor
 from gateway.batching.request import NO_PARAMETERS
 from gateway.config import ModelConfig
-from gateway.instances import (
-    instances_to_tensors,
-    outputs_to_predictions,
-    padded_instances_to_tensors,
-    predictions_to_outputs,
-    tensors_to_instances,
-    unnamed_instances_to_tensors,
-)
-from gateway.uploads import upload_to_instance, upload_to_tensors
+from gateway.instances import outputs_to_predictions
 from wire.embeddings import EmbeddingsRequest
-from wire.errors import BadPredictorAnswer, InvalidInput, ModelNotFound, echo
+from wire.errors import InvalidInput, ModelNotFound, echo
 from wire.request import OipRequest
 from wire.rerank import RerankRequest
-from wire.tensors import ModelSignature, Tensor, TensorSpec, rows_tensor, shape_fits
+from wire.tensors import ModelSignature, Tensor, TensorSpec
 from wire.upload import TorchServeRequest, Upload
 
 log = logging.getLogger(__name__)
@@ -296,123 +255,3 @@ class ServedModel(ABC):
 
     async def ready(self) -> bool:
         return await self.backend.ready()
-
-
-class TensorModel(ServedModel):
-    """A predictor that takes typed tensors (Open Inference Protocol)."""
-
-    def texts_of(self, tensor: Tensor) -> list[str]:
-        """A BYTES input of one text per row as the texts (InvalidInput if one is not UTF-8):
-        what an embedding or rerank model measures in tokens."""
-        rows = tensor.data.reshape(len(tensor.data), -1)
-        try:
-            return [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in rows[:, 0]]
-        except UnicodeDecodeError as exc:
-            raise InvalidInput(f"input '{tensor.name}' of model '{self.name}': a text is not UTF-8 ({exc.reason} at "
-                               f"byte {exc.start})") from None
-
-    def output_holding(self, outputs: list[Tensor], wanted: str, what: str, table: str) -> Tensor:
-        """The one output that holds `what` (the embeddings, the scores): the one named
-        `wanted` (the `output` key of [models.<table>]), else the only FP32 one, else the only one."""
-        candidates = [t for t in outputs if t.name == wanted] if wanted else \
-            [t for t in outputs if t.datatype == "FP32"] or outputs
-        if len(candidates) != 1:
-            names = [t.name for t in outputs]
-            raise BadPredictorAnswer(
-                f"model '{self.name}': cannot tell which output holds {what} among {names}; "
-                f"name it with [models.{table}] output" if not wanted else
-                f"model '{self.name}' answered no output '{wanted}' ([models.{table}] output); it has {names}")
-        return candidates[0]
-
-    def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
-        """Also, when the model describes its inputs: the same names, each of its datatype,
-        each row of its shape."""
-        specs = self.client_inputs
-        if not specs:
-            super().check_inputs(inputs)
-            return
-        by_name = {spec.name: spec for spec in inputs}
-        expected = [spec.name for spec in specs]
-        if set(by_name) != set(expected):
-            raise InvalidInput(
-                f"model '{self.name}' takes inputs {expected}; the request has {sorted(by_name)}"
-            )
-        for spec in specs:
-            sent = by_name[spec.name]
-            if sent.datatype != spec.datatype:
-                raise InvalidInput(
-                    f"input '{spec.name}' of model '{self.name}' is {spec.datatype}, got {sent.datatype}"
-                )
-            if not shape_fits(spec.shape[1:], sent.shape[1:]):
-                raise InvalidInput(
-                    f"input '{spec.name}' of model '{self.name}' has shape {list(spec.shape)} "
-                    f"(-1 is any size); got {list(sent.shape)}"
-                )
-        super().check_inputs(inputs)
-
-    def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
-        """The tensors, checked against the signature and put in its input order (as sent
-        when the model describes no inputs: they batch by their own names and types)."""
-        self.check_inputs([TensorSpec(t.name, t.datatype, t.data.shape) for t in inputs])
-        specs = self.client_inputs
-        if not specs:
-            return inputs
-        by_name = {t.name: t for t in inputs}
-        return [by_name[spec.name] for spec in specs]
-
-    def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
-        if not self.described_inputs:
-            return BatchInputs(unnamed_instances_to_tensors(instances))
-        padding = self.padding
-        if padding is None:
-            return BatchInputs(instances_to_tensors(instances, self.described_inputs))
-        padded = {spec.name: (spec.dim, spec.value) for spec in padding.inputs}
-        tensors, lengths = padded_instances_to_tensors(instances, self.client_inputs, padded)
-        return BatchInputs(tensors, lengths)
-
-    def batch_inputs_from_upload(self, row: Upload) -> BatchInputs:
-        return BatchInputs(upload_to_tensors(self.name, row, self.client_inputs))
-
-    def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
-        return outputs
-
-    async def ready(self) -> bool:
-        # Ready once the predictor is, and has answered its metadata once (describing
-        # nothing is an answer too), so that no request is judged against a signature that
-        # is merely not read yet.
-        return await self.backend.ready() and self.signature is not None
-
-
-class InstanceModel(ServedModel):
-    """A predictor that takes KServe v1 instances (KServe v1, TorchServe)."""
-
-    retries_metadata = False  # v1 predictors have no metadata endpoint: the config says what it knows
-
-    def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
-        return [rows_tensor(tensors_to_instances(inputs))]
-
-    def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
-        return BatchInputs([rows_tensor(instances)])
-
-    def batch_inputs_from_upload(self, row: Upload) -> BatchInputs:
-        return BatchInputs([rows_tensor([upload_to_instance(row)])])
-
-    def tensors_from_outputs(self, outputs: list[Tensor]) -> list[Tensor]:
-        return predictions_to_outputs(outputs[0].data.tolist(), self.described_outputs)
-
-
-class PaddedInstanceModel(TensorModel):
-    """A v1 predictor (KServe v1, TorchServe) of a model with variable-length inputs: its
-    batch form is typed tensors, so that they can be padded, and each padded batch travels
-    to the predictor as instances (one per row, objects when there are several inputs, the
-    generated ones included); its predictions come back by the declared outputs."""
-
-    retries_metadata = False  # as InstanceModel: the config declares the signature (padding needs it)
-
-    @property
-    def executor(self) -> Executor:
-        return self._infer
-
-    async def _infer(self, inputs: list[Tensor]) -> list[Tensor]:
-        answer = await self.backend.infer([rows_tensor(tensors_to_instances(inputs))])
-        return predictions_to_outputs(answer[0].data.tolist(), self.described_outputs)
