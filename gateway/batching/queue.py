@@ -14,9 +14,10 @@ Semantics
   it returns (a hung replica removed from the list must not stall the model). Whenever a
   slot is free and a live request waits, the policy decides: ship now, or wait until a
   given time.
-* When a batch returns, its slot is freed and the next batch is shipped *before* the
-  finished batch's requests are answered, so the predictor never idles behind our own
-  bookkeeping.
+* When a batch returns, its requests are answered (their futures set) and the task that
+  ran it runs the next batch its freed slot takes, in the same loop turn: the call is
+  written before the answered clients wake, so the predictor never idles behind our own
+  bookkeeping (a new task would start it a turn later, after all of them).
 * Every request has a deadline, counted from its arrival at the gateway (`timeout_s`, or
   less if its client asks: see `request.BatchRequest`). A request whose deadline passed
   before it reached the queue (a slow upload, a long decode) is refused at once with
@@ -53,10 +54,10 @@ from collections.abc import Callable
 
 from gateway.batching.backlog import Backlog
 from gateway.batching.config import BatchingConfig
-from gateway.batching.executor import Executor, Replicas, execute, one_replica
+from gateway.batching.executor import Executor, Outcome, Replicas, execute, one_replica
 from gateway.batching.fairness import FairShare
 from gateway.batching.inflight import InflightTuner
-from gateway.batching.layouts import layout_for
+from gateway.batching.layouts import RowLayout, layout_for
 from gateway.batching.merge import slice_result
 from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import make_policy
@@ -65,7 +66,6 @@ from gateway.batching.stats import DecayingRate, ModelStats
 from gateway.batching.tenants import Tenants
 from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
 from wire.request import format_ms
-from wire.tensors import Tensor
 
 log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
 
@@ -239,22 +239,29 @@ class ModelQueue:
 
     def pump(self) -> None:
         """Ship every batch the policy allows into the free executor slots."""
-        while self.inflight < self.inflight_limit:
-            now = self._loop.time()
-            if self.policy.drops_doomed:
-                self._drop_doomed(now)
-            if not self.backlog.skip_answered():
-                return
-            until = self.policy.wait_until(self, now)
-            if until is not None:
-                self._wake_at(until)
-                return
-            parts, reason = self._take_batch(now)
-            self._woken = False  # only the first batch of a wake-up left because of it
-            self.inflight += 1
-            task = self._loop.create_task(self._run_batch(parts, reason))
+        while (batch := self._next_batch()) is not None:
+            task = self._loop.create_task(self._run_batches(*batch))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+
+    def _next_batch(self) -> tuple[list[Part], str] | None:
+        """The batch to ship into a free slot now, its slot taken; None when no slot is
+        free, no live part waits, or the policy holds (its wake-up then set)."""
+        if self.inflight >= self.inflight_limit:
+            return None
+        now = self._loop.time()
+        if self.policy.drops_doomed:
+            self._drop_doomed(now)
+        if not self.backlog.skip_answered():
+            return None
+        until = self.policy.wait_until(self, now)
+        if until is not None:
+            self._wake_at(until)
+            return None
+        batch = self._take_batch(now)
+        self._woken = False  # only the first batch of a wake-up left because of it
+        self.inflight += 1
+        return batch
 
     def _wake_at(self, when: float) -> None:
         """Pump again at `when` (keeping an earlier wake-up if one is set)."""
@@ -341,7 +348,16 @@ class ModelQueue:
                 if why is not None:
                     self._drop(part.request, why)
 
-    async def _run_batch(self, parts: list[Part], reason: str) -> None:
+    async def _run_batches(self, parts: list[Part], reason: str) -> None:
+        """Run a batch and then, in the same task, the next batch its freed slot takes: a
+        task of its own would start that call a loop turn later, after every client this
+        batch woke, and at saturation that turn is the slot left idle."""
+        batch: tuple[list[Part], str] | None = (parts, reason)
+        while batch is not None:
+            batch = await self._run_batch(*batch)
+
+    async def _run_batch(self, parts: list[Part], reason: str) -> tuple[list[Part], str] | None:
+        """Run one batch and answer its parts; returns the next batch, taken for its slot."""
         batch_id = self._next_batch_id()
         departed_unix_ns = time.time_ns()
         rows = sum(part.size for part in parts)
@@ -368,9 +384,26 @@ class ModelQueue:
             self.policy.on_delivery(now, len(requests), now - started)
             if self.tuner is not None:
                 self.tuner.on_batch_returned(now)
-            self.pump()  # ship (or hold) the next batch before waking this one's clients
-        observation.ended(len({id(part.request) for group, outcome in outcomes
-                               if isinstance(outcome, GatewayError) for part in group}))
+        # Nothing awaits from here to the return: this batch's clients are answered (their
+        # futures set: they wake in later turns), then the freed slot's next batch is taken,
+        # and this task writes it before they wake.
+        try:
+            observation.ended(len({id(part.request) for group, outcome in outcomes
+                                   if isinstance(outcome, GatewayError) for part in group}))
+            self._answer(outcomes, layout, batch_id, departed_unix_ns)
+            if log.isEnabledFor(logging.DEBUG):
+                self._log_batch(batch_id, rows, parts, outcomes)
+        except BaseException:
+            self.pump()  # the slot is free: a bug here must not leave the queue without batches
+            raise
+        follow = self._next_batch()
+        self.pump()  # any other slot free now (a reload or a new replica may have added some)
+        return follow
+
+    @staticmethod
+    def _answer(outcomes: list[tuple[list[Part], Outcome]], layout: RowLayout, batch_id: str,
+                departed_unix_ns: int) -> None:
+        """Each part its own rows of the batch's outputs, or its group's error."""
         for group, outcome in outcomes:
             if isinstance(outcome, GatewayError):
                 for part in group:
@@ -379,11 +412,9 @@ class ModelQueue:
                 for part, part_outputs in zip(group, slice_result(outcome, [p.size for p in group]), strict=True):
                     part.request.answer_part(part.index, layout.part_outputs(part, part_outputs), batch_id,
                                              departed_unix_ns)
-        if log.isEnabledFor(logging.DEBUG):
-            self._log_batch(batch_id, rows, parts, outcomes)
 
     def _log_batch(self, batch_id: str, rows: int, parts: list[Part],
-                   outcomes: list[tuple[list[Part], list[Tensor] | GatewayError]]) -> None:
+                   outcomes: list[tuple[list[Part], Outcome]]) -> None:
         failed = [type(o).__name__ for _, o in outcomes if isinstance(o, GatewayError)]
         log.debug("batch %s model=%s rows=%d requests=%d outcome=%s", batch_id, self.name, rows, len(parts),
                   ",".join(failed) or "ok",
