@@ -305,6 +305,11 @@ class ServerProcess:
         processes that already exited are not counted."""
         return sum(process_cpu_seconds(pid) for pid in pids_in_group(self.pid))
 
+    def tree_cpu_seconds(self) -> float:
+        """The CPU time of the server and the processes it started that still run (a
+        gateway's workers, in sessions of their own), summed."""
+        return sum(process_cpu_seconds(pid) for pid in (self.pid, *child_pids(self.pid)))
+
     def _running(self) -> subprocess.Popen[str]:
         if self.popen is None:
             raise RuntimeError(f"{self.name} was never started")
