@@ -8,16 +8,26 @@ gives the trace context that call is to carry to the predictor; then it is told 
 batch ended. The default observes nothing, at the cost of a method call per batch and
 per call.
 
+`log_batch` is the batch's debug log line, which any observer may add to.
+
 It must not know OpenTelemetry (gateway.telemetry implements this), the front ends or the
 predictors.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from wire.errors import GatewayError
 from wire.tracing import ClientContext
+
+if TYPE_CHECKING:
+    from gateway.batching.request import Part
+    from wire.tensors import Tensor
+
+log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
 
 
 class BatchObservation(Protocol):
@@ -56,3 +66,14 @@ def _no_trace() -> Iterator[str]:
 
 NO_OBSERVER: BatchObserver = _Unobserved()
 NO_OBSERVATION: BatchObservation = _Unobserved()
+
+
+def log_batch(model: str, batch_id: str, rows: int, parts: Sequence[Part],
+              outcomes: Sequence[tuple[list[Part], list[Tensor] | GatewayError]]) -> None:
+    """The debug line of one batch that returned: its model, size, requests and outcome."""
+    failed = [type(o).__name__ for _, o in outcomes if isinstance(o, GatewayError)]
+    log.debug("batch %s model=%s rows=%d requests=%d outcome=%s", batch_id, model, rows, len(parts),
+              ",".join(failed) or "ok",
+              extra={"batch_id": batch_id, "model": model, "rows": rows,
+                     "request_ids": [p.request.client.request_id for p in parts if p.request.client.request_id][:32],
+                     "outcome": failed or "ok"})

@@ -7,30 +7,21 @@ Semantics
   in a batch lets a smaller, later one of its group go first). With priority levels, a
   batch forms around the oldest part of the highest level queued and is filled in
   priority order, oldest first within a level.
-* At most `max_inflight` batches per predictor replica in rotation are at the executor at
-  once (with "auto", as many as `inflight.InflightTuner` has learned, per replica): a
-  replica that joins adds its slots, one that leaves takes them away. A batch still at a
-  replica that left holds none of the slots of those in rotation: it is counted apart until
-  it returns (a hung replica removed from the list must not stall the model). Whenever a
-  slot is free and a live request waits, the policy decides: ship now, or wait until a
-  given time.
+* At most as many batches as the model's `slots` allow are at the executor at once
+  (`max_inflight`, or learned, per predictor replica in rotation). Whenever a slot is
+  free and a live request waits, the policy decides: ship now, or wait until a given time.
 * When a batch returns, its requests are answered (their futures set) and the task that
   ran it runs the next batch its freed slot takes, in the same loop turn: the call is
   written before the answered clients wake, so the predictor never idles behind our own
   bookkeeping (a new task would start it a turn later, after all of them).
-* Every request has a deadline, counted from its arrival at the gateway (`timeout_s`, or
-  less if its client asks: see `request.BatchRequest`). A request whose deadline passed
-  before it reached the queue (a slow upload, a long decode) is refused at once with
-  DeadlineExceeded; one whose deadline passes while queued is answered DeadlineExceeded
-  and never sent; one whose batch is at the executor is answered at its deadline too (the executor call itself is
-  abandoned once every member's deadline has passed: see `executor`).
-* The queue is bounded (`max_queue` rows): beyond it a request is refused at once with
-  Overloaded, unless requests of lower levels, or of tenants further over their share,
-  give way (`backlog`). A request whose caller goes away (its awaiting task is cancelled)
-  is dropped from the queue and its rows are never sent; a request answered early leaves
-  its parts behind, skipped when met.
+* Whether a request may join, at which level and with which deadline is `admission`'s
+  (refusals: DeadlineExceeded before queueing, late, Overloaded beyond `max_queue`). A
+  queued request whose deadline passes is answered DeadlineExceeded, never sent; one whose
+  batch is at the executor is answered at its deadline too (see `executor`). A request
+  whose caller goes away (its awaiting task is cancelled) is dropped and its rows never
+  sent; one answered early leaves its parts behind, skipped when met.
 * With tenants sharing the model, a batch is filled across those queued by their weights
-  (`fairness`), and a request's level is never above its tenant's.
+  (`fairness`).
 * What a row is belongs to the model's row layout (`layouts`), chosen with its settings:
   how a request is cut into parts and what they must agree on, what a batch costs (rows,
   padded elements or tokens beside `max_batch_size`), its inputs, the check of its
@@ -52,19 +43,19 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from gateway.batching import admission
 from gateway.batching.backlog import Backlog
 from gateway.batching.config import BatchingConfig
-from gateway.batching.executor import Executor, Outcome, Replicas, execute, one_replica
+from gateway.batching.executor import Executor, Replicas, execute, one_replica
 from gateway.batching.fairness import FairShare
-from gateway.batching.inflight import InflightTuner
-from gateway.batching.layouts import RowLayout, layout_for
-from gateway.batching.merge import slice_result
-from gateway.batching.observer import NO_OBSERVER, BatchObserver
+from gateway.batching.layouts import layout_for
+from gateway.batching.observer import NO_OBSERVER, BatchObserver, log_batch
 from gateway.batching.policies import make_policy
-from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequest
+from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequest, answer_parts
+from gateway.batching.slots import Slots
 from gateway.batching.stats import DecayingRate, ModelStats
 from gateway.batching.tenants import Tenants
-from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Overloaded, PayloadTooLarge, Unavailable
+from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Unavailable
 from wire.request import format_ms
 
 log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
@@ -76,38 +67,32 @@ class ModelQueue:
                  replicas: Replicas = one_replica, tenants: Tenants | None = None) -> None:
         self.name = name
         self.executor = executor
-        self.replicas = replicas  # the executor's predictor replicas: how many in rotation now, ...
         self.config = config
         self.policy = make_policy(config)
         self.layout = layout_for(config)  # what a row is: how requests are cut, merged and answered
         self.backlog = Backlog()  # what waits: parts in arrival order, and their rows by level and tenant
         self.tenants = tenants if tenants is not None else Tenants()  # the scheduler's: weights, levels, usage
         self.fair = FairShare(self.tenants.weight)  # this queue's round robins across tenants
-        self.inflight = 0     # batches at the executor
         self.wake: asyncio.Handle | None = None  # the policy's wake-up, due at `wake_at`
         self.wake_at = 0.0
         self._woken = False  # this pump was the policy's own wake-up (a hold or window ended)
-        self.tasks: set[asyncio.Task] = set()  # batches in flight, held by reference
         self.stats = ModelStats(demand_rows=DecayingRate(config.demand_smoothing_s))
         self.form = form  # the batch form its requests come in (opaque here: see BatchScheduler.replace_model)
         self.abandoned = False
         self._loop = loop
         self._next_batch_id = next_batch_id
         self.observer = observer
-        self.tuner = InflightTuner(config.inflight_ceiling, loop.time()) if config.auto_inflight else None
+        self.slots = Slots(config, replicas, loop)  # batches at the predictor, and how many may be
 
     @property
-    def slots_per_replica(self) -> int:
-        """Batches one predictor replica may have in flight: `max_inflight`, or its learned value."""
-        return self.tuner.level if self.tuner is not None else self.config.max_inflight
+    def inflight(self) -> int:
+        """Batches at the executor now."""
+        return self.slots.taken
 
     @property
     def inflight_limit(self) -> int:
-        """Batches this model may have at the executor now: its slots on every replica in
-        rotation (on one while none is: the executor tries them all the same), beside the
-        batches still at replicas that left the rotation (counted apart)."""
-        replicas = self.replicas
-        return self.slots_per_replica * max(replicas.in_rotation(), 1) + replicas.batches_leaving()
+        """Batches this model may have at the executor now (see `slots`)."""
+        return self.slots.limit
 
     def retune(self, executor: Executor, config: BatchingConfig, replicas: Replicas) -> None:
         """New settings for the same model. What the policy has learned is kept while the
@@ -116,13 +101,8 @@ class ModelQueue:
             self.policy.config = config
         else:
             self.policy = make_policy(config)
-        if not config.auto_inflight:
-            self.tuner = None
-        elif self.tuner is None:
-            self.tuner = InflightTuner(config.inflight_ceiling, self._loop.time())
-        else:
-            self.tuner.set_ceiling(config.inflight_ceiling)  # what it has learned stays
-        self.executor, self.config, self.replicas = executor, config, replicas
+        self.slots.retune(config, replicas)
+        self.executor, self.config = executor, config
         self.layout = layout_for(config)  # for new requests: those queued keep the layout that cut them
         self.stats.demand_rows.time_constant_s = config.demand_smoothing_s
         self.pump()
@@ -157,11 +137,11 @@ class ModelQueue:
         layout = self.layout
         cut = layout.cut(inputs, request.lengths, tuple(sorted(parameters.items())) if parameters else ())
         tenant = request.tenant
-        level = self._level(request.priority, tenant)
+        level = admission.level(self, request.priority, tenant)
         loop = self._loop
         now = loop.time()
         self.stats.arrived(level, size, now)
-        deadline, budget = self._admit(request, size, level, now)
+        deadline, budget = admission.admit(self, request, size, level, now)
         queued = QueuedRequest(cut.signatures[0], size, deadline, loop.create_future(), len(cut.pieces), layout,
                                request.client, now, parameters, level, cut.restore, tenant)
         self.stats.admitted(level, size, now)
@@ -176,42 +156,6 @@ class ModelQueue:
         self.policy.on_arrival(now)
         self.pump()
         return queued.future
-
-    def _admit(self, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
-        """Whether `size` rows of `level` may join the queue now: their deadline on the loop's
-        clock and the budget it was counted from; raises the refusal (counted) otherwise."""
-        config = self.config
-        if size > config.max_queue:
-            # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
-            raise PayloadTooLarge(
-                f"the request has {size} instances but model '{self.name}' queues at most {config.max_queue} "
-                f"(batching.max_queue): split it into smaller requests"
-            )
-        # The deadline counts from the request's arrival at the gateway (a monotonic instant,
-        # moved onto this loop's clock), not from now.
-        monotonic_now = time.monotonic()
-        deadline_mono = request.deadline_within(config.timeout_s, config.slo_s)
-        budget = deadline_mono - request.arrived_s
-        if deadline_mono <= monotonic_now:
-            self.stats.timed_out_before_queued(level, monotonic_now - request.arrived_s)
-            raise DeadlineExceeded(
-                f"model '{self.name}': deadline of {budget:g} s passed before the request was queued "
-                f"({format_ms(monotonic_now - request.arrived_s)} after it arrived, reading and decoding it)")
-        deadline = now + (deadline_mono - monotonic_now)
-        refusal = self.policy.admit(self, request, deadline, now, level)
-        if refusal is not None:
-            self.stats.refused_as_late(level)
-            raise refusal
-        # Only an admitted request may make room: lower levels never give way for nothing.
-        needed = self.queued_rows + size - config.max_queue
-        if needed > 0 and not self.backlog.make_room(size, needed, level, request.tenant, self.tenants, self.name,
-                                                     lambda victim: self.stats.refused_overloaded(victim.level)):
-            self.stats.refused_overloaded(level)
-            raise Overloaded(
-                f"model '{self.name}' has {self.queued_rows} instances queued (limit {config.max_queue}, batching.max_queue); "
-                "try again later"
-            )
-        return deadline, budget
 
     def _expire(self, request: QueuedRequest, timeout: float) -> None:
         if request.done:
@@ -230,8 +174,8 @@ class ModelQueue:
         succeeded = not future.cancelled() and future.exception() is None
         now = self._loop.time()
         self.stats.finished(request.level, succeeded, now - request.arrived)
-        if succeeded and self.tuner is not None:
-            self.tuner.on_answered(request.arrived, now)
+        if succeeded:
+            self.slots.answered(request.arrived, now)
         if request.queued_rows:
             self.backlog.unqueue(request, request.queued_rows)  # its queued parts are skipped lazily
 
@@ -240,14 +184,13 @@ class ModelQueue:
     def pump(self) -> None:
         """Ship every batch the policy allows into the free executor slots."""
         while (batch := self._next_batch()) is not None:
-            task = self._loop.create_task(self._run_batches(*batch))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self.slots.run(self._run_batches(*batch))
 
     def _next_batch(self) -> tuple[list[Part], str] | None:
         """The batch to ship into a free slot now, its slot taken; None when no slot is
         free, no live part waits, or the policy holds (its wake-up then set)."""
-        if self.inflight >= self.inflight_limit:
+        slots = self.slots
+        if slots.taken >= slots.limit:
             return None
         now = self._loop.time()
         if self.policy.drops_doomed:
@@ -260,7 +203,7 @@ class ModelQueue:
             return None
         batch = self._take_batch(now)
         self._woken = False  # only the first batch of a wake-up left because of it
-        self.inflight += 1
+        slots.taken += 1
         return batch
 
     def _wake_at(self, when: float) -> None:
@@ -302,18 +245,6 @@ class ModelQueue:
         if policy_limit < self.config.max_batch_size and rows >= policy_limit:
             return "deadline_sized"
         return self.policy.timer_reason if self._woken else "slot_free"
-
-    def _level(self, priority: int, tenant: str) -> int:
-        """The priority level of a request (0 when the model has no levels): its own, else
-        its tenant's, else the model's default; never above its tenant's."""
-        levels = self.config.priority_levels
-        if not levels:
-            return 0
-        if priority > levels:
-            raise InvalidInput(f"priority {priority} is beyond model '{self.name}'s {levels} levels "
-                               f"(batching.priority_levels); 1 is the highest, 0 the default")
-        floor = min(self.tenants.policy(tenant).priority, levels) if tenant else 0
-        return max(priority or floor or self.config.default_priority_level, floor)
 
     def leader(self) -> Part | None:
         """The part the next batch forms around (see `backlog`); None if none is live."""
@@ -379,49 +310,24 @@ class ModelQueue:
             observation.ended(len(requests))
             raise
         finally:
-            self.inflight -= 1
             now = self._loop.time()
+            self.slots.given_back(now)
             self.policy.on_delivery(now, len(requests), now - started)
-            if self.tuner is not None:
-                self.tuner.on_batch_returned(now)
         # Nothing awaits from here to the return: this batch's clients are answered (their
         # futures set: they wake in later turns), then the freed slot's next batch is taken,
         # and this task writes it before they wake.
         try:
             observation.ended(len({id(part.request) for group, outcome in outcomes
                                    if isinstance(outcome, GatewayError) for part in group}))
-            self._answer(outcomes, layout, batch_id, departed_unix_ns)
+            answer_parts(outcomes, layout, batch_id, departed_unix_ns)
             if log.isEnabledFor(logging.DEBUG):
-                self._log_batch(batch_id, rows, parts, outcomes)
+                log_batch(self.name, batch_id, rows, parts, outcomes)
         except BaseException:
             self.pump()  # the slot is free: a bug here must not leave the queue without batches
             raise
         follow = self._next_batch()
         self.pump()  # any other slot free now (a reload or a new replica may have added some)
         return follow
-
-    @staticmethod
-    def _answer(outcomes: list[tuple[list[Part], Outcome]], layout: RowLayout, batch_id: str,
-                departed_unix_ns: int) -> None:
-        """Each part its own rows of the batch's outputs, or its group's error."""
-        for group, outcome in outcomes:
-            if isinstance(outcome, GatewayError):
-                for part in group:
-                    part.request.fail(outcome)
-            else:
-                for part, part_outputs in zip(group, slice_result(outcome, [p.size for p in group]), strict=True):
-                    part.request.answer_part(part.index, layout.part_outputs(part, part_outputs), batch_id,
-                                             departed_unix_ns)
-
-    def _log_batch(self, batch_id: str, rows: int, parts: list[Part],
-                   outcomes: list[tuple[list[Part], Outcome]]) -> None:
-        failed = [type(o).__name__ for _, o in outcomes if isinstance(o, GatewayError)]
-        log.debug("batch %s model=%s rows=%d requests=%d outcome=%s", batch_id, self.name, rows, len(parts),
-                  ",".join(failed) or "ok",
-                  extra={"batch_id": batch_id, "model": self.name, "rows": rows,
-                         "request_ids": [p.request.client.request_id for p in parts
-                                         if p.request.client.request_id][:32],
-                         "outcome": failed or "ok"})
 
     # -- the end -------------------------------------------------------------------------
 
@@ -433,7 +339,4 @@ class ModelQueue:
             self.wake.cancel()
         while self.pending:
             self.pending.popleft().request.fail(error)
-        for task in list(self.tasks):
-            task.cancel()
-        if self.tasks:
-            await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.slots.cancel_all()

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gateway.batching.merge import Reassembly
+from gateway.batching.merge import Reassembly, slice_result
 from gateway.batching.padding import RowShape
 from wire.errors import GatewayError
 from wire.tensors import Tensor
@@ -180,3 +180,17 @@ class Part:
     @property
     def tenant(self) -> str:
         return self.request.tenant
+
+
+def answer_parts(outcomes: list[tuple[list[Part], list[Tensor] | GatewayError]], layout: RowLayout, batch_id: str,
+                 departed_unix_ns: int) -> None:
+    """Answer each part of a returned batch: its own rows of its group's outputs, cut back
+    by the layout that cut it, or its group's error."""
+    for group, outcome in outcomes:
+        if isinstance(outcome, GatewayError):
+            for part in group:
+                part.request.fail(outcome)
+        else:
+            for part, part_outputs in zip(group, slice_result(outcome, [p.size for p in group]), strict=True):
+                part.request.answer_part(part.index, layout.part_outputs(part, part_outputs), batch_id,
+                                         departed_unix_ns)

@@ -151,12 +151,12 @@ class BatchScheduler:
         queue = self._queues[name]
         stats = queue.stats.snapshot(self._loop.time())
         config = queue.config
-        capacity = replica_capacity(stats.profile, config.max_batch_size, queue.slots_per_replica, config.slo_s)
+        capacity = replica_capacity(stats.profile, config.max_batch_size, queue.slots.per_replica, config.slo_s)
         # A request split into parts is one request; parts of answered requests wait to be skipped.
         requests = len({id(part.request) for part in queue.pending if part.live})
         return ModelView(name, config, stats, queue.queued_rows, requests, queue.inflight, queue.inflight_limit,
-                         queue.slots_per_replica,
-                         LoadSignal(capacity, stats.demand_rows_per_second, queue.replicas.in_rotation()))
+                         queue.slots.per_replica,
+                         LoadSignal(capacity, stats.demand_rows_per_second, queue.slots.replicas.in_rotation()))
 
     def views(self) -> list[ModelView]:
         """Every model's view now, by name."""

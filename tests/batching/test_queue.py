@@ -122,7 +122,7 @@ async def test_retuning_keeps_what_the_policy_learned_while_its_name_stays():
     queue = ModelQueue("m", RecordingExecutor(0), BatchingConfig(), asyncio.get_running_loop(), lambda: "batch")
     adaptive = queue.policy
     tighter = BatchingConfig(max_hold_s=0.002)
-    queue.retune(queue.executor, tighter, queue.replicas)
+    queue.retune(queue.executor, tighter, queue.slots.replicas)
     assert queue.policy is adaptive and adaptive.config is tighter and queue.config is tighter
-    queue.retune(queue.executor, BatchingConfig(policy="window"), queue.replicas)
+    queue.retune(queue.executor, BatchingConfig(policy="window"), queue.slots.replicas)
     assert isinstance(queue.policy, WindowPolicy)

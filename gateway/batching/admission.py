@@ -1,0 +1,80 @@
+"""Admission: whether a request may join its model's queue now, at which priority level,
+and with which deadline on the queue's clock.
+
+Semantics
+---------
+* A request's level is its own priority, else its tenant's, else the model's default
+  (0 when the model has no levels), and never above its tenant's; a priority beyond the
+  model's levels is InvalidInput.
+* More rows than `max_queue` is PayloadTooLarge, not Overloaded: no wait would ever let
+  it in, so a retrying client must not loop.
+* The deadline counts from the request's arrival at the gateway, not from its queueing: a
+  request whose deadline passed while its body was read and decoded is DeadlineExceeded.
+* The policy may refuse a request it predicts to finish late (`policies`).
+* Beyond `max_queue` rows, queued requests of lower levels, or of tenants further over
+  their share, give way (`backlog.make_room`); only an admitted request may make room,
+  and with none to give way the request is Overloaded.
+
+Every refusal is counted in the model's stats before it is raised. This module must not
+know timers, slots, executors or front ends: the queue calls it on each arrival.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from gateway.batching.request import BatchRequest
+from wire.errors import DeadlineExceeded, InvalidInput, Overloaded, PayloadTooLarge
+from wire.request import format_ms
+
+if TYPE_CHECKING:
+    from gateway.batching.queue import ModelQueue
+
+
+def level(queue: ModelQueue, priority: int, tenant: str) -> int:
+    """The priority level of a request (0 when the model has no levels): its own, else
+    its tenant's, else the model's default; never above its tenant's."""
+    levels = queue.config.priority_levels
+    if not levels:
+        return 0
+    if priority > levels:
+        raise InvalidInput(f"priority {priority} is beyond model '{queue.name}'s {levels} levels "
+                           f"(batching.priority_levels); 1 is the highest, 0 the default")
+    floor = min(queue.tenants.policy(tenant).priority, levels) if tenant else 0
+    return max(priority or floor or queue.config.default_priority_level, floor)
+
+def admit(queue: ModelQueue, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
+    """Whether `size` rows of `level` may join the queue now: their deadline on the loop's
+    clock and the budget it was counted from; raises the refusal (counted) otherwise."""
+    config = queue.config
+    if size > config.max_queue:
+        # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
+        raise PayloadTooLarge(
+            f"the request has {size} instances but model '{queue.name}' queues at most {config.max_queue} "
+            f"(batching.max_queue): split it into smaller requests"
+        )
+    # The deadline counts from the request's arrival at the gateway (a monotonic instant,
+    # moved onto this loop's clock), not from now.
+    monotonic_now = time.monotonic()
+    deadline_mono = request.deadline_within(config.timeout_s, config.slo_s)
+    budget = deadline_mono - request.arrived_s
+    if deadline_mono <= monotonic_now:
+        queue.stats.timed_out_before_queued(level, monotonic_now - request.arrived_s)
+        raise DeadlineExceeded(
+            f"model '{queue.name}': deadline of {budget:g} s passed before the request was queued "
+            f"({format_ms(monotonic_now - request.arrived_s)} after it arrived, reading and decoding it)")
+    deadline = now + (deadline_mono - monotonic_now)
+    refusal = queue.policy.admit(queue, request, deadline, now, level)
+    if refusal is not None:
+        queue.stats.refused_as_late(level)
+        raise refusal
+    # Only an admitted request may make room: lower levels never give way for nothing.
+    needed = queue.queued_rows + size - config.max_queue
+    if needed > 0 and not queue.backlog.make_room(size, needed, level, request.tenant, queue.tenants, queue.name,
+                                                 lambda victim: queue.stats.refused_overloaded(victim.level)):
+        queue.stats.refused_overloaded(level)
+        raise Overloaded(
+            f"model '{queue.name}' has {queue.queued_rows} instances queued (limit {config.max_queue}, batching.max_queue); "
+            "try again later"
+        )
+    return deadline, budget
