@@ -24,8 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gateway.batching.request import BatchRequest
-from wire.errors import DeadlineExceeded, InvalidInput, Overloaded, PayloadTooLarge
-from wire.request import format_ms
+from wire.errors import DeadlineExceeded, InvalidInput, Overloaded, PayloadTooLarge, format_ms
 
 if TYPE_CHECKING:
     from gateway.batching.queue import ModelQueue
