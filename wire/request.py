@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wire.errors import InvalidInput
-from wire.errors import format_ms as format_ms  # its home is wire.errors: here only until batching/queue.py imports it there
 from wire.tensors import Tensor, TensorSpec
 
 # How a client without OIP parameters (KServe v1, TorchServe; HTTP header or gRPC metadata)

@@ -55,8 +55,7 @@ from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequ
 from gateway.batching.slots import Slots
 from gateway.batching.stats import DecayingRate, ModelStats
 from gateway.batching.tenants import Tenants
-from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Unavailable
-from wire.request import format_ms
+from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Unavailable, format_ms
 
 log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
 
