@@ -22,7 +22,7 @@ import asyncio
 import contextvars
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
@@ -37,6 +37,8 @@ from wire.codecs import content_encoding
 from wire.errors import GatewayError, InvalidInput, MessageTooLarge, PayloadTooLarge
 from wire.request import PRIORITY_HEADER, priority_from_header
 from wire.tracing import ClientContext
+
+_PRIORITY_KEY = PRIORITY_HEADER.lower()  # gRPC metadata keys are lower case
 
 log = logging.getLogger(__name__)
 # The tenant an inference call came as (gateway.grpc.auth sets it before the method runs).
@@ -129,8 +131,10 @@ def read_client(call: Call, request: Any, context: grpc.aio.ServicerContext) -> 
     `gateway.grpc.auth`). Raises InvalidInput for bad metadata."""
     call.tenant = TENANT.get()
     call.tighten(context.time_remaining())
-    call.priority = priority(context)
-    call.client = client_context(context, getattr(request, "id", ""))
+    # Read once: grpc builds a new tuple of the metadata at every call of invocation_metadata.
+    metadata = dict(context.invocation_metadata() or ())
+    call.priority = priority(metadata)
+    call.client = client_context(metadata, getattr(request, "id", ""))
 
 
 async def in_band(request: Any, context: grpc.aio.ServicerContext, call: Call,
@@ -251,14 +255,12 @@ def add_servicer(server: grpc.aio.Server, servicer: Any, service: ServiceDescrip
     server.add_registered_method_handlers(service.full_name, handlers)
 
 
-def client_context(context: grpc.aio.ServicerContext, request_id: str = "") -> ClientContext:
+def client_context(metadata: Mapping[str, Any], request_id: str = "") -> ClientContext:
     """The client's request id (the message's, else `x-request-id` metadata) and trace."""
-    metadata = dict(context.invocation_metadata() or ())
     return ClientContext(request_id or metadata.get("x-request-id", ""), metadata.get("traceparent", ""))
 
 
-def priority(context: grpc.aio.ServicerContext) -> int:
+def priority(metadata: Mapping[str, Any]) -> int:
     """The priority a client asks for in its `x-request-priority` metadata, on every
     protocol (an OIP client may use the `priority` parameter instead); 0 if none."""
-    metadata = dict(context.invocation_metadata() or ())
-    return priority_from_header(metadata.get(PRIORITY_HEADER.lower()))
+    return priority_from_header(metadata.get(_PRIORITY_KEY))
