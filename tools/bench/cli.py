@@ -62,20 +62,28 @@ def machine() -> dict[str, Any]:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    cwd=ROOT, capture_output=True, text=True,
-                                    timeout=10).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", False
+    commit = _commit(ROOT)
+    if harness.GATEWAY_ROOT != ROOT:
+        commit += f", the gateway's {_commit(harness.GATEWAY_ROOT)}"
     return {
         "cores": os.cpu_count(), "cpu": model, "memory_gib": round(memory_kb / 1024 / 1024, 1),
         "python": platform.python_version(), "implementation": platform.python_implementation(),
         "os": f"{platform.system()} {platform.release()}", "packages": versions,
-        "load_average_at_start": os.getloadavg(), "commit": commit + ("+dirty" if dirty else ""),
+        "load_average_at_start": os.getloadavg(), "commit": commit,
     }
+
+
+def _commit(checkout: Path) -> str:
+    """The checkout's short commit, `+dirty` when a tracked file differs from it."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                    cwd=checkout, capture_output=True, text=True,
+                                    timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return commit + ("+dirty" if dirty else "")
 
 
 
@@ -96,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-queued", type=int, default=10_000, help="memory: requests held in the queue")
     parser.add_argument("--memory-requests", type=int, default=200_000, help="memory: requests for the RSS trend")
     parser.add_argument("--progress", action="store_true", help="progress bar of each load on stderr")
+    parser.add_argument("--gateway-from", metavar="CHECKOUT", type=Path,
+                        help="run the gateway from another checkout of this repository (e.g. a `git worktree` of "
+                             "an older commit): the before of an A/B, with this checkout's load and report")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: rewrite results.md and the plots from --out's results.json")
     args = parser.parse_args(argv)
@@ -107,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.duration <= 0 or args.repeat < 1 or args.memory_queued < 1 or args.memory_requests < 2:
         parser.error("--duration must be > 0, --repeat >= 1, --memory-queued >= 1, --memory-requests >= 2")
     names = list(DEFAULT_ORDER) if "all" in args.scenario else list(dict.fromkeys(args.scenario))
+    if args.gateway_from is not None:
+        if not (args.gateway_from / "gateway" / "__main__.py").is_file():
+            parser.error(f"--gateway-from: {args.gateway_from} is not a checkout of this repository")
+        harness.GATEWAY_ROOT = args.gateway_from.resolve()
 
     out.mkdir(parents=True, exist_ok=True)
     context = Context(duration=args.duration, repeat=args.repeat, log_dir=out / "logs",

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tools import loadgen
-from tools.processes import ServerProcess, python_module_command, simulated_predictor_command
+from tools.processes import ROOT, ServerProcess, python_module_command, simulated_predictor_command
 
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 15
@@ -56,6 +56,9 @@ def oip_body(model: str, rows: int = 1) -> bytes:
 
 # -- processes -----------------------------------------------------------------------------------
 
+# Where gateways run from: this checkout, or another's (`--gateway-from`: the before of an
+# A/B of two commits, with this checkout's predictors, baselines, load and report).
+GATEWAY_ROOT: Path = ROOT
 _SERVERS: list[Server] = []  # every server this run started, for stop_all (stopping twice is harmless)
 STARTED: list[dict[str, Any]] = []  # every server this run started: name, pid, command
 
@@ -64,15 +67,15 @@ class Server(ServerProcess):
     """A server process of the benchmark, logging to `log_dir/NAME.log`; recorded as soon as
     it is spawned, so that Ctrl-C while it starts still stops it."""
 
-    def __init__(self, name: str, command: list[str], log_dir: Path) -> None:
+    def __init__(self, name: str, command: list[str], log_dir: Path, cwd: Path = ROOT) -> None:
         super().__init__(command, name=name, log_path=log_dir / f"{name}.log", ready_timeout=START_TIMEOUT_S,
-                         stop_timeout=STOP_TIMEOUT_S)
+                         stop_timeout=STOP_TIMEOUT_S, cwd=cwd)
 
     def spawn(self) -> None:
         super().spawn()
         _SERVERS.append(self)
         # argv as `python` would be given it: the interpreter left out.
-        STARTED.append({"name": self.name, "pid": self.pid, "argv": self.command[1:]})
+        STARTED.append({"name": self.name, "pid": self.pid, "argv": self.command[1:], "cwd": str(self.cwd)})
 
 
 def stop_all() -> None:
@@ -126,7 +129,8 @@ class Gateway(Server):
                                     + (f"\n[tracing]\n{tracing_table}" if tracing else ""))
         super().__init__(name, python_module_command(
             "gateway", "serve", "--config", str(self.config_path), "--host", "127.0.0.1", "--http-port", "0",
-            "--grpc-port", "0", "--log-level", "WARNING", "--loop", loop, "--workers", str(workers)), log_dir)
+            "--grpc-port", "0", "--log-level", "WARNING", "--loop", loop, "--workers", str(workers)), log_dir,
+            cwd=GATEWAY_ROOT)
 
     def wait_ready(self) -> None:
         super().wait_ready()

@@ -3,6 +3,7 @@ predictor and the gateway as processes, writes its table, JSON and plot, and lea
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +45,36 @@ def test_kserve_docs_smoke_run_writes_table_json_and_plot(tmp_path):
     servers = results["servers"]
     assert sorted(s["argv"][1] for s in servers) == ["gateway", "tools.simulated_predictor"]
     assert not [s for s in servers if _alive(s["pid"])]
+
+
+def test_gateway_from_runs_the_gateway_of_another_checkout_and_says_so(tmp_path):
+    # The before of an A/B: the gateway from another checkout, the load and report from this one.
+    before = tmp_path / "before"
+    for package in ("gateway", "backends", "wire"):
+        shutil.copytree(ROOT / package, before / package, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "bench"
+    completed = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "--scenario", "kserve-docs", "--duration", "1", "--out", str(out),
+         "--gateway-from", str(before)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    gateway, = (s for s in results["servers"] if s["argv"][1] == "gateway")
+    assert gateway["cwd"] == str(before.resolve())
+    predictor, = (s for s in results["servers"] if s["argv"][1] == "tools.simulated_predictor")
+    assert predictor["cwd"] == str(ROOT)
+    assert ", the gateway's " in results["machine"]["commit"]
+
+
+def test_gateway_from_refuses_a_folder_that_is_no_checkout(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "--scenario", "kserve-docs", "--out", str(tmp_path / "bench"),
+         "--gateway-from", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 2
+    assert "is not a checkout of this repository" in completed.stderr
 
 
 def test_ctrl_c_stops_every_server(tmp_path):
