@@ -40,7 +40,7 @@ PACKAGES = ("grpcio", "protobuf", "tornado", "numpy", "orjson", "aiohttp", "matp
 DEFAULT_ORDER = ("loadgen-ceiling", "kserve-docs", "latency-curve", "saturation", "overhead", "memory")
 
 
-def machine() -> dict[str, Any]:
+def machine(before: Path | None = None) -> dict[str, Any]:
     model = ""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -65,6 +65,8 @@ def machine() -> dict[str, Any]:
     commit = _commit(ROOT)
     if harness.GATEWAY_ROOT != ROOT:
         commit += f", the gateway's {_commit(harness.GATEWAY_ROOT)}"
+    if before is not None:
+        commit += f", before: {_commit(before)}"
     return {
         "cores": os.cpu_count(), "cpu": model, "memory_gib": round(memory_kb / 1024 / 1024, 1),
         "python": platform.python_version(), "implementation": platform.python_implementation(),
@@ -107,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gateway-from", metavar="CHECKOUT", type=Path,
                         help="run the gateway from another checkout of this repository (e.g. a `git worktree` of "
                              "an older commit): the before of an A/B, with this checkout's load and report")
+    parser.add_argument("--before", metavar="CHECKOUT", type=Path,
+                        help="workers: run the gateway of another checkout beside this one's, in the same "
+                             "interleaved rounds (a before-and-after from one run)")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: rewrite results.md and the plots from --out's results.json")
     args = parser.parse_args(argv)
@@ -122,11 +127,14 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.gateway_from / "gateway" / "__main__.py").is_file():
             parser.error(f"--gateway-from: {args.gateway_from} is not a checkout of this repository")
         harness.GATEWAY_ROOT = args.gateway_from.resolve()
+    if args.before is not None and not (args.before / "gateway" / "__main__.py").is_file():
+        parser.error(f"--before: {args.before} is not a checkout of this repository")
 
     out.mkdir(parents=True, exist_ok=True)
     context = Context(duration=args.duration, repeat=args.repeat, log_dir=out / "logs",
                       memory_queued=args.memory_queued, memory_requests=args.memory_requests,
-                      progress=args.progress, say=lambda text: print(text, file=sys.stderr, flush=True))
+                      progress=args.progress, say=lambda text: print(text, file=sys.stderr, flush=True),
+                      before=args.before.resolve() if args.before is not None else None)
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m tools.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     results: dict[str, Any] = {
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": command.strip(), "machine": machine(),
+        "command": command.strip(), "machine": machine(args.before),
         "settings": {"duration_s": args.duration, "repeat": args.repeat, "scenarios": names,
                      "memory_queued": args.memory_queued, "memory_requests": args.memory_requests},
         "scenarios": {},

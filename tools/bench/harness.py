@@ -121,7 +121,8 @@ class Gateway(Server):
 
     def __init__(self, log_dir: Path, name: str, models: list[dict[str, Any]], loop: str = "asyncio",
                  tracing: dict[str, Any] | None = None, workers: int = 1,
-                 tenants: list[dict[str, Any]] | None = None) -> None:
+                 tenants: list[dict[str, Any]] | None = None, root: Path | None = None) -> None:
+        # `root`: the checkout it runs from (a scenario's --before side), else GATEWAY_ROOT.
         self.config_path = log_dir / f"{name}.toml"
         log_dir.mkdir(parents=True, exist_ok=True)
         tracing_table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (tracing or {}).items())
@@ -130,7 +131,7 @@ class Gateway(Server):
         super().__init__(name, python_module_command(
             "gateway", "serve", "--config", str(self.config_path), "--host", "127.0.0.1", "--http-port", "0",
             "--grpc-port", "0", "--log-level", "WARNING", "--loop", loop, "--workers", str(workers)), log_dir,
-            cwd=GATEWAY_ROOT)
+            cwd=root or GATEWAY_ROOT)
 
     def wait_ready(self) -> None:
         super().wait_ready()
@@ -236,6 +237,7 @@ class Context:
     memory_requests: int = 200_000
     progress: bool = False
     say: Callable[[str], None] = print
+    before: Path | None = None  # --before: another checkout whose gateway a scenario runs beside this one's
 
 
 def load(target: str, body: bytes, *, concurrency: int, duration: float | None = None,

@@ -35,6 +35,7 @@ from tools.bench.harness import (
 )
 
 SIDES = {"1 process": 1, "2 workers": 2}
+AFTER, BEFORE = "this checkout", "before"
 SATURATION_MS, SATURATION_ROW_MS, SATURATION_INFLIGHT, BATCH = 20.0, 0.25, 2, 32
 # Two full batches always at the predictor, which has slots to spare: rows per second.
 IDEAL = SATURATION_INFLIGHT * BATCH / ((SATURATION_MS + BATCH * SATURATION_ROW_MS) / 1000.0)
@@ -53,33 +54,38 @@ def workers(ctx: Context) -> dict[str, Any]:
               {"name": "embedded", "backend": "simulated", "simulated": {"call_ms": 0},
                "batching": {"max_batch_size": 32}}]
     runs: list[dict[str, Any]] = []
+    # This checkout's gateways, and with --before another checkout's beside them, in the same rounds.
+    versions = {AFTER: None, **({BEFORE: ctx.before} if ctx.before is not None else {})}
     try:
-        gateways = {side: Gateway(ctx.log_dir, f"gateway-workers-{count}", models, workers=count).start()
-                    for side, count in SIDES.items()}
+        gateways = {(version, side): Gateway(ctx.log_dir, f"gateway-workers-{count}{'-before' if root else ''}",
+                                             models, workers=count, root=root).start()
+                    for version, root in versions.items() for side, count in SIDES.items()}
         try:
             for gateway in gateways.values():
                 for model in ("free", "embedded", "seed", "saturation"):
                     warm_up(f"{gateway.http_url}/v1/models/{model}:predict", V1_BODY, 8)
             for rep in range(max(3, ctx.repeat)):
-                for side, gateway in gateways.items():
-                    ctx.say(f"  workers: {side}, round {rep + 1}")
+                for (version, side), gateway in gateways.items():
+                    ctx.say(f"  workers: {side}{' (before)' if version == BEFORE else ''}, round {rep + 1}")
                     cpu_before = gateway.tree_cpu_seconds()
                     result = hey(f"{gateway.http_url}/v1/models/free:predict", body_file, 64, ctx.duration)
                     answered = result["ok"]
-                    runs.append({"regime": "gateway-bound", "side": side, "round": rep, **result,
+                    runs.append({"regime": "gateway-bound", "version": version, "side": side, "round": rep, **result,
                                  # every process of the gateway, summed: what a request costs it
                                  "cpu_us": (gateway.tree_cpu_seconds() - cpu_before) / answered * 1e6
                                  if answered else 0.0})
                     result = hey(f"{gateway.http_url}/v1/models/embedded:predict", body_file, 64, ctx.duration)
-                    runs.append({"regime": "gateway-bound, embedded", "side": side, "round": rep, **result})
+                    runs.append({"regime": "gateway-bound, embedded", "version": version, "side": side, "round": rep,
+                                 **result})
                     closed = load(f"{gateway.http_url}/v1/models/seed:predict", V1_BODY, concurrency=5,
                                   duration=ctx.duration)
-                    runs.append({"regime": "seed", "side": side, "round": rep, "rps": closed.ok / closed.elapsed_s,
+                    runs.append({"regime": "seed", "version": version, "side": side, "round": rep, "rps": closed.ok / closed.elapsed_s,
                                  "p50_ms": closed.percentiles_ms()["50"], "errors": closed.summary()["errors"]})
                     before = batch_totals(gateway, "saturation")
                     busy = load(f"{gateway.http_url}/v1/models/saturation:predict", V1_BODY, concurrency=128,
                                 duration=ctx.duration)
-                    runs.append({"regime": "saturation", "side": side, "round": rep, "rps": busy.ok / busy.elapsed_s,
+                    runs.append({"regime": "saturation", "version": version, "side": side, "round": rep,
+                                 "rps": busy.ok / busy.elapsed_s,
                                  "vs_ideal": busy.ok / busy.elapsed_s / IDEAL,
                                  "mean_batch": mean_batch_between(before, batch_totals(gateway, "saturation")),
                                  "errors": busy.summary()["errors"]})
@@ -90,22 +96,10 @@ def workers(ctx: Context) -> dict[str, Any]:
         for predictor in (free, seed, saturated):
             predictor.stop()
 
-    def ratio(regime: str, key: str) -> float:
-        one = [r for r in runs if r["regime"] == regime and r["side"] == "1 process"]
-        two = [r for r in runs if r["regime"] == regime and r["side"] == "2 workers"]
-        return statistics.median(b[key] / a[key] for a, b in zip(one, two, strict=True) if a[key])
-
-    def median(regime: str, side: str, key: str) -> float:
-        return statistics.median(r[key] for r in runs if r["regime"] == regime and r["side"] == side)
-
-    rows: list[dict[str, Any]] = [{"regime": regime, "metric": key, "one": median(regime, "1 process", key),
-             "two": median(regime, "2 workers", key), "ratio": ratio(regime, key)}
-            for regime, key in (("gateway-bound", "rps"), ("gateway-bound", "p50_ms"), ("gateway-bound", "cpu_us"),
-                                ("gateway-bound, embedded", "rps"), ("seed", "rps"),
-                                ("seed", "p50_ms"), ("saturation", "rps"), ("saturation", "vs_ideal"),
-                                ("saturation", "mean_batch"))]
+    rows = _rows([r for r in runs if r["version"] == AFTER])
     by: dict[tuple[str, str], float] = {(r["regime"], r["metric"]): r["ratio"] for r in rows}
-    one_ideal, two_ideal = median("saturation", "1 process", "vs_ideal"), median("saturation", "2 workers", "vs_ideal")
+    one_ideal, two_ideal = (next(r[side] for r in rows if (r["regime"], r["metric"]) == ("saturation", "vs_ideal"))
+                            for side in ("one", "two"))
     checks = [
         check("gateway-bound (free predictor, 64 hey clients): req/s, 2 workers vs 1 process", ">= 1.3x",
               f"{by[('gateway-bound', 'rps')]:.2f}x", by[("gateway-bound", "rps")] >= 1.3),
@@ -134,9 +128,34 @@ def workers(ctx: Context) -> dict[str, Any]:
                  "clients. Seed: call-ms 5, 5 closed-loop clients (tools.loadgen). "
                  f"Saturation: 8 predictor slots at 20 ms + 0.25 ms per row, max_inflight 2, 128 clients; ideal "
                  f"{IDEAL:.0f} req/s (2 batches of 32 always at the predictor). "
-                 "Ratios are medians of each round's 2-workers / 1-process ratio.",
-        "tables": [{"title": "", "rows": rows, "columns": [
-            ["regime", "regime", "s"], ["metric", "metric", "s"], ["one", "1 process", ".2f"],
-            ["two", "2 workers", ".2f"], ["ratio", "2 workers / 1 process", ".2f"]]}],
+                 "Ratios are medians of each round's 2-workers / 1-process ratio."
+                 + (" With --before, the other checkout's two gateways run in the same rounds, interleaved." if
+                    ctx.before is not None else ""),
+        "tables": [{"title": title, "rows": version_rows, "columns": COLUMNS} for title, version_rows in (
+            ("This checkout" if ctx.before is not None else "", rows),
+            *([(f"Before: the gateway of {ctx.before}, in the same rounds",
+                _rows([r for r in runs if r["version"] == BEFORE]))] if ctx.before is not None else []))],
         "checks": checks, "runs": runs,
     }
+
+
+COLUMNS = [["regime", "regime", "s"], ["metric", "metric", "s"], ["one", "1 process", ".2f"],
+           ["two", "2 workers", ".2f"], ["ratio", "2 workers / 1 process", ".2f"]]
+METRICS = (("gateway-bound", "rps"), ("gateway-bound", "p50_ms"), ("gateway-bound", "cpu_us"),
+           ("gateway-bound, embedded", "rps"), ("seed", "rps"), ("seed", "p50_ms"), ("saturation", "rps"),
+           ("saturation", "vs_ideal"), ("saturation", "mean_batch"))
+
+
+def _rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One gateway version's table: each metric's median per side, and the median of each
+    round's 2-workers / 1-process ratio."""
+    def of(regime: str, side: str) -> list[dict[str, Any]]:
+        return [r for r in runs if r["regime"] == regime and r["side"] == side]
+
+    def ratio(regime: str, key: str) -> float:
+        pairs = zip(of(regime, "1 process"), of(regime, "2 workers"), strict=True)
+        return statistics.median(b[key] / a[key] for a, b in pairs if a[key])
+
+    return [{"regime": regime, "metric": key, "one": statistics.median(r[key] for r in of(regime, "1 process")),
+             "two": statistics.median(r[key] for r in of(regime, "2 workers")), "ratio": ratio(regime, key)}
+            for regime, key in METRICS]

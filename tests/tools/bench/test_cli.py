@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tools.processes import ROOT
 
 
@@ -67,14 +69,15 @@ def test_gateway_from_runs_the_gateway_of_another_checkout_and_says_so(tmp_path)
     assert ", the gateway's " in results["machine"]["commit"]
 
 
-def test_gateway_from_refuses_a_folder_that_is_no_checkout(tmp_path):
+@pytest.mark.parametrize("flag", ["--gateway-from", "--before"])
+def test_another_checkout_is_refused_when_it_is_no_checkout(tmp_path, flag):
     completed = subprocess.run(
         [sys.executable, "-m", "tools.bench", "--scenario", "kserve-docs", "--out", str(tmp_path / "bench"),
-         "--gateway-from", str(tmp_path)],
+         flag, str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 2
-    assert "is not a checkout of this repository" in completed.stderr
+    assert f"{flag}: {tmp_path} is not a checkout of this repository" in completed.stderr
 
 
 def test_ctrl_c_stops_every_server(tmp_path):
