@@ -174,10 +174,10 @@ async def _within(running: Awaitable[list[Tensor]], deadline: float, started: fl
     try:
         async with scope:
             outputs = await running
-    except TimeoutError:
-        if not scope.expired():
-            raise  # the call's own (a transport's timeout): not this deadline
-        return None
+    except Exception as error:
+        if overran_at is not None or (isinstance(error, TimeoutError) and scope.expired()):
+            return None  # given up at the deadline, or failed after it: its members were answered then
+        raise  # the call's own failure (a transport's timeout among them), before the deadline
     finally:
         timer.cancel()
     if overran_at is None:

@@ -11,7 +11,14 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from tests.batching.support import RecordingExecutor, rows, scheduler_with, stats_of
-from wire.errors import BadPredictorAnswer, DeadlineExceeded, HandlerFailed, ModelNotFound, PredictorRejected
+from wire.errors import (
+    BadPredictorAnswer,
+    DeadlineExceeded,
+    GatewayError,
+    HandlerFailed,
+    ModelNotFound,
+    PredictorRejected,
+)
 from wire.tensors import Tensor
 
 
@@ -67,6 +74,42 @@ async def test_a_call_that_never_answers_gives_its_slot_back_after_as_long_again
             break
         await asyncio.sleep(0.01)
     assert scheduler.view("m").inflight == 0 and executor.concurrent == 0  # cancelled at the predictor's client
+
+
+async def test_a_call_that_fails_after_its_members_deadline_is_not_bisected():
+    """Its members were answered at their deadline; the predictor's late rejection finds
+    nobody left to isolate, so it costs no bisecting calls."""
+    release = asyncio.Event()
+    calls = 0
+
+    async def rejects_late(inputs):
+        nonlocal calls
+        calls += 1
+        await release.wait()
+        raise PredictorRejected("too late to matter")
+
+    scheduler = scheduler_with(rejects_late, timeout_s=5.0, max_inflight=1, policy="window", max_latency_s=0.05)
+    both = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1), timeout_s=0.2)))
+            for i in range(2)]
+    for outcome in await asyncio.gather(*both, return_exceptions=True):
+        assert isinstance(outcome, DeadlineExceeded)
+    release.set()
+    for _ in range(100):  # the late answer arrives and the slot is given back
+        if scheduler.view("m").inflight == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert scheduler.view("m").inflight == 0
+    assert calls == 1 and stats_of(scheduler, "m").isolations == 0
+
+
+async def test_a_transport_timeout_before_the_deadline_is_the_call_s_own_failure():
+    async def times_out(inputs):
+        raise TimeoutError("the predictor's client gave up")
+
+    scheduler = scheduler_with(times_out, timeout_s=5.0)
+    with pytest.raises(GatewayError, match="internal error while running the batch") as raised:
+        await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))
+    assert not isinstance(raised.value, DeadlineExceeded)  # not mistaken for the deadline's
 
 
 async def test_executor_errors_reach_every_member_and_wrong_row_counts_are_caught():
