@@ -52,6 +52,7 @@ class Triton(RealTriton):
 
 
 UNTUNED = "gateway -> Triton over gRPC, untuned (max_inflight auto)"
+LEARN_S = 15.0  # the untuned gateway's load before each measured run, at the run's clients
 
 
 def triton_scenario(ctx: Context) -> dict[str, Any]:
@@ -88,6 +89,10 @@ def triton_scenario(ctx: Context) -> dict[str, Any]:
                 for clients in CLIENTS:
                     for name, address, model, executed in plan:
                         ctx.say(f"  triton: {name}, {clients} clients ({rep + 1}/{ctx.repeat})")
+                        if name == UNTUNED:
+                            # What a deployment's gateway has done long before: learn its in-flight
+                            # level at this load (other loads ran since; see batching.inflight).
+                            load(address, oip_body(model), concurrency=clients, duration=LEARN_S, grpc=True)
                         before = triton.executions(executed)
                         result = load(address, oip_body(model), concurrency=clients, duration=ctx.duration, grpc=True,
                                       progress=ctx.progress)
@@ -164,7 +169,8 @@ def _report(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
                  f"Python-backend model costing {CALL_MS:g} ms + {PER_ROW_MS:g} ms per row per execution "
                  f"(max_batch_size {MAX_BATCH}). Triton's dynamic batcher: default settings (no queue delay). "
                  f"The gateway: policy adaptive, max_batch_size {MAX_BATCH}, max_inflight 2, in front of the "
-                 f"same model with Triton's batching off; untuned, the same with max_inflight \"auto\" (learned). "
+                 f"same model with Triton's batching off; untuned, the same with max_inflight \"auto\", measured after "
+                 f"{LEARN_S:g} s of the same load to learn it. "
                  f"Closed-loop gRPC (OIP) clients, {ctx.duration:g} s per "
                  f"run, median of {ctx.repeat}. Ideal: clients / one execution's time, at most {MAX_BATCH} rows "
                  f"per execution. Latency: one client on a model of no cost, median p50 of {ctx.repeat} run(s), "
