@@ -42,6 +42,7 @@ def level(queue: ModelQueue, priority: int, tenant: str) -> int:
     floor = min(queue.tenants.policy(tenant).priority, levels) if tenant else 0
     return max(priority or floor or queue.config.default_priority_level, floor)
 
+
 def admit(queue: ModelQueue, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
     """Whether `size` rows of `level` may join the queue now: their deadline on the loop's
     clock and the budget it was counted from; raises the refusal (counted) otherwise."""

@@ -10,7 +10,6 @@ Semantics
   the model.
 * The tuner learns from each batch's return and each answered request; new settings keep
   what it has learned while "auto" stays, with the new ceiling.
-
 * Each batch runs in a task the slots hold by reference until it ends; abandoning the
   model cancels them all and waits for them to wind up.
 
