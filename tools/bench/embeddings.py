@@ -30,19 +30,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import resource
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from tools.bench.harness import Context, Gateway, Server, check, closed_loop, http_request
-from tools.processes import ROOT, free_port
+from tools.bench.harness import (
+    PREDICTORS,
+    Context,
+    Gateway,
+    PyTritonScript,
+    Script,
+    Server,
+    check,
+    closed_loop,
+)
+from tools.processes import free_port
 
-PREDICTORS = ROOT / "tests" / "predictors"
 MODEL = "embedding"  # its name at Infinity and KServe
 TRITON_MODEL = "embed"
 CLIENTS = (1, 8, 32)
@@ -57,40 +62,6 @@ WORDS = (
     "index", "retrieval", "document", "query", "answer", "ranking", "passage", "about", "cluster", "network",
     "data", "input", "output", "server", "predictor", "latency", "throughput", "tokens",
 )
-
-
-class Script(Server):
-    """A predictor script of tests/predictors run by path with its venv's python; ready on its
-    READY line (a first start builds the venv and the model folder)."""
-
-    def __init__(self, log_dir: Path, name: str, venv: str, script: str, *options: str,
-                 env: dict[str, str] | None = None) -> None:
-        from tools.predictor_envs import ensure_env
-
-        self.python = ensure_env(venv)
-        super().__init__(name, [str(self.python), str(PREDICTORS / script), *options], log_dir)
-        self.ready_timeout = 300
-        if env:
-            self.env = {**os.environ, **env}
-
-
-class TritonEmbed(Script):
-    """PyTriton serving `embed` (and the tests' other models) on free ports, in a short
-    workdir; ready once `embed` answers its readiness (Triton's own log shares stdout)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="te", dir="/tmp"))  # short: Triton's socket paths
-        self.grpc_port, http_port = free_port(), free_port()
-        super().__init__(log_dir, "triton-embed", "triton", "triton_server.py", "--http-port", str(http_port),
-                         "--grpc-port", str(self.grpc_port), "--metrics-port", str(free_port()),
-                         "--workdir", str(self.workdir))
-        ready_url = f"http://127.0.0.1:{http_port}/v2/models/{TRITON_MODEL}/ready"
-        self.ready_probe = lambda: http_request("GET", ready_url, timeout=2)[0] == 200
-
-    def stop(self, timeout: float | None = None) -> int | None:
-        code = super().stop(timeout)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        return code
 
 
 def corpus(python: Path, count: int = 2000, seed: int = 29) -> tuple[list[str], list[int], str]:
@@ -182,7 +153,7 @@ def embeddings(ctx: Context) -> dict[str, Any]:
                     "--http-port", str(free_port()), "--grpc-port", str(free_port()))
     infinity = Script(ctx.log_dir, "infinity", "infinity", "infinity_server.py", "--port", str(free_port()),
                       "--url-prefix", "/v1", "--batch-size", "32")
-    triton = TritonEmbed(ctx.log_dir)
+    triton = PyTritonScript(ctx.log_dir, "triton-embed", TRITON_MODEL)
     runs: list[dict[str, Any]] = []
     started = STARTED
     started.clear()

@@ -23,6 +23,7 @@ import csv
 import io
 import json
 import math
+import os
 import shutil
 import statistics
 import subprocess
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tools import loadgen
-from tools.processes import ROOT, ServerProcess, python_module_command, simulated_predictor_command
+from tools.processes import ROOT, ServerProcess, free_port, python_module_command, simulated_predictor_command
 
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 15
@@ -148,6 +149,44 @@ class Baseline(Server):
 
     def __init__(self, log_dir: Path, kind: str, name: str | None = None) -> None:
         super().__init__(name or f"baseline-{kind}", python_module_command("tools.bench.baselines", kind), log_dir)
+
+
+PREDICTORS = ROOT / "tests" / "predictors"  # the predictor scripts the tests and scenarios share
+
+
+class Script(Server):
+    """A predictor script of tests/predictors run by path with its venv's python; ready on
+    its READY line (a first start builds the venv and the model folder)."""
+
+    def __init__(self, log_dir: Path, name: str, venv: str, script: str, *options: str,
+                 env: dict[str, str] | None = None) -> None:
+        from tools.predictor_envs import ensure_env
+
+        self.python = ensure_env(venv)
+        super().__init__(name, [str(self.python), str(PREDICTORS / script), *options], log_dir)
+        self.ready_timeout = 300
+        if env:
+            self.env = {**os.environ, **env}
+
+
+class PyTritonScript(Script):
+    """tests/predictors/triton_server.py (PyTriton serving the tests' models) on free ports,
+    in a short workdir; ready once `model` answers its readiness (Triton's own log shares
+    stdout)."""
+
+    def __init__(self, log_dir: Path, name: str, model: str) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="tp", dir="/tmp"))  # short: Triton's socket paths
+        self.grpc_port, http_port = free_port(), free_port()
+        super().__init__(log_dir, name, "triton", "triton_server.py", "--http-port", str(http_port),
+                         "--grpc-port", str(self.grpc_port), "--metrics-port", str(free_port()),
+                         "--workdir", str(self.workdir))
+        ready_url = f"http://127.0.0.1:{http_port}/v2/models/{model}/ready"
+        self.ready_probe = lambda: http_request("GET", ready_url, timeout=2)[0] == 200
+
+    def stop(self, timeout: float | None = None) -> int | None:
+        code = super().stop(timeout)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return code
 
 
 class RealTriton(Server):

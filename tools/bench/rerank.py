@@ -29,17 +29,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from tools.bench.harness import Context, Gateway, Server, check, closed_loop, http_request
-from tools.processes import ROOT, free_port, simulated_predictor_command
+from tools.bench.harness import (
+    PREDICTORS,
+    Context,
+    Gateway,
+    PyTritonScript,
+    Script,
+    Server,
+    check,
+    closed_loop,
+)
+from tools.processes import free_port, simulated_predictor_command
 
-PREDICTORS = ROOT / "tests" / "predictors"
 MODEL = "reranker"          # its name at every predictor
 TRITON_MODEL = "rerank"
 DOCUMENTS_PER_REQUEST = 8
@@ -50,37 +56,6 @@ WORDS = ("the", "gateway", "batches", "many", "small", "rerank", "requests", "in
          "model", "while", "each", "client", "waits", "only", "for", "its", "own", "search", "index", "retrieval",
          "document", "query", "answer", "ranking", "passage", "about", "cluster", "network", "capital", "state",
          "city", "island", "river", "mountain", "history", "people", "water")
-
-
-class Script(Server):
-    """A predictor script of tests/predictors run by path with its venv's python; ready on
-    its READY line (a first start builds the venv and the model folder)."""
-
-    def __init__(self, log_dir: Path, name: str, venv: str, script: str, *options: str) -> None:
-        from tools.predictor_envs import ensure_env
-
-        self.python = ensure_env(venv)
-        super().__init__(name, [str(self.python), str(PREDICTORS / script), *options], log_dir)
-        self.ready_timeout = 300
-
-
-class TritonRerank(Script):
-    """PyTriton serving `rerank` (and the tests' other models) in a short workdir; ready once
-    `rerank` answers its readiness."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="tr", dir="/tmp"))  # short: Triton's socket paths
-        self.grpc_port, http_port = free_port(), free_port()
-        super().__init__(log_dir, "triton-rerank", "triton", "triton_server.py", "--http-port", str(http_port),
-                         "--grpc-port", str(self.grpc_port), "--metrics-port", str(free_port()),
-                         "--workdir", str(self.workdir))
-        ready_url = f"http://127.0.0.1:{http_port}/v2/models/{TRITON_MODEL}/ready"
-        self.ready_probe = lambda: http_request("GET", ready_url, timeout=2)[0] == 200
-
-    def stop(self, timeout: float | None = None) -> int | None:
-        code = super().stop(timeout)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        return code
 
 
 def requests_of(count: int, seed: int, query_words: tuple[int, int], document_words: tuple[int, int]) -> list[dict]:
@@ -183,7 +158,7 @@ def rerank_scenario(ctx: Context) -> dict[str, Any]:
         infinity = Script(ctx.log_dir, "infinity-rerank", "infinity", "infinity_server.py", "--port", str(free_port()),
                           "--model", "rerank", "--batch-size", "32")
         vllm = Script(ctx.log_dir, "score-server-real", "infinity", "vllm_score_server.py", "--port", str(free_port()))
-        triton = TritonRerank(ctx.log_dir)
+        triton = PyTritonScript(ctx.log_dir, "triton-rerank", TRITON_MODEL)
         for server in (infinity, vllm, triton):
             ctx.say(f"  rerank: starting {server.name}")
             server.start()
