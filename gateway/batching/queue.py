@@ -10,6 +10,11 @@ Semantics
 * At most as many batches as the model's `slots` allow are at the executor at once
   (`max_inflight`, or learned, per predictor replica in rotation). Whenever a slot is
   free and a live request waits, the policy decides: ship now, or wait until a given time.
+* A request arriving to less than a full batch is weighed at the end of the loop's current
+  pass (`call_soon`), not inside `add`: the requests the loop reads in one pass (clients
+  answered together, coming back together) are then in the queue when the policy decides,
+  and leave together. It costs a lone request one loop turn; where the gateway's own CPU
+  is the limit, it is what keeps batches from falling to one request each.
 * When a batch returns, its requests are answered (their futures set) and the task that
   ran it runs the next batch its freed slot takes, in the same loop turn: the call is
   written before the answered clients wake, so the predictor never idles behind our own
@@ -75,6 +80,7 @@ class ModelQueue:
         self.wake: asyncio.Handle | None = None  # the policy's wake-up, due at `wake_at`
         self.wake_at = 0.0
         self._woken = False  # this pump was the policy's own wake-up (a hold or window ended)
+        self._pass_end: asyncio.Handle | None = None  # the pump due at the end of the loop's pass
         self.stats = ModelStats(demand_rows=DecayingRate(config.demand_smoothing_s))
         self.form = form  # the batch form its requests come in (opaque here: see BatchScheduler.replace_model)
         self.abandoned = False
@@ -149,12 +155,24 @@ class ModelQueue:
                                    in enumerate(zip(cut.pieces, cut.shapes, cut.signatures, strict=True))))
         queued.timer = loop.call_at(deadline, self._expire, queued, budget)
         latest_start = self.policy.latest_start(self, size, deadline)
-        if latest_start is not None:
-            queued.start_timer = loop.call_at(max(latest_start, now), self._drop_if_unsent, queued)
+        # One admitted past its latest start (a probe) is the pump's to judge, at the pass's end.
+        if latest_start is not None and latest_start > now:
+            queued.start_timer = loop.call_at(latest_start, self._drop_if_unsent, queued)
         queued.future.add_done_callback(lambda _f: self._finished(queued))
         self.policy.on_arrival(now)
-        self.pump()
+        self._pump_after_pass()
         return queued.future
+
+    def _pump_after_pass(self) -> None:
+        """Pump at the end of the loop's current pass (a full batch at once): see Semantics."""
+        if self.queued_rows >= self.config.max_batch_size:
+            self.pump()
+        elif self._pass_end is None:
+            self._pass_end = self._loop.call_soon(self._on_pass_end)
+
+    def _on_pass_end(self) -> None:
+        self._pass_end = None
+        self.pump()
 
     def _expire(self, request: QueuedRequest, timeout: float) -> None:
         if request.done:
@@ -334,8 +352,9 @@ class ModelQueue:
         """Answer everything still queued with `error`, cancel the batches in flight (their
         requests get Unavailable), and wait for them to wind up."""
         self.abandoned = True
-        if self.wake is not None:
-            self.wake.cancel()
+        for handle in (self.wake, self._pass_end):
+            if handle is not None:
+                handle.cancel()
         while self.pending:
             self.pending.popleft().request.fail(error)
         await self.slots.cancel_all()

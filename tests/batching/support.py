@@ -36,6 +36,16 @@ class RecordingExecutor:
         return [Tensor("OUTPUT0", "FP32", inputs[0].data * 2)]
 
 
+async def until_sent(executor, batches: int = 1) -> None:
+    """Until `executor` has been given `batches` batches in all: a queue weighs an arrival
+    at the end of the loop's pass, and the batch's task starts a pass later."""
+    for _ in range(100):
+        if len(executor.batches) >= batches:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{batches} batches expected at the executor, {len(executor.batches)} given")
+
+
 def rows(start: int, count: int, width: int = 2) -> list[Tensor]:
     data = np.arange(start * width, (start + count) * width, dtype=np.float32).reshape(count, width)
     return [Tensor("INPUT0", "FP32", data)]

@@ -37,7 +37,9 @@ async def run_closed_loop(clients: int, call_s: float, think_s: float, rounds: i
         for round_ in range(rounds):
             result = await scheduler.submit(BatchRequest.arriving("m", one_row(index * 1000 + round_)))
             assert result.outputs[0].data[0, 0] == 2 * (index * 1000 + round_)
-            await asyncio.sleep(think_s)  # the client's own turnaround before its next request
+            # The client's own turnaround before its next request, a little longer for each
+            # client: real clients come back over several loop passes, not in the same one.
+            await asyncio.sleep(think_s + index * 0.0003)
 
     await asyncio.gather(*(client(i) for i in range(clients)))
     return sizes, stats_of(scheduler, "m").holds

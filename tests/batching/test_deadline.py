@@ -15,7 +15,7 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.deadline import DeadlinePolicy
 from gateway.batching.request import BatchRequest
 from gateway.batching.stats import ModelStats
-from tests.batching.support import RecordingExecutor, learned, rows, scheduler_with, stats_of
+from tests.batching.support import RecordingExecutor, learned, rows, scheduler_with, stats_of, until_sent
 from wire.errors import DeadlineExceeded, Unavailable
 
 CONFIG = BatchingConfig(policy="deadline", slo_s=0.1, max_batch_size=8, max_hold_s=0)
@@ -198,9 +198,10 @@ class PerRowExecutor(RecordingExecutor):
 async def test_a_batch_is_sized_for_its_leaders_deadline_and_counted_so():
     executor = PerRowExecutor(per_row_s=0.01)
     scheduler = scheduler_with(executor, policy="deadline", slo_s=1.0, max_batch_size=8, max_hold_s=0)
-    await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1))) for i in range(8)))  # learn: batches of 1 and 7
+    await scheduler.submit(BatchRequest.arriving("m", rows(0, 1)))  # learn: batches of 1 and 7
+    await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1))) for i in range(1, 8)))
     blocker = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(100, 8))))  # 80 ms at the predictor
-    await asyncio.sleep(0)
+    await until_sent(executor, 3)
     # Admitted (predicted: half the 80 ms call in progress, a batch ahead, its own 10 ms)...
     due_soon = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1), timeout_s=0.15))) for i in range(8)]
     # ... but once the blocker is back, ~70 ms are left: about 6 rows fit, not 8.
