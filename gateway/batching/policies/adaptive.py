@@ -2,8 +2,9 @@
 
 Semantics
 ---------
-* A batch ships as soon as a slot is free. Light traffic pays no batching delay; under
-  load, requests pile up while all slots are busy and leave together.
+* A batch ships as soon as a slot is free (the queue asks at the end of the loop's pass
+  in which a request arrived). Light traffic pays no batching delay; under load, requests
+  pile up while all slots are busy and leave together.
 * One refinement, learned per model (see `ReturnTracker`): when the clients just answered
   reliably come straight back and the predictor call is long next to their return delay,
   a free slot waits for them, so they leave with the requests already queued instead of
