@@ -13,8 +13,8 @@ Semantics
 * A request arriving to less than a full batch is weighed at the end of the loop's current
   pass (`call_soon`), not inside `add`: the requests the loop reads in one pass (clients
   answered together, coming back together) are then in the queue when the policy decides,
-  and leave together. It costs a lone request one loop turn; where the gateway's own CPU
-  is the limit, it is what keeps batches from falling to one request each.
+  and leave together. It costs a lone request one loop turn; over HTTP, at a closed loop
+  the gateway's own CPU limits, it doubled the batches (docs/performance.md).
 * When a batch returns, its requests are answered (their futures set) and the task that
   ran it runs the next batch its freed slot takes, in the same loop turn: the call is
   written before the answered clients wake, so the predictor never idles behind our own
@@ -154,13 +154,15 @@ class ModelQueue:
                                    for index, (piece, shape, signature)
                                    in enumerate(zip(cut.pieces, cut.shapes, cut.signatures, strict=True))))
         queued.timer = loop.call_at(deadline, self._expire, queued, budget)
-        latest_start = self.policy.latest_start(self, size, deadline)
-        # One admitted past its latest start (a probe) is the pump's to judge, at the pass's end.
-        if latest_start is not None and latest_start > now:
-            queued.start_timer = loop.call_at(latest_start, self._drop_if_unsent, queued)
         queued.future.add_done_callback(lambda _f: self._finished(queued))
         self.policy.on_arrival(now)
         self._pump_after_pass()
+        latest_start = self.policy.latest_start(self, size, deadline)
+        if latest_start is not None:
+            # Past it already (a probe admission let in): dropped unless this pass's pump,
+            # due first, sends it. A timer due now could run first (uvloop's do).
+            queued.start_timer = (loop.call_at(latest_start, self._drop_if_unsent, queued) if latest_start > now
+                                  else loop.call_soon(self._drop_if_unsent, queued))
         return queued.future
 
     def _pump_after_pass(self) -> None:
