@@ -1,5 +1,6 @@
 """The README's quick-start commands work as written against `batching-gateway serve`
-(only the ports are changed, to the free ones the test's gateway got; hey runs 1 s), served
+(only the ports are changed, to the free ones the test's gateway got; hey runs 1 s; perf_analyzer
+takes windows within 2x of each other as stable, see below), served
 by one process and by `--workers 2`; the project's load generator as the quick start's
 `.venv/bin/python` runs it (here with the test venv's interpreter, from the clone's root).
 ghz is not packaged for this machine, so its command is the one not run here."""

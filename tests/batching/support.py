@@ -36,7 +36,7 @@ class RecordingExecutor:
         return [Tensor("OUTPUT0", "FP32", inputs[0].data * 2)]
 
 
-async def until_sent(executor, batches: int = 1) -> None:
+async def until_sent(executor: RecordingExecutor, batches: int = 1) -> None:
     """Until `executor` has been given `batches` batches in all: a queue weighs an arrival
     at the end of the loop's pass, and the batch's task starts a pass later."""
     for _ in range(100):
