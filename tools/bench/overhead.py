@@ -4,12 +4,16 @@ The gateway vs minimal servers doing the same front-end work (`tools.bench.basel
 `minimal`), and the latency it adds at 1 client; the gateway on its default loop (asyncio's)
 and on uvloop (`serve --loop uvloop`).
 
+With `--before`, another checkout's gateway (on asyncio's loop) runs in the same rounds, and
+the tables carry its rows beside this checkout's: a before and after from one run.
+
 It holds this scenario only; the harness (servers, load, rows, checks) is
 `tools.bench.harness`'. It must not import another scenario.
 """
 from __future__ import annotations
 
 import statistics
+from contextlib import ExitStack
 from typing import Any
 
 from tools.bench.harness import (
@@ -19,9 +23,11 @@ from tools.bench.harness import (
     Gateway,
     Predictor,
     Server,
+    batch_totals,
     check,
     grpc_model,
     load,
+    mean_batch_between,
     oip_body,
     run_row,
     v1_model,
@@ -38,10 +44,15 @@ def overhead(ctx: Context) -> dict[str, Any]:
     models = [v1_model("v1", predictor, max_batch_size=32), grpc_model("oip", predictor, max_batch_size=32)]
     runs = []
     try:
-        with Gateway(ctx.log_dir, "gateway-overhead", models).start() as gateway, \
-                Gateway(ctx.log_dir, "gateway-overhead-uvloop", models, loop="uvloop").start() as on_uvloop, \
-                Baseline(ctx.log_dir, "minimal").start() as baseline:
-            servers: dict[str, Server] = {"gateway": gateway, "gateway-uvloop": on_uvloop, "baseline": baseline}
+        with ExitStack() as started:
+            gateways = {"gateway": Gateway(ctx.log_dir, "gateway-overhead", models),
+                        "gateway-uvloop": Gateway(ctx.log_dir, "gateway-overhead-uvloop", models, loop="uvloop"),
+                        **({"gateway-before": Gateway(ctx.log_dir, "gateway-overhead-before", models, root=ctx.before)}
+                           if ctx.before is not None else {})}
+            for gateway in gateways.values():
+                started.enter_context(gateway.start())
+            servers: dict[str, Server] = {**gateways, "baseline": started.enter_context(
+                Baseline(ctx.log_dir, "minimal").start())}
             throughput: dict[tuple[str, str], dict[str, Any]] = {}
             for side, server in servers.items():
                 v1, oip = ("demo", "demo") if side == "baseline" else ("v1", "oip")
@@ -58,13 +69,17 @@ def overhead(ctx: Context) -> dict[str, Any]:
                 for (protocol, side), spec in throughput.items():
                     ctx.say(f"  overhead: {protocol} {side}, {clients} clients (pair {pair + 1}/{pairs})")
                     server = servers[side]
+                    model = "v1" if protocol == "http" else "oip"
+                    batches = batch_totals(gateways[side], model) if side in gateways else None
                     cpu_before, predictor_before = server.cpu_seconds(), predictor.cpu_seconds()
                     result = load(concurrency=clients, duration=ctx.duration, progress=ctx.progress, **spec)
                     answered = max(1, result.ok)
                     runs.append(run_row(
                         f"{protocol} {side} c={clients}", result, kind="throughput", side=side, pair=pair,
                         server_cpu_us=(server.cpu_seconds() - cpu_before) / answered * 1e6,
-                        predictor_cpu_us=(predictor.cpu_seconds() - predictor_before) / answered * 1e6))
+                        predictor_cpu_us=(predictor.cpu_seconds() - predictor_before) / answered * 1e6,
+                        mean_batch=None if batches is None else mean_batch_between(
+                            batches, batch_totals(gateways[side], model))))
             for rep in range(ctx.repeat):
                 for (protocol, side), spec in single.items():
                     ctx.say(f"  overhead: {protocol} {side}, 1 client ({rep + 1}/{ctx.repeat})")
@@ -78,7 +93,10 @@ def overhead(ctx: Context) -> dict[str, Any]:
         direct = [r for r in runs if r["name"] == f"{protocol} direct c=1"]
         d50 = statistics.median(r["p50_ms"] for r in direct)
         d99 = statistics.median(r["p99_ms"] for r in direct)
-        for side, label in (("gateway", "gateway"), ("gateway-uvloop", "gateway --loop uvloop")):
+        sides = [("gateway", "gateway"), ("gateway-uvloop", "gateway --loop uvloop")]
+        if ctx.before is not None:
+            sides.append(("gateway-before", f"before: gateway of {ctx.before}"))
+        for side, label in sides:
             gw = [r for r in runs if r["name"] == f"{protocol} {side} c={clients}"]
             ratios = [g["rps"] / b["rps"] for g, b in zip(gw, base, strict=False) if b["rps"]]
             cpu_ratios = [g["server_cpu_us"] / b["server_cpu_us"] for g, b in zip(gw, base, strict=False)
@@ -91,6 +109,8 @@ def overhead(ctx: Context) -> dict[str, Any]:
                 "baseline_cpu_us": statistics.median(b["server_cpu_us"] for b in base),
                 "cpu_ratio": statistics.median(cpu_ratios) if cpu_ratios else None,
                 "predictor_cpu_us": statistics.median(g["predictor_cpu_us"] for g in gw),
+                "mean_batch": statistics.median(batch) if (batch := [g["mean_batch"] for g in gw
+                                                                      if g["mean_batch"] is not None]) else None,
                 "gateway_p50": statistics.median(g["p50_ms"] for g in gw),
                 "baseline_p50": statistics.median(b["p50_ms"] for b in base), "pairs": len(ratios),
             })
@@ -109,13 +129,15 @@ def overhead(ctx: Context) -> dict[str, Any]:
                  f"baseline), median ratio; the baselines (tools/bench/baselines.py) are a minimal Tornado app that "
                  f"parses the v1 request and answers it, and a minimal grpc.aio ModelInfer servicer. The gateway "
                  f"also forwards every batch to the predictor process, on the same 2 cores. CPU is each process's "
-                 f"user + system time per answered request. Latency: 1 client, median of {ctx.repeat} run(s).",
+                 f"user + system time per answered request. Latency: 1 client, median of {ctx.repeat} run(s)."
+                 + (f" With --before, the gateway of {ctx.before} runs in the same rounds." if ctx.before else ""),
         "tables": [
             {"title": "Throughput", "rows": ratio_rows, "columns": [
                 ["name", "protocol: server", "s"], ["gateway_rps", "gateway req/s", ".0f"],
                 ["baseline_rps", "minimal server req/s", ".0f"], ["ratio", "gateway / minimal", ".0%"],
                 ["gateway_cpu_us", "gateway CPU us/req", ".0f"], ["baseline_cpu_us", "minimal CPU us/req", ".0f"],
                 ["cpu_ratio", "CPU gateway / minimal", ".2f"], ["predictor_cpu_us", "predictor CPU us/req", ".0f"],
+                ["mean_batch", "mean batch", ".1f"],
                 ["gateway_p50", "gateway p50 ms", ".2f"], ["baseline_p50", "minimal p50 ms", ".2f"]]},
             {"title": "Latency at 1 client", "rows": latency_rows, "columns": [
                 ["name", "protocol: server", "s"], ["direct_p50", "direct p50 ms", ".2f"],
