@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the gateway from another checkout of this repository (e.g. a `git worktree` of "
                              "an older commit): the before of an A/B, with this checkout's load and report")
     parser.add_argument("--before", metavar="CHECKOUT", type=Path,
-                        help="workers, overhead: run the gateway of another checkout beside this one's, in the "
+                        help="workers, overhead, saturation: run the gateway of another checkout beside this one's, in the "
                              "same interleaved rounds (a before-and-after from one run)")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: rewrite results.md and the plots from --out's results.json")

@@ -3,12 +3,14 @@
 128 clients with one instance each, through the gateway over HTTP (v1) and gRPC (OIP) with
 max_inflight 1 and 2, in front of the simulated predictor at 20 ms + 0.25 ms per instance
 (1 slot); against the ideal batched ceiling and the predictor's own, measured in the same run.
+With `--before`, another checkout's gateway runs the same loads in the same rounds ("before: ...").
 
 It holds this scenario only; the harness (servers, load, rows, checks) is
 `tools.bench.harness`'. It must not import another scenario.
 """
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Any
 
 from tools.bench.harness import (
@@ -38,7 +40,11 @@ def saturation(ctx: Context) -> dict[str, Any]:
         for inflight in (1, 2):
             models.append(v1_model(f"http-{inflight}", predictor, max_batch_size=size, max_inflight=inflight))
             models.append(grpc_model(f"grpc-{inflight}", predictor, max_batch_size=size, max_inflight=inflight))
-        with Gateway(ctx.log_dir, "gateway-saturation", models).start() as gateway:
+        with ExitStack() as started:
+            sides = [("", started.enter_context(Gateway(ctx.log_dir, "gateway-saturation", models).start()))]
+            if ctx.before is not None:
+                sides.append(("before: ", started.enter_context(
+                    Gateway(ctx.log_dir, "gateway-saturation-before", models, root=ctx.before).start())))
             plan: list[tuple[str, dict[str, Any], int]] = [
                 ("predictor ceiling, http, 32/call, c=1",
                  dict(target=f"{predictor.http_url}/v1/models/demo:predict", body=v1_body(size), concurrency=1), size),
@@ -50,12 +56,13 @@ def saturation(ctx: Context) -> dict[str, Any]:
                  dict(target=f"{predictor.http_url}/v1/models/demo:predict", body=V1_BODY, concurrency=clients), 1),
             ]
             for inflight in (1, 2):
-                plan.append((f"gateway http (v1), max_inflight {inflight}",
-                             dict(target=f"{gateway.http_url}/v1/models/http-{inflight}:predict", body=V1_BODY,
-                                  concurrency=clients), 1))
-                plan.append((f"gateway grpc (OIP), max_inflight {inflight}",
-                             dict(target=gateway.grpc_address, body=oip_body(f"grpc-{inflight}"),
-                                  concurrency=clients, grpc=True, connections=4), 1))
+                for prefix, gateway in sides:
+                    plan.append((f"{prefix}gateway http (v1), max_inflight {inflight}",
+                                 dict(target=f"{gateway.http_url}/v1/models/http-{inflight}:predict", body=V1_BODY,
+                                      concurrency=clients), 1))
+                    plan.append((f"{prefix}gateway grpc (OIP), max_inflight {inflight}",
+                                 dict(target=gateway.grpc_address, body=oip_body(f"grpc-{inflight}"),
+                                      concurrency=clients, grpc=True, connections=4), 1))
             for _, spec, _ in plan:
                 warm_up(spec["target"], spec["body"], min(spec["concurrency"], 16), grpc=spec.get("grpc", False))
             for rep in range(ctx.repeat):
