@@ -20,8 +20,8 @@ only when complete: an interrupted build never looks complete, and a leftover te
 is swept away by the next build. Deleting the cache simply makes the next call rebuild.
 
 Public API: ``ensure_env(name) -> Path`` (the venv's python executable) for the names
-in ``SPECS`` ("triton", "kserve", "torchserve", and the embedding servers "infinity" and
-"kserve-openai").
+in ``SPECS`` ("triton", "kserve", "torchserve", the embedding servers "infinity" and
+"kserve-openai", and "mlserver", a peer of the benchmarks).
 
 CLI::
 
@@ -188,6 +188,20 @@ SPECS: dict[str, EnvSpec] = {
                 "uvicorn", "uvloop", "httptools", "grpc.aio",
             ),
             local_wheels=True,
+        ),
+        EnvSpec(
+            name="mlserver",
+            # Seldon's MLServer, a peer the gateway is measured against (`--scenario peers`): its
+            # own adaptive batching in front of a custom runtime (tools/mlserver_model.py). Not a
+            # predictor of the tests; only that scenario builds it. uvloop below 0.22: from 0.22
+            # its get_event_loop() raises where no loop is set, which MLServer's inference worker
+            # calls as it starts (every worker dies and the model never loads).
+            requirements=("mlserver==1.7.1", "uvloop<0.22"),
+            why="Seldon MLServer 1.7.1 (OIP over REST and gRPC, its own adaptive batching), for the peers benchmark",
+            warmup_imports=(
+                "numpy", "mlserver", "mlserver.server", "mlserver.settings", "mlserver.model", "mlserver.codecs",
+                "mlserver.parallel", "mlserver.batching", "uvicorn", "uvloop", "grpc.aio",
+            ),
         ),
     )
 }

@@ -12,7 +12,9 @@ never the gateway's (PyTriton needs numpy<2); it imports nothing of this reposit
 
 Model `cost`: input `INPUT0` FP32 [-1, 4], output `OUTPUT0` = 2 * INPUT0, max_batch_size 64;
 each execution sleeps call-ms + per-row-ms per row (a device's time: the CPU is free).
-Triton's dynamic batcher is off (`batcher=None`), so each gateway batch is one execution.
+Triton's dynamic batcher is off (`batcher=None`), so each gateway batch is one execution;
+`--dynamic-batcher` turns it on at Triton's defaults, `--max-queue-delay-us` tunes its
+delay (the peers scenario measures Triton's own batching this way).
 Prints `READY http=PORT grpc=PORT` once ready; stops Triton on SIGTERM or SIGINT.
 """
 from __future__ import annotations
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--call-ms", type=float, default=5.0)
     parser.add_argument("--per-row-ms", type=float, default=0.0)
+    parser.add_argument("--dynamic-batcher", action="store_true", help="Triton's own dynamic batcher on")
+    parser.add_argument("--max-queue-delay-us", type=int, default=0, help="its max_queue_delay_microseconds")
     args = parser.parse_args(argv)
     # Triton logs to the stdout it inherits: keep stdout for the READY line, send the rest to stderr.
     ready_line = os.fdopen(os.dup(1), "w")
@@ -50,10 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
     from pytriton.decorators import batch
-    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
     call_s, per_row_s = args.call_ms / 1000.0, args.per_row_ms / 1000.0
+    batcher = DynamicBatcher(max_queue_delay_microseconds=args.max_queue_delay_us) if args.dynamic_batcher else None
 
     @batch
     def infer(INPUT0: np.ndarray) -> dict[str, np.ndarray]:  # noqa: N803 (the tensor's name)
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             triton.bind(model_name="cost", infer_func=infer,
                         inputs=[Tensor(name="INPUT0", dtype=np.float32, shape=(4,))],
                         outputs=[Tensor(name="OUTPUT0", dtype=np.float32, shape=(4,))],
-                        config=ModelConfig(max_batch_size=64, batcher=None))
+                        config=ModelConfig(max_batch_size=64, batcher=batcher))
             triton.run()
             print(f"READY http={http_port} grpc={grpc_port}", file=ready_line, flush=True)
             while not stop.wait(0.2):

@@ -192,19 +192,21 @@ class PyTritonScript(Script):
 class RealTriton(Server):
     """The real Triton serving model `cost` (INPUT0 FP32 [4] -> 2 x INPUT0, call-ms + per-row-ms
     per execution, no dynamic batcher): a plain Python-backend model (`tools.triton_direct`,
-    the binary started directly) or a PyTriton one (`tools/pytriton_model.py`)."""
+    the binary started directly) or a PyTriton one (`tools/pytriton_model.py`, whose `options`
+    may turn Triton's dynamic batcher on)."""
 
-    def __init__(self, log_dir: Path, kind: str, call_ms: float, per_row_ms: float = 0.0) -> None:
+    def __init__(self, log_dir: Path, kind: str, call_ms: float, per_row_ms: float = 0.0, *,
+                 options: tuple[str, ...] = (), name: str | None = None) -> None:
         cost = ("--call-ms", f"{call_ms:g}", "--per-row-ms", f"{per_row_ms:g}")
         self.workdir: Path | None = None
         if kind == "pytriton":
             from tools.predictor_envs import ensure_env
 
-            command = [str(ensure_env("triton")), "tools/pytriton_model.py", *cost]
+            command = [str(ensure_env("triton")), "tools/pytriton_model.py", *cost, *options]
         else:
             self.workdir = Path(tempfile.mkdtemp(prefix="td", dir="/tmp"))  # short: Triton's socket paths
-            command = python_module_command("tools.triton_direct", "--workdir", str(self.workdir), *cost)
-        super().__init__(f"triton-{kind}-{call_ms:g}", command, log_dir)
+            command = python_module_command("tools.triton_direct", "--workdir", str(self.workdir), *cost, *options)
+        super().__init__(name or f"triton-{kind}-{call_ms:g}", command, log_dir)
         self.ready_timeout = 180  # a first start builds the Triton venv
 
     def stop(self, timeout: float | None = None) -> int | None:
