@@ -10,7 +10,8 @@ Served five ways, each by the real server:
 * **MLServer's adaptive batching**: `max_batch_size` 32 and `max_batch_time` 2 ms (it batches only
   with both set; everything else its default);
 * **the gateway, untuned**: a model table that names only the backend, its URL and the model, in
-  front of the first Triton (its batching off), over the gateway's default protocol.
+  front of the first Triton (its batching off), over the gateway's default protocol; and the same
+  gateway on uvloop (`--loop uvloop`, its one setting that is not about batching).
 
 The load is `hey`, closed loop, single-row OIP REST JSON requests: 5 clients (the seed) and 64
 (saturation). Each round runs every system once, in turn, so that a slow stretch of this shared
@@ -129,9 +130,11 @@ def peers(ctx: Context) -> dict[str, Any]:
         servers.append(tuned.start())
         mlserver = MLServerModel(ctx.log_dir, CALL_MS, max_batch_size=32, max_batch_time_ms=TUNED_DELAY_US / 1000)
         servers.append(mlserver.start())
-        gateway = Gateway(ctx.log_dir, "gateway-peers", [
-            {"name": MODEL, "backend": "triton", "url": plain.http_url, "backend_model": MODEL}])
+        gateway_models = [{"name": MODEL, "backend": "triton", "url": plain.http_url, "backend_model": MODEL}]
+        gateway = Gateway(ctx.log_dir, "gateway-peers", gateway_models)
         servers.append(gateway.start())
+        on_uvloop = Gateway(ctx.log_dir, "gateway-peers-uvloop", gateway_models, loop="uvloop")
+        servers.append(on_uvloop.start())
         path = f"/v2/models/{MODEL}/infer"
         systems = [
             System("Triton, batching off (direct)", plain.http_url + path, {"server": plain.group_cpu_seconds},
@@ -145,10 +148,13 @@ def peers(ctx: Context) -> dict[str, Any]:
             System("gateway, untuned -> Triton, batching off", gateway.http_url + path,
                    {"gateway": gateway.tree_cpu_seconds, "server": plain.group_cpu_seconds},
                    lambda: batch_totals(gateway, MODEL)),
+            System("gateway, untuned, --loop uvloop", on_uvloop.http_url + path,
+                   {"gateway": on_uvloop.tree_cpu_seconds, "server": plain.group_cpu_seconds},
+                   lambda: batch_totals(on_uvloop, MODEL)),
         ]
         for system in systems:  # not recorded: connections, the stubs' first calls, the gateway's learning
             for clients in (SEED_CLIENTS, SATURATION_CLIENTS):
-                hey(system.url, body, clients, 2.0)
+                hey(system.url, body, clients, 5.0 if "gateway" in system.cpu else 2.0)
         for round_index in range(ctx.repeat):
             for clients in (SEED_CLIENTS, SATURATION_CLIENTS):
                 for system in systems:
@@ -162,7 +168,7 @@ def peers(ctx: Context) -> dict[str, Any]:
             for clients in (SEED_CLIENTS, SATURATION_CLIENTS) for system in systems]
     runs = [run for system in systems for run in system.runs]
     by = {(row["system"], row["clients"]): row for row in rows}
-    gateway_name, default_name, tuned_name, mlserver_name = (s.name for s in systems[-1:] + systems[1:4])
+    default_name, tuned_name, mlserver_name, gateway_name = (s.name for s in systems[1:5])
     for row in rows:
         row["vs_gateway"] = row["rps"] / by[(gateway_name, row["clients"])]["rps"]
     checks = []
@@ -180,7 +186,7 @@ def peers(ctx: Context) -> dict[str, Any]:
                  f"Triton 2.51 through PyTriton (batching off; its dynamic batcher at its defaults; the same with a "
                  f"{TUNED_DELAY_US / 1000:g} ms queue delay), by the real MLServer 1.7.1 (adaptive batching, "
                  f"max_batch_size 32, max_batch_time {TUNED_DELAY_US / 1000:g} ms, everything else its default) and "
-                 f"by the gateway at its defaults in front of the first Triton. hey, closed loop, single-row OIP "
+                 f"by the gateway at its defaults in front of the first Triton (and the same on uvloop). hey, closed loop, single-row OIP "
                  f"REST JSON requests, {SEED_CLIENTS} and {SATURATION_CLIENTS} clients; {ctx.repeat} interleaved "
                  f"rounds of {ctx.duration:g} s, medians. CPU per request: the servers' processes (user + system) "
                  f"over the answered requests; the load generator's not counted. `mean batch`: rows per call as "
