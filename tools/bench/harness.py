@@ -192,8 +192,8 @@ class PyTritonScript(Script):
 class RealTriton(Server):
     """The real Triton serving model `cost` (INPUT0 FP32 [4] -> 2 x INPUT0, call-ms + per-row-ms
     per execution, no dynamic batcher): a plain Python-backend model (`tools.triton_direct`,
-    the binary started directly) or a PyTriton one (`tools/pytriton_model.py`, whose `options`
-    may turn Triton's dynamic batcher on)."""
+    the binary started directly) or a PyTriton one (`tools/pytriton_model.py`; `options` are
+    that script's, which may turn Triton's dynamic batcher on)."""
 
     def __init__(self, log_dir: Path, kind: str, call_ms: float, per_row_ms: float = 0.0, *,
                  options: tuple[str, ...] = (), name: str | None = None) -> None:
@@ -205,7 +205,7 @@ class RealTriton(Server):
             command = [str(ensure_env("triton")), "tools/pytriton_model.py", *cost, *options]
         else:
             self.workdir = Path(tempfile.mkdtemp(prefix="td", dir="/tmp"))  # short: Triton's socket paths
-            command = python_module_command("tools.triton_direct", "--workdir", str(self.workdir), *cost, *options)
+            command = python_module_command("tools.triton_direct", "--workdir", str(self.workdir), *cost)
         super().__init__(name or f"triton-{kind}-{call_ms:g}", command, log_dir)
         self.ready_timeout = 180  # a first start builds the Triton venv
 
