@@ -205,10 +205,18 @@ async def test_a_batch_is_sized_for_its_leaders_deadline_and_counted_so():
     # Admitted (predicted: half the 80 ms call in progress, a batch ahead, its own 10 ms)...
     due_soon = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(i, 1), timeout_s=0.15))) for i in range(8)]
     # ... but once the blocker is back, ~70 ms are left: about 6 rows fit, not 8.
-    await asyncio.gather(blocker, *due_soon, return_exceptions=True)
-    assert stats_of(scheduler, "m").refused_late == 0
+    outcomes = await asyncio.gather(blocker, *due_soon, return_exceptions=True)
+    stats = stats_of(scheduler, "m")
+    assert stats.refused_late == 0
     assert 1 <= len(executor.batches[3]) < 8
-    assert stats_of(scheduler, "m").departures["deadline_sized"] == 1
+    # Each of the 8 is sent, or dropped once it can no longer make it; none is lost. (One sent
+    # may still fail as late, when its call overruns on a loaded machine.)
+    assert all(isinstance(o, DeadlineExceeded) for o in outcomes[1:] if isinstance(o, BaseException))
+    assert sum(len(batch) for batch in executor.batches[3:]) + stats.dropped == 8
+    # Counted once per batch cut short: usually that first one alone (6 rows; the other 2 are
+    # dropped). How many are cut short is the machine's timing, not the policy's: when the
+    # blocker comes back late, fewer rows fit, and the rest may leave as a second sized batch.
+    assert 1 <= stats.departures["deadline_sized"] <= len(executor.batches) - 3
 
 
 def test_the_learned_hold_stays_but_never_past_the_leaders_latest_start():
