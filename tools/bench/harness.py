@@ -344,15 +344,15 @@ def median_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if key in row:
                 continue
             values = [g.get(key) for g in group]
-            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-                row[key] = statistics.median(cast(list[float], values))  # all numbers, just checked
-            elif key == "batch_sizes":
+            if key == "batch_sizes":
                 total: collections.Counter = collections.Counter()
                 for v in values:
                     total.update({int(k): n for k, n in (v or {}).items()})
                 row[key] = dict(sorted(total.items()))
-            elif all(v == value for v in values):
+            elif all(v == value for v in values):  # a setting, or a count that did not move: as it is
                 row[key] = value
+            elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                row[key] = statistics.median(cast(list[float], values))  # all numbers, just checked
         out.append(row)
     return out
 
