@@ -7,7 +7,6 @@ tests can tell a request refused at once from one that was sent.
 """
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import json
 import urllib.request
@@ -37,21 +36,10 @@ CONFIG = {"name": MODEL, "backend": "python", "max_batch_size": 64,
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _post(url: str, body: dict) -> bytes:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with _OPENER.open(request, timeout=120) as response:
-        return response.read()
-
-
 @pytest.fixture(scope="module")
 def slow_model(triton_server):
-    _post(f"{triton_server.http_url}/v2/repository/models/{MODEL}/load", {"parameters": {
-        "config": json.dumps(CONFIG), "file:1/model.py": base64.b64encode(CODE.encode()).decode()}})
-    try:
+    with triton_server.loaded(CONFIG, CODE):
         yield triton_server
-    finally:
-        _post(f"{triton_server.http_url}/v2/repository/models/{MODEL}/unload", {})
 
 
 def triton_inferences(triton_server) -> int:

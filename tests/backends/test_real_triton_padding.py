@@ -15,10 +15,8 @@ answer to that request sent alone, with no padding.
 """
 from __future__ import annotations
 
-import base64
 import concurrent.futures
-import json
-import urllib.request
+import contextlib
 
 import grpc
 import numpy as np
@@ -82,30 +80,17 @@ SIGNATURES = {
                    "outputs": [{"name": "POOLED", "datatype": "FP32", "shape": [-1, 2]}]},
 }
 OUTPUT = {"seq_tokens": "HIDDEN", "seq_pooled": "POOLED"}
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _repository(triton_server, action: str, name: str, body: dict) -> None:
-    request = urllib.request.Request(f"{triton_server.http_url}/v2/repository/models/{name}/{action}",
-                                     data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with _OPENER.open(request, timeout=120) as response:
-        response.read()
 
 
 @pytest.fixture(scope="module")
 def sequence_models(triton_server):
     """Load the two models into the session's Triton; unload them afterwards."""
-    for name, (code, tensors) in MODELS.items():
-        config = {"name": name, "backend": "python", "max_batch_size": 64,
-                  "instance_group": [{"kind": "KIND_CPU", "count": 1}], **tensors}
-        _repository(triton_server, "load", name, {"parameters": {
-            "config": json.dumps(config), "file:1/model.py": base64.b64encode(code.encode()).decode()}})
-    try:
+    with contextlib.ExitStack() as loaded:
+        for name, (code, tensors) in MODELS.items():
+            loaded.enter_context(triton_server.loaded({"name": name, "backend": "python", "max_batch_size": 64,
+                                                       "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+                                                       **tensors}, code))
         yield triton_server
-    finally:
-        for name in MODELS:
-            _repository(triton_server, "unload", name, {})
 
 
 def alone(triton_server, model: str, tokens: np.ndarray) -> np.ndarray:

@@ -33,6 +33,8 @@ them: they watch a stdin pipe that only the test process holds (``--exit-on-stdi
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import dataclasses
 import json
 import os
@@ -44,7 +46,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tools.processes import ServerProcess, free_port
@@ -95,7 +97,8 @@ def http_json(url: str, timeout: float = 5.0) -> Any:
 
 
 def http_post_json(url: str, body: Any, timeout: float = 10.0) -> tuple[int, Any]:
-    """POST ``body`` as JSON; return (status, decoded JSON reply). Non-2xx are returned.
+    """POST ``body`` as JSON; return (status, decoded JSON reply, None for an empty one).
+    Non-2xx are returned.
 
     Content-Type is exactly ``application/json``: KServe parses the body as JSON only then.
     """
@@ -104,7 +107,7 @@ def http_post_json(url: str, body: Any, timeout: float = 10.0) -> tuple[int, Any
     )
     try:
         with _OPENER.open(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
+            return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null")
 
@@ -195,6 +198,22 @@ class TritonServer:
     @property
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @contextlib.contextmanager
+    def loaded(self, config: dict[str, Any], code: str) -> Iterator[str]:
+        """A Python-backend model loaded into this Triton as its users write one (``config``:
+        config.pbtxt's fields as JSON; ``code``: its model.py), through Triton's model-repository
+        API; unloaded afterwards. Yields its name."""
+        name = config["name"]
+        repository = f"{self.http_url}/v2/repository/models/{name}"
+        status, body = http_post_json(f"{repository}/load", {"parameters": {
+            "config": json.dumps(config), "file:1/model.py": base64.b64encode(code.encode()).decode()}}, timeout=120)
+        if status != 200:
+            raise RuntimeError(f"Triton did not load {name}: {status} {body}")
+        try:
+            yield name
+        finally:
+            http_post_json(f"{repository}/unload", {}, timeout=60)
 
     @classmethod
     def start(cls, python: pathlib.Path, workdir: pathlib.Path, *, ready_timeout: float = 120.0) -> TritonServer:
