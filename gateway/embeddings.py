@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,8 +62,8 @@ class EmbeddingModel(TensorModel):
     def embeds_texts(self) -> bool:
         return True
 
-    def start(self) -> None:
-        super().start()
+    def start(self, on_batch_limit: Callable[[], None] | None = None) -> None:
+        super().start(on_batch_limit)
         if self.settings.token_ids != TOKEN_IDS_AS_IS:
             # Read the encoding in a thread now (about 0.2 s), not on the loop at the first token ids.
             self._warming = asyncio.ensure_future(asyncio.to_thread(self._warm_token_decoder))

@@ -119,12 +119,18 @@ class InferenceService:
         served = served_model(model_config, await self._backend(model_config))
         replicas = served.backend  # its replicas, as the queue's slots read them
         if replacing_within_s is None:
-            self.scheduler.add_model(served.name, served.executor, model_config.batching, served.form, replicas)
+            self.scheduler.add_model(served.name, served.executor, served.batching, served.form, replicas)
         else:
-            self.scheduler.replace_model(served.name, served.executor, model_config.batching, replacing_within_s,
+            self.scheduler.replace_model(served.name, served.executor, served.batching, replacing_within_s,
                                          served.form, replicas)
         self.models[served.name] = served
-        served.start()
+        served.start(on_batch_limit=lambda: self._retune(served))
+
+    def _retune(self, served: ServedModel) -> None:
+        """The model's queue takes its batching again (the predictor's batch limit changed),
+        in place: unless a reload has replaced or removed the model since."""
+        if self.models.get(served.name) is served:
+            self.scheduler.add_model(served.name, served.executor, served.batching, served.form, served.backend)
 
     async def reconfigure(self, config: GatewayConfig, grace_s: float) -> dict[str, list[str]]:
         """Apply a reloaded config without dropping requests in flight.
@@ -171,7 +177,7 @@ class InferenceService:
             if dataclasses.replace(before, batching=after.batching) == after and \
                     before.batching.padding == after.batching.padding:
                 served.config = after
-                self.scheduler.add_model(name, served.executor, after.batching, served.form, served.backend)
+                self.scheduler.add_model(name, served.executor, served.batching, served.form, served.backend)
                 if before.batching != after.batching:
                     changes["retuned"].append(name)
                 continue

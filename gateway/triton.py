@@ -30,7 +30,7 @@ _NS = 1_000_000_000
 
 def model_config(served: ServedModel, predictor_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The model's configuration as Triton's JSON document."""
-    batching = served.config.batching
+    batching = served.batching  # its max_batch_size capped at the predictor's own
     config = dict(predictor_config or {})
     predictor_batch = int(config.get("max_batch_size", 0) or 0)
     if config.get("input"):

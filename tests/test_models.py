@@ -10,6 +10,7 @@ import pytest
 
 from backends.base import Backend
 from backends.settings import PredictorProtocol, PredictorSettings
+from gateway.batching.config import BatchingConfig
 from gateway.config import ModelConfig
 from gateway.model_kinds import served_model
 from gateway.models import base as models
@@ -103,3 +104,84 @@ def test_a_tensor_model_is_ready_once_its_predictor_has_answered_metadata_even_w
         await model.close()
 
     asyncio.run(scenario())
+
+
+class TritonLike(FakePredictor):
+    """A predictor with a model configuration (Triton's extension) the test changes."""
+
+    def __init__(self, config: dict | None) -> None:
+        super().__init__((DESCRIBED, ["1"]))
+        self.config = config
+        self.asked = 0
+
+    async def model_config(self) -> dict | None:
+        self.asked += 1
+        return self.config
+
+
+def triton_model(backend: FakePredictor, max_batch_size: int = 32) -> models.ServedModel:
+    settings = PredictorSettings(PredictorProtocol.OIP_HTTP, server="triton", model="m")
+    return served_model(ModelConfig("m", settings, BatchingConfig(max_batch_size=max_batch_size)), backend)
+
+
+def test_batches_are_capped_at_the_rows_the_predictor_takes_in_one_call(monkeypatch, caplog):
+    monkeypatch.setattr(models, "METADATA_REFRESH_S", 0.01)
+
+    async def scenario() -> None:
+        predictor = TritonLike({"name": "m", "max_batch_size": 8})
+        model = triton_model(predictor)
+        changes: list[int] = []
+        model.start(on_batch_limit=lambda: changes.append(model.batching.max_batch_size))
+        await asyncio.sleep(0.05)
+        assert model.batch_limit == 8 and model.batching.max_batch_size == 8
+        assert model.batching == BatchingConfig(max_batch_size=8)  # only the cap differs from the config
+        assert model.config.batching.max_batch_size == 32
+        assert changes == [8]  # told once, not at every refresh
+        predictor.config = None  # a configuration not read this time changes nothing
+        await asyncio.sleep(0.05)
+        assert model.batching.max_batch_size == 8 and changes == [8]
+        predictor.config = {"max_batch_size": 64}  # the predictor restarted with a larger one
+        await asyncio.sleep(0.05)
+        assert model.batch_limit == 64 and model.batching.max_batch_size == 32  # the configured cap stands
+        assert changes == [8, 32]
+        await model.close()
+
+    with caplog.at_level("WARNING", logger="gateway.models.base"):
+        asyncio.run(scenario())
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "model 'm': the predictor takes at most 8 rows a call (its max_batch_size), fewer than max_batch_size 32: "
+        "batches are capped at 8, larger requests split to fit"]
+
+
+def test_the_batch_limit_is_known_before_the_model_is_ready():
+    async def scenario() -> None:
+        model = triton_model(TritonLike({"max_batch_size": 4}))
+        model.start()
+        while not await model.ready():
+            await asyncio.sleep(0.001)
+        assert model.batching.max_batch_size == 4
+        await model.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 5))
+
+
+def test_only_a_triton_predictor_is_asked_for_its_configuration():
+    async def scenario() -> None:
+        predictor = TritonLike({"max_batch_size": 4})
+        settings = PredictorSettings(PredictorProtocol.OIP_HTTP, server="kserve", model="m")
+        model = served_model(ModelConfig("m", settings), predictor)
+        await settled(model)
+        assert predictor.asked == 0 and model.batch_limit is None and model.batching.max_batch_size == 32
+        await model.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("config", "limit"), [
+    ({"max_batch_size": 8}, 8), ({"max_batch_size": "16"}, 16),  # gRPC's JSON may spell it as a string
+    ({"max_batch_size": 0}, None),  # no batch dimension: says nothing of the gateway's rows
+    ({}, None), (None, None), ({"max_batch_size": "many"}, None), ({"max_batch_size": True}, None),
+    ({"max_batch_size": -1}, None),
+])
+def test_the_predictors_batch_limit_is_read_from_its_max_batch_size(config, limit):
+    assert models.predictor_batch_limit(config) == limit

@@ -19,7 +19,8 @@ class BatchingConfig:
     # The name of the policy (see gateway.batching.policies); its choices and the key that
     # selects one are the policies' own, so the config reads it apart.
     policy: str = key(Kind.STRING, "adaptive", "window, adaptive or deadline (chosen by slo_ms).", apart=True)
-    max_batch_size: int = key(Kind.INTEGER, 32, "Rows per predictor call; larger requests are split.", minimum=1)
+    max_batch_size: int = key(Kind.INTEGER, 32, "Rows per predictor call; larger requests are split. Capped at the "
+                              "predictor's own limit when it states one (a Triton model's max_batch_size).", minimum=1)
     timeout_s: float = key(Kind.NUMBER, 60.0, "A request's deadline from its arrival (a client may ask for less).",
                            minimum=0.001)
     # A number, or "auto" (auto_inflight: learned per model, see batching.inflight).

@@ -4,8 +4,9 @@ place a request is told apart by its protocol, into `BatchInputs`), the checks e
 shares (an OIP request's inputs by their headers, before any payload is decoded; the
 outputs asked for), the answer back (`select_outputs`, `predictions_from_outputs`), and
 what the predictor says of the model: its signature (from config, else learned from the
-predictor's metadata and re-read every `METADATA_REFRESH_S`), versions, readiness and OIP
-metadata.
+predictor's metadata and re-read every `METADATA_REFRESH_S`), versions, readiness, OIP
+metadata, and the most rows it takes in one call (`batch_limit`, from its own model
+configuration: Triton's `max_batch_size`), which caps the model's batches (`batching`).
 
 It must not know the forms themselves (`tensor.py`, `instance.py` implement the abstract
 methods), nor a kind of model built on them (`gateway.embeddings`, `gateway.rerank` answer
@@ -14,16 +15,17 @@ their own clients): only that a model may or may not embed texts or score pairs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from backends.base import Backend
-from gateway.batching.config import PaddingConfig
+from gateway.batching.config import BatchingConfig, PaddingConfig
 from gateway.batching.executor import Executor
 from gateway.batching.request import NO_PARAMETERS
 from gateway.config import ModelConfig
@@ -71,11 +73,25 @@ class ServedModel(ABC):
         self.backend = backend
         self.signature: ModelSignature | None = config.signature
         self.versions: list[str] = []
+        # The most rows the predictor takes in one call, as its own model configuration says
+        # (Triton's max_batch_size); None while it says nothing.
+        self.batch_limit: int | None = None
         self._metadata_task: asyncio.Task | None = None
+        self._on_batch_limit: Callable[[], None] | None = None
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def batching(self) -> BatchingConfig:
+        """The model's batching as configured, its `max_batch_size` capped at the predictor's
+        `batch_limit`: a batch the predictor cannot take would be refused whole (Triton: 400,
+        "batch-size must be <= N"), and a larger request must be split to fit it."""
+        configured = self.config.batching
+        if self.batch_limit is None or self.batch_limit >= configured.max_batch_size:
+            return configured
+        return dataclasses.replace(configured, max_batch_size=self.batch_limit)
 
     @property
     def form(self) -> str:
@@ -230,7 +246,10 @@ class ServedModel(ABC):
                                 f"model '{self.name}' has no version '{echo(version)}' "
                                 f"(versions: {', '.join(self.versions)})")
 
-    def start(self) -> None:
+    def start(self, on_batch_limit: Callable[[], None] | None = None) -> None:
+        """Learn what the predictor says of the model, in the background; `on_batch_limit`
+        is called when its `batch_limit` changes (and so, maybe, `batching`)."""
+        self._on_batch_limit = on_batch_limit
         self._metadata_task = asyncio.get_running_loop().create_task(self._learn_metadata())
 
     async def close(self) -> None:
@@ -239,11 +258,16 @@ class ServedModel(ABC):
         await self.backend.close()
 
     async def _learn_metadata(self) -> None:
-        """Read signature and versions from the predictor: until it first answers, then
-        again now and then (a declared signature always stands)."""
+        """Read signature, versions and batch limit from the predictor: until it first
+        answers, then again now and then (a declared signature always stands)."""
         while True:
             described = await self.backend.metadata()
             if described is not None:
+                # Its batch limit first: a signature learned makes a tensor model ready, and no
+                # batch should be cut before the limit is known. Only Triton has a model
+                # configuration to ask (KServe would answer 404 every time).
+                if self.config.predictor.server == "triton":
+                    self._learn_batch_limit(await self.backend.model_config())
                 signature, self.versions = described
                 if self.config.signature is None and signature != self.signature:
                     if self.signature is not None:
@@ -253,5 +277,31 @@ class ServedModel(ABC):
                 return
             await asyncio.sleep(METADATA_RETRY_S if described is None else METADATA_REFRESH_S)
 
+    def _learn_batch_limit(self, predictor_config: dict[str, Any] | None) -> None:
+        limit = predictor_batch_limit(predictor_config)
+        if predictor_config is None or limit == self.batch_limit:
+            return  # a configuration not read this time says nothing new
+        self.batch_limit = limit
+        configured = self.config.batching.max_batch_size
+        if limit is not None and limit < configured:
+            log.warning("model '%s': the predictor takes at most %d rows a call (its max_batch_size), fewer than "
+                        "max_batch_size %d: batches are capped at %d, larger requests split to fit", self.name,
+                        limit, configured, limit)
+        if self._on_batch_limit is not None:
+            self._on_batch_limit()
+
     async def ready(self) -> bool:
         return await self.backend.ready()
+
+
+def predictor_batch_limit(predictor_config: dict[str, Any] | None) -> int | None:
+    """The most rows a predictor takes in one call, from its model configuration in Triton's
+    form: `max_batch_size` when it is positive. Zero (a model without a batch dimension,
+    which the gateway's rows may still fit) or none says nothing."""
+    value = (predictor_config or {}).get("max_batch_size")
+    try:
+        limit = int(value) if value is not None and not isinstance(value, bool) else 0
+    except (TypeError, ValueError):
+        return None
+    return limit if limit > 0 else None
+

@@ -91,3 +91,58 @@ def test_triton_parameters_from_clients_never_reach_triton(triton_server):
             "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
     assert status == 200, body
     assert body["id"] == "with-params" and body["outputs"][0]["data"] == [2, 4]
+
+
+# A model as Triton users write one (config.pbtxt's fields and a model.py), taking at most 4
+# rows an execution: loaded through Triton's model-repository API for the test that needs it.
+SMALL_BATCH_MODEL = "double_max4"
+SMALL_BATCH_CONFIG = {
+    "name": SMALL_BATCH_MODEL, "backend": "python", "max_batch_size": 4,
+    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+    "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+}
+SMALL_BATCH_CODE = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            rows = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", rows * 2)]))
+        return responses
+"""
+
+
+@pytest.fixture
+def small_batch_model(triton_server):
+    """Triton serving SMALL_BATCH_MODEL (max_batch_size 4) for one test."""
+    with triton_server.loaded(SMALL_BATCH_CONFIG, SMALL_BATCH_CODE) as name:
+        yield name
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_untuned_gateway_sends_triton_no_more_rows_than_the_model_takes(triton_server, small_batch_model,
+                                                                          protocol):
+    """No [models.batching] (max_batch_size 32): Triton's max_batch_size 4 caps the batches.
+    Triton refuses a larger batch whole (400 "batch-size must be <= 4": what a request of 10
+    rows got before the cap), and a request of 10 rows is split to fit, as the gateway's own
+    max_batch_size would split it."""
+    url = triton_server.http_url if protocol == "http" else triton_server.grpc_address
+    model = {"name": "small", "backend": "triton", "protocol": protocol, "url": url,
+             "backend_model": small_batch_model}
+    with running_gateway(config_for(model)) as gw:
+        assert http_json("GET", f"{gw.http_url}/v2/models/small/config")[1]["max_batch_size"] == 4
+        rows = [[float(i), float(i + 1)] for i in range(10)]
+        status, body = http_json("POST", f"{gw.http_url}/v1/models/small:predict", {"instances": rows})
+        assert status == 200, body
+        assert body["predictions"] == [[2 * a, 2 * b] for a, b in rows]
+        assert len(body["batchId"].split(",")) == 3  # 4 + 4 + 2
+        fire_mixed(gw.http_url, gw.grpc_address, "small", 24)  # each client gets its own row back, doubled
+        assert gw.stats("small").batches >= 3 + 24 / 4
+    assert max(triton_server.batch_size_counts(small_batch_model)) <= 4
+    [stats] = triton_server.model_stats(small_batch_model)["model_stats"]
+    assert int(stats["inference_stats"]["fail"]["count"]) == 0  # not one batch refused
+
