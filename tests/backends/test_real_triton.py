@@ -9,6 +9,7 @@ import tritonclient.grpc as triton_grpc
 
 from tests.backends.clients import fire_mixed
 from tests.harness import config_for, http_json, running_gateway
+from tests.predictors.harness import SMALL_BATCH_CODE, SMALL_BATCH_CONFIG
 
 N = 60
 
@@ -93,32 +94,9 @@ def test_triton_parameters_from_clients_never_reach_triton(triton_server):
     assert body["id"] == "with-params" and body["outputs"][0]["data"] == [2, 4]
 
 
-# A model as Triton users write one (config.pbtxt's fields and a model.py), taking at most 4
-# rows an execution: loaded through Triton's model-repository API for the test that needs it.
-SMALL_BATCH_MODEL = "double_max4"
-SMALL_BATCH_CONFIG = {
-    "name": SMALL_BATCH_MODEL, "backend": "python", "max_batch_size": 4,
-    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-    "instance_group": [{"kind": "KIND_CPU", "count": 1}],
-}
-SMALL_BATCH_CODE = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            rows = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", rows * 2)]))
-        return responses
-"""
-
-
 @pytest.fixture
 def small_batch_model(triton_server):
-    """Triton serving SMALL_BATCH_MODEL (max_batch_size 4) for one test."""
+    """Triton serving SMALL_BATCH_CONFIG's model (max_batch_size 4) for one test."""
     with triton_server.loaded(SMALL_BATCH_CONFIG, SMALL_BATCH_CODE) as name:
         yield name
 

@@ -67,6 +67,28 @@ EMBEDDING_MODEL = "embedding"  # the served name at Infinity and KServe
 TRITON_EMBED_MODEL = "embed"  # Triton's: BYTES ``text`` [-1, 1] -> FP32 ``embedding`` [-1, 128]
 EMBEDDING_DIMENSIONS = 128
 
+# A model as Triton users write one (config.pbtxt's fields and a model.py), taking at most 4
+# rows an execution (`TritonServer.loaded` loads it for the tests that need it).
+SMALL_BATCH_CONFIG = {
+    "name": "double_max4", "backend": "python", "max_batch_size": 4,
+    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+    "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+}
+SMALL_BATCH_CODE = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            rows = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", rows * 2)]))
+        return responses
+"""
+
+
 # An opener without proxy handling: a proxy from http_proxy/HTTP_PROXY must never
 # see (or break) requests to our loopback servers.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

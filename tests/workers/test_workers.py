@@ -23,6 +23,7 @@ import pytest
 
 from tests.harness import http_json, scraped, wait_for
 from tests.http_stub import JsonHandler, serving
+from tests.predictors.harness import SMALL_BATCH_CODE, SMALL_BATCH_CONFIG
 from tests.processes import ServerProcess, python_module
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
@@ -743,3 +744,34 @@ def test_rerank_clients_at_every_worker_get_their_own_scores_best_first(tmp_path
         assert all(status == 200 and ok for status, ok in results), results
         for connection in connections:
             connection.close()
+
+
+def test_an_untuned_gateway_keeps_to_tritons_max_batch_size_through_the_workers(tmp_path, triton_server):
+    """The batcher reads the real Triton model's max_batch_size (4) and caps the whole
+    gateway's batches there: requests of 10 rows at every worker are split to fit, and
+    Triton refuses none (it would refuse a batch of more than 4 whole)."""
+    with triton_server.loaded(SMALL_BATCH_CONFIG, SMALL_BATCH_CODE) as backend_model:
+        config = tmp_path / "gateway.toml"
+        config.write_text(f'[[models]]\nname = "small"\nbackend = "triton"\nurl = "{triton_server.http_url}"\n'
+                          f'backend_model = "{backend_model}"\n')
+        with gateway_with_workers(config) as gw:
+            url = f"http://127.0.0.1:{gw.port('http')}"
+            wait_for(lambda: http_json("GET", f"{url}/v2/models/small/ready")[0] == 200, "the model ready")
+            connections = connections_on_every_worker(gw, 4)
+
+            def predict(index: int) -> tuple[int, bool]:
+                rows = [[float(index), float(i)] for i in range(10)]
+                connections[index].request("POST", "/v1/models/small:predict", orjson.dumps({"instances": rows}),
+                                           {"Content-Type": "application/json"})
+                response = connections[index].getresponse()
+                answer = orjson.loads(response.read())
+                return response.status, answer.get("predictions") == [[2 * a, 2 * b] for a, b in rows]
+
+            with concurrent.futures.ThreadPoolExecutor(len(connections)) as pool:
+                results = list(pool.map(predict, range(len(connections))))
+            for connection in connections:
+                connection.close()
+        assert results == [(200, True)] * len(connections)
+        assert max(triton_server.batch_size_counts(backend_model)) <= 4
+        [stats] = triton_server.model_stats(backend_model)["model_stats"]
+        assert int(stats["inference_stats"]["fail"]["count"]) == 0
