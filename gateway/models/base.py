@@ -304,4 +304,3 @@ def predictor_batch_limit(predictor_config: dict[str, Any] | None) -> int | None
     except (TypeError, ValueError):
         return None
     return limit if limit > 0 else None
-
