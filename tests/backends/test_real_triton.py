@@ -120,6 +120,11 @@ def test_an_untuned_gateway_sends_triton_no_more_rows_than_the_model_takes(trito
         assert len(body["batchId"].split(",")) == 3  # 4 + 4 + 2
         fire_mixed(gw.http_url, gw.grpc_address, "small", 24)  # each client gets its own row back, doubled
         assert gw.stats("small").batches >= 3 + 24 / 4
+        # A reload that retunes the model keeps the cap: 16 asked for, 4 taken.
+        gw.call(gw.gateway.service.reconfigure(config_for({**model, "batching": {"max_batch_size": 16}}), 1.0))
+        assert http_json("GET", f"{gw.http_url}/v2/models/small/config")[1]["max_batch_size"] == 4
+        status, body = http_json("POST", f"{gw.http_url}/v1/models/small:predict", {"instances": rows})
+        assert status == 200 and len(body["batchId"].split(",")) == 3, body
     assert max(triton_server.batch_size_counts(small_batch_model)) <= 4
     [stats] = triton_server.model_stats(small_batch_model)["model_stats"]
     assert int(stats["inference_stats"]["fail"]["count"]) == 0  # not one batch refused
