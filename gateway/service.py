@@ -127,8 +127,8 @@ class InferenceService:
         served.start(on_batch_limit=lambda: self._retune(served))
 
     def _retune(self, served: ServedModel) -> None:
-        """The model's queue takes its batching again (the predictor's batch limit changed),
-        in place: unless a reload has replaced or removed the model since."""
+        """The model's queue takes its batching as it is now (the config's, capped at the
+        predictor's batch limit), in place: unless a reload has replaced or removed it since."""
         if self.models.get(served.name) is served:
             self.scheduler.add_model(served.name, served.executor, served.batching, served.form, served.backend)
 
@@ -177,7 +177,7 @@ class InferenceService:
             if dataclasses.replace(before, batching=after.batching) == after and \
                     before.batching.padding == after.batching.padding:
                 served.config = after
-                self.scheduler.add_model(name, served.executor, served.batching, served.form, served.backend)
+                self._retune(served)
                 if before.batching != after.batching:
                     changes["retuned"].append(name)
                 continue

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.batching.stats import Durations, StatsSnapshot
-from gateway.models.base import ServedModel
+from gateway.models.base import ServedModel, predictor_batch_limit
 from wire.tensors import TensorSpec
 
 EXTENSIONS = ("model_configuration", "statistics")
@@ -32,9 +32,8 @@ def model_config(served: ServedModel, predictor_config: dict[str, Any] | None = 
     """The model's configuration as Triton's JSON document."""
     batching = served.batching  # its max_batch_size capped at the predictor's own
     config = dict(predictor_config or {})
-    predictor_batch = int(config.get("max_batch_size", 0) or 0)
     if config.get("input"):
-        if predictor_batch == 0:
+        if predictor_batch_limit(config) is None:
             # A predictor that does not batch lists the batch dimension in its dims; the
             # gateway batches, so its dims are the rest.
             for entry in (*config["input"], *config.get("output", [])):
