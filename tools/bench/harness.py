@@ -68,9 +68,17 @@ class Server(ServerProcess):
     """A server process of the benchmark, logging to `log_dir/NAME.log`; recorded as soon as
     it is spawned, so that Ctrl-C while it starts still stops it."""
 
+    workdir: Path | None = None  # a folder of the server's own (set before __init__), removed when it stops
+
     def __init__(self, name: str, command: list[str], log_dir: Path, cwd: Path = ROOT) -> None:
         super().__init__(command, name=name, log_path=log_dir / f"{name}.log", ready_timeout=START_TIMEOUT_S,
                          stop_timeout=STOP_TIMEOUT_S, cwd=cwd)
+
+    def stop(self, timeout: float | None = None) -> int | None:
+        code = super().stop(timeout)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return code
 
     def spawn(self) -> None:
         super().spawn()
@@ -183,11 +191,6 @@ class PyTritonScript(Script):
         ready_url = f"http://127.0.0.1:{http_port}/v2/models/{model}/ready"
         self.ready_probe = lambda: http_request("GET", ready_url, timeout=2)[0] == 200
 
-    def stop(self, timeout: float | None = None) -> int | None:
-        code = super().stop(timeout)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        return code
-
 
 class RealTriton(Server):
     """The real Triton serving model `cost` (INPUT0 FP32 [4] -> 2 x INPUT0, call-ms + per-row-ms
@@ -198,7 +201,6 @@ class RealTriton(Server):
     def __init__(self, log_dir: Path, kind: str, call_ms: float, per_row_ms: float = 0.0, *,
                  options: tuple[str, ...] = (), name: str | None = None) -> None:
         cost = ("--call-ms", f"{call_ms:g}", "--per-row-ms", f"{per_row_ms:g}")
-        self.workdir: Path | None = None
         if kind == "pytriton":
             from tools.predictor_envs import ensure_env
 
@@ -208,12 +210,6 @@ class RealTriton(Server):
             command = python_module_command("tools.triton_direct", "--workdir", str(self.workdir), *cost)
         super().__init__(name or f"triton-{kind}-{call_ms:g}", command, log_dir)
         self.ready_timeout = 180  # a first start builds the Triton venv
-
-    def stop(self, timeout: float | None = None) -> int | None:
-        code = super().stop(timeout)
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-        return code
 
     def settle(self) -> None:
         time.sleep(0.5)  # the previous run's abandoned calls drain (the queue holds a few batches at most)

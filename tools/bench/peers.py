@@ -25,7 +25,6 @@ It holds this scenario only, with the one server it alone starts (MLServer); the
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -64,11 +63,6 @@ class MLServerModel(Server):
                                       str(self.workdir), "--call-ms", f"{call_ms:g}", "--max-batch-size",
                                       str(max_batch_size), "--max-batch-time-ms", f"{max_batch_time_ms:g}"], log_dir)
         self.ready_timeout = 180  # a first start builds the MLServer venv
-
-    def stop(self, timeout: float | None = None) -> int | None:
-        code = super().stop(timeout)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        return code
 
 
 @dataclass

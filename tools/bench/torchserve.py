@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -68,11 +67,6 @@ class TorchServe(Server):
         command = [str(ensure_env("torchserve")), str(SCRIPT), "--workdir", str(self.workdir), *options]
         super().__init__(name, command, log_dir)
         self.ready_timeout = 300  # a first start builds the TorchServe venv and archives the models
-
-    def stop(self, timeout: float | None = None) -> int | None:
-        code = super().stop(timeout)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        return code
 
 
 def png(size: int = 224, seed: int = 7) -> bytes:
