@@ -18,7 +18,7 @@ from grpc_health.v1 import health
 from gateway.config import GatewayConfig, ServerConfig
 from gateway.grpc.rpc import OpenStreams
 from gateway.grpc.server import build_server, set_serving
-from gateway.rest.app import make_app
+from gateway.rest.app import make_front_end
 from gateway.rest.connections import ConnectionLimits, GuardedHTTPServer
 from gateway.service import InferenceService
 
@@ -39,10 +39,10 @@ class FrontEnds:
 
     async def start(self) -> None:
         server, limits = self.config.server, self.config.limits
-        app = make_app(self.service, limits)
         self.http_server = GuardedHTTPServer(
-            app, limits=ConnectionLimits(server.header_timeout_s, server.body_timeout_s, server.idle_timeout_s,
-                                         self.max_connections),
+            make_front_end(self.service, limits, server.lean_routes),
+            limits=ConnectionLimits(server.header_timeout_s, server.body_timeout_s, server.idle_timeout_s,
+                                    self.max_connections),
             # Handlers refuse over-limit bodies with a 413 of their own; this is the backstop.
             max_body_size=limits.max_body_bytes + 1,
             ssl_options=_server_ssl_context(server))

@@ -54,6 +54,11 @@ class ServerConfig:
                                                        "net.core.somaxconn).", minimum=1, maximum=MAX_LISTEN_BACKLOG)
     # Protocol processes batching as one (gateway.workers); "auto": the cores. Read by `workers`.
     workers: int = key(Kind.INTEGER_OR_AUTO, 1, "Protocol processes that batch as one (`auto`: the machine's cores).")
+    # The inference routes on Tornado's delegate layer (gateway.rest.lean); false: the RequestHandler
+    # twin of each, which answers the same and is kept to hold the lean path to it.
+    lean_routes: bool = key(Kind.BOOLEAN, True, "Serve the inference routes on Tornado's delegate layer (false: "
+                                                "through a RequestHandler each, as before: the same answers, at more "
+                                                "CPU a request).")
 
 
 SERVER = Table("server", "[server]", (

@@ -15,35 +15,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.rest.base import BodyHandler
+from gateway.rest.endpoint import Endpoint, Reply
+from gateway.rest.intake import Intake
 from wire.codecs import cohere
 from wire.errors import GatewayError
 
 
-class RerankHandler(BodyHandler):
+class Rerank(Endpoint):
+    """Cohere's rerank in the shape of API `version` (1 or 2)."""
+
     front_end = "cohere_http"
     model_in_path = False
     json_remedy = cohere.SEND_FEWER_DOCUMENTS
 
-    def initialize(self, version: int, **context: Any) -> None:  # type: ignore[override]
-        super().initialize(**context)
+    def __init__(self, version: int) -> None:
         self.version = version
 
-    def json_only(self) -> bool:
+    def json_only(self, intake: Intake) -> bool:
         return True
 
-    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
+    def error_document(self, message: str, status: int, error: GatewayError | None) -> dict[str, Any]:
         return cohere.error_document(message)
 
-    async def post(self) -> None:
-        request = cohere.decode_request(self.body, self.version, self.limits)
-        assert self.call is not None
-        self.call.model = request.model
+    async def answer(self, intake: Intake, model: str, version: str | None) -> Reply:
+        request = cohere.decode_request(intake.body, self.version, intake.limits)
+        call = intake.call
+        call.model = request.model
         if request.priority:
-            self.call.priority = request.priority
-        served = self.service.model(request.model)
-        answer = await self.service.infer(served, request, self.call)  # refused there unless it reranks
+            call.priority = request.priority
+        service = intake.service
+        answer = await service.infer(service.model(request.model), request, call)  # refused there unless it reranks
         body = cohere.encode_answer(request, answer.scores(), answer.tokens)
-        self.set_header("Content-Type", "application/json")
-        self.set_header("X-Batch-Id", answer.batch_id)
-        self.finish(body)
+        return Reply(body, {"Content-Type": "application/json", "X-Batch-Id": answer.batch_id})

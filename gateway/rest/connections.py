@@ -25,8 +25,8 @@ Tornado's HTTPServer, with the guards a production proxy puts in front of an app
   block over 64 KiB gets 431, and an absolute-form target (`POST http://host/path`, which
   RFC 9112 says servers must accept) is served as its path.
 
-It must not know handlers, models or the service: it hands each request to the Tornado
-application it wraps. Every refusal here is counted in `gateway.metrics.ConnectionStats` and logged through
+It must not know handlers, models or the service: it hands each request to the delegate it
+wraps (`gateway.rest.app.make_front_end`). Every refusal here is counted in `gateway.metrics.ConnectionStats` and logged through
 the ordinary loggers, whose repeats `gateway.logs` rate-limits.
 """
 from __future__ import annotations
@@ -45,7 +45,6 @@ import tornado.httpserver
 import tornado.httputil
 import tornado.ioloop
 import tornado.iostream
-import tornado.web
 
 from gateway.metrics import ConnectionStats
 from gateway.rest import errors, tornado_internals
@@ -93,7 +92,7 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
     """Tornado's HTTPServer behind the guards listed in the module docstring."""
 
     def initialize(  # type: ignore[override]  # Tornado's Configurable constructor hook
-        self, app: tornado.web.Application, *, limits: ConnectionLimits, max_body_size: int,
+        self, app: tornado.httputil.HTTPServerConnectionDelegate, *, limits: ConnectionLimits, max_body_size: int,
         ssl_options: Any = None,
     ) -> None:
         super().initialize(

@@ -5,7 +5,9 @@ metadata, Triton's model configuration and statistics extensions, and `POST
 """
 from __future__ import annotations
 
-from gateway.rest.base import BaseHandler, BodyHandler
+from gateway.rest.base import BaseHandler
+from gateway.rest.endpoint import Endpoint, Reply
+from gateway.rest.intake import Intake
 from wire.codecs import oip_json
 
 
@@ -54,20 +56,18 @@ class ModelReadyHandler(BaseHandler):
         self.write_json({"name": model, "ready": ready}, 200 if ready else 503)
 
 
-class InferHandler(BodyHandler):
+class Infer(Endpoint):
     front_end = "oip_http"
 
-    def json_only(self) -> bool:
-        return self.header(oip_json.HEADER_LENGTH) is None  # the binary extension's body is mostly not JSON
+    def json_only(self, intake: Intake) -> bool:
+        return intake.header(oip_json.HEADER_LENGTH) is None  # the binary extension's body is mostly not JSON
 
-    async def post(self, model: str, version: str | None = None) -> None:
-        length = oip_json.json_length(self.header(oip_json.HEADER_LENGTH))
-        request = await self.service.decode(self.served, oip_json.read_request(self.body, length, self.limits))
-        assert self.call is not None
-        self.call.client = self.client_context(request.id)
-        answer = await self.service.infer(self.served, request, self.call)
+    async def answer(self, intake: Intake, model: str, version: str | None) -> Reply:
+        length = oip_json.json_length(intake.header(oip_json.HEADER_LENGTH))
+        service = intake.service
+        request = await service.decode(intake.served, oip_json.read_request(intake.body, length, intake.limits))
+        intake.call.client = intake.client_context(request.id)
+        answer = await service.infer(intake.served, request, intake.call)
         body, length = oip_json.encode_response(
             model, version or "", request, answer.tensors(), {"batch_id": answer.batch_id})
-        for header, value in oip_json.body_headers(length).items():
-            self.set_header(header, value)
-        self.finish(body)
+        return Reply(body, oip_json.body_headers(length))

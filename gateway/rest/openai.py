@@ -18,7 +18,9 @@ import time
 from typing import Any
 
 from gateway.rest import v1
-from gateway.rest.base import BaseHandler, BodyHandler
+from gateway.rest.base import BaseHandler
+from gateway.rest.endpoint import Endpoint, Reply
+from gateway.rest.intake import Intake
 from gateway.service import InferenceService
 from wire.codecs import openai
 from wire.errors import GatewayError
@@ -30,28 +32,28 @@ _STARTED = int(time.time())  # `created` of every model: when this process began
 class _OpenAIErrors(BaseHandler):
     """Errors in OpenAI's shape, which its clients raise as their own exception classes."""
 
-    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
-        return openai.error_document(message, self.get_status())
+    def error_document(self, message: str, status: int, error: GatewayError | None) -> dict[str, Any]:
+        return openai.error_document(message, status)
 
 
-class EmbeddingsHandler(_OpenAIErrors, BodyHandler):
+class Embeddings(Endpoint):
     front_end = "openai_http"
     model_in_path = False
     json_remedy = openai.SEND_FEWER_TEXTS
 
-    def json_only(self) -> bool:
+    def json_only(self, intake: Intake) -> bool:
         return True
 
-    async def post(self) -> None:
-        request = openai.decode_request(self.body, self.limits)
-        assert self.call is not None
-        self.call.model = request.model
-        served = self.service.model(request.model)
-        answer = await self.service.infer(served, request, self.call)  # refused there unless it embeds texts
+    def error_document(self, message: str, status: int, error: GatewayError | None) -> dict[str, Any]:
+        return openai.error_document(message, status)
+
+    async def answer(self, intake: Intake, model: str, version: str | None) -> Reply:
+        request = openai.decode_request(intake.body, intake.limits)
+        intake.call.model = request.model
+        service = intake.service
+        answer = await service.infer(service.model(request.model), request, intake.call)  # refused there unless it embeds texts
         body = openai.encode_answer(request.model, answer.embeddings(), request.encoding_format, answer.tokens)
-        self.set_header("Content-Type", "application/json")
-        self.set_header("X-Batch-Id", answer.batch_id)
-        self.finish(body)
+        return Reply(body, {"Content-Type": "application/json", "X-Batch-Id": answer.batch_id})
 
 
 class ModelsHandler(_OpenAIErrors):

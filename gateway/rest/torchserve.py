@@ -14,32 +14,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.rest.base import BaseHandler, BodyHandler
+from gateway.rest.base import BaseHandler
+from gateway.rest.endpoint import Endpoint, Reply
 from gateway.rest.forms import parse_form
+from gateway.rest.intake import Intake
 from wire.codecs import torchserve
 from wire.errors import GatewayError
 
 BATCH_ID_HEADER = "X-Batch-Id"
 
 
-class PredictionsHandler(BodyHandler):
+class Predictions(Endpoint):
     front_end = "torchserve_http"
+    methods = ("POST", "PUT")  # `curl -T file` uploads with PUT; TorchServe takes both
 
-    async def post(self, model: str, version: str | None = None) -> None:
-        assert self.call is not None
-        request = torchserve.decode_http(self.body, self.header("Content-Type"), self.request.query_arguments,
-                                         self.limits, parse_form)
-        answer = await self.service.infer(self.served, request, self.call)
+    async def answer(self, intake: Intake, model: str, version: str | None) -> Reply:
+        request = torchserve.decode_http(intake.body, intake.header("Content-Type"), intake.query_arguments,
+                                         intake.limits, parse_form)
+        answer = await intake.service.infer(intake.served, request, intake.call)
         body, content_type = torchserve.encode_answer(answer.predictions(), request.single)
-        self.set_header("Content-Type", content_type)
-        self.set_header(BATCH_ID_HEADER, answer.batch_id)
-        self.finish(body)
+        return Reply(body, {"Content-Type": content_type, BATCH_ID_HEADER: answer.batch_id})
 
-    put = post  # `curl -T file` uploads with PUT; TorchServe takes both
-
-    def error_document(self, message: str, error: GatewayError | None = None) -> dict[str, Any]:
+    def error_document(self, message: str, status: int, error: GatewayError | None) -> dict[str, Any]:
         kind = type(error).__name__ if error is not None else "HTTPError"
-        return {**super().error_document(message), "code": self.get_status(), "type": kind, "message": message}
+        return {**super().error_document(message, status, error), "code": status, "type": kind, "message": message}
 
 
 class PingHandler(BaseHandler):

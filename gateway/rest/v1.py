@@ -7,22 +7,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.rest.base import BaseHandler, BodyHandler
+from gateway.rest.base import BaseHandler
+from gateway.rest.endpoint import JSON_HEADERS, Endpoint, Reply
+from gateway.rest.intake import Intake
 from wire.codecs import v1
 
 
-class V1PredictHandler(BodyHandler):
+class V1Predict(Endpoint):
     front_end = "v1"
 
-    def json_only(self) -> bool:
+    def json_only(self, intake: Intake) -> bool:
         return True
 
-    async def post(self, model: str) -> None:
-        assert self.call is not None
-        instances = v1.decode_request(self.body, self.limits)
-        answer = await self.service.infer(self.served, instances, self.call)
-        self.set_header("Content-Type", "application/json")
-        self.finish(v1.encode_response(answer.predictions(), answer.batch_id))
+    async def answer(self, intake: Intake, model: str, version: str | None) -> Reply:
+        instances = v1.decode_request(intake.body, intake.limits)
+        answer = await intake.service.infer(intake.served, instances, intake.call)
+        return Reply(v1.encode_response(answer.predictions(), answer.batch_id), JSON_HEADERS)
 
 
 class V1ModelHandler(BaseHandler):
