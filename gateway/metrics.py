@@ -39,6 +39,7 @@ from prometheus_client.utils import floatToGoString
 
 from gateway.batching.load import LoadSignal
 from gateway.batching.policies import departures as departure_reasons
+from gateway.batching.quotas import SharedQuotas
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.stats import HistogramSnapshot, StatsSnapshot
 from gateway.batching.tenants import TenantUsageSnapshot
@@ -176,6 +177,7 @@ class _SchedulerCollector:
         yield from _padding_families({view.name: view.stats for view in views})
         yield from _load_families({view.name: view.load for view in views})
         yield from _tenant_families(self.scheduler.tenant_usage())
+        yield _shared_family(self.scheduler.tenants.store)
 
 
 def _model_families(views: list[ModelView], replicas: Callable[[str], list[bool]]) -> Iterator[Metric]:
@@ -221,6 +223,17 @@ def _model_families(views: list[ModelView], replicas: Callable[[str], list[bool]
     yield from (family for family, _ in histograms)
     yield from (family for family, _ in gauges)
     yield from (departures, level_requests, level_outcomes, intercept, per_row)
+
+
+def _shared_family(store: SharedQuotas | None) -> Metric:
+    """Whether the tenants' quotas are held across the replicas now ([shared]; no sample without it)."""
+    family = GaugeMetricFamily(
+        "gateway_shared_quotas_available",
+        "1 while the [shared] store holds the tenants' quotas across the gateway's replicas; 0 while it cannot be "
+        "reached (each replica then holds them on its own, or refuses, as on_unavailable says)")
+    if store is not None:
+        family.add_metric([], 1.0 if store.mode == "shared" else 0.0)
+    return family
 
 
 def _tenant_families(usage: list[TenantUsageSnapshot]) -> Iterator[Metric]:

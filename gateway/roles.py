@@ -12,7 +12,9 @@ batches, the service, the front ends); its role says the rest:
   request to the batcher, whose views it reads, and stand-in predictor clients that ask
   the batcher's what they know (a worker calls no predictor).
 
-It knows the scheduler and views interfaces; no front end, no worker, no predictor.
+It knows the scheduler and views interfaces; no front end, no worker, no predictor. The
+store that holds quotas across replicas (`[shared]`, `gateway.shared`) is started where the
+scheduler decides: one process, or the batcher.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from typing import TYPE_CHECKING
 from backends.base import Backend
 from backends.registry import create_backend
 from gateway.batching.scheduler import BatchScheduler, Scheduler
-from gateway.config import GatewayConfig, ModelConfig, ServerConfig
+from gateway.config import GatewayConfig, ModelConfig, ServerConfig, SharedConfig
+from gateway.shared import RedisQuotas
 from gateway.telemetry.spans import Telemetry
 from gateway.views import LocalViews, Views
 
@@ -74,6 +77,10 @@ class Role(ABC):
     async def reloaded(self, config: GatewayConfig) -> None:  # noqa: B027 - as above
         """The service now runs `config` (a SIGHUP's reload)."""
 
+    async def share(self, config: SharedConfig) -> None:  # noqa: B027 - as above
+        """`[shared]`: hold the tenants' quotas with the other replicas (where this process's
+        scheduler decides; a worker's is the batcher's)."""
+
     async def close(self) -> None:  # noqa: B027 - as above
         """The last step of a stop, after the service has closed (also after a failed start)."""
 
@@ -84,6 +91,19 @@ class SingleProcess(Role):
     def __init__(self) -> None:
         super().__init__()
         self.local: BatchScheduler | None = None
+        self.store: RedisQuotas | None = None  # [shared]'s, when configured
+
+    async def share(self, config: SharedConfig) -> None:
+        if not config.enabled or self.local is None:
+            return
+        self.store = RedisQuotas(config, asyncio.get_running_loop())
+        await self.store.start()
+        self.local.tenants.share(self.store)
+
+    async def close(self) -> None:
+        if self.store is not None:
+            store, self.store = self.store, None
+            await store.close()
 
     async def scheduler(self, loop: asyncio.AbstractEventLoop, telemetry: Telemetry) -> Scheduler:
         self.local = BatchScheduler(loop, telemetry.batches)

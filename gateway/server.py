@@ -58,6 +58,7 @@ class Gateway:
     async def start(self) -> None:
         self.telemetry = start_telemetry(resolve_tracing(self.config.tracing))
         self.scheduler = await self.role.scheduler(asyncio.get_running_loop(), self.telemetry)
+        await self.role.share(self.config.shared)  # [shared]: quotas held with the other replicas
         self.service = InferenceService(self.config, self.scheduler, self.telemetry, self.role.views, self.role.backend)
         await self.service.start()
         server = self.role.server(self.config.server)
@@ -115,10 +116,11 @@ async def answers_written(service: InferenceService, limit_s: float = 2.0) -> No
 async def reload_models(service: InferenceService, path: str) -> GatewayConfig | None:
     """Re-read the config file at `path` and apply its model changes to `service`; the
     config now running, or None if the file is broken (logged; the running config kept).
-    Server and limits changes need a restart: they are kept as they are."""
+    Server, limits and [shared] changes need a restart: they are kept as they are."""
     try:
         fresh = load_config(path)
-        fresh = dataclasses.replace(fresh, server=service.config.server, limits=service.config.limits)
+        fresh = dataclasses.replace(fresh, server=service.config.server, limits=service.config.limits,
+                                    shared=service.config.shared)
         changes = await service.reconfigure(fresh, service.config.server.grace_s)  # its tenants' keys read first
     except ConfigError as error:
         log.error("reload: config error, keeping the running config: %s", error)

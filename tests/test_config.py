@@ -360,3 +360,33 @@ def test_rerank_config_errors_name_the_key(model, key, problem):
     with pytest.raises(config.ConfigError) as error:
         config.parse({"models": [model]})
     assert error.value.key == key and problem in error.value.problem, error.value
+
+
+DEMO_MODEL = {"name": "demo", "backend": "simulated"}
+
+
+def test_shared_is_off_without_its_table_and_read_in_milliseconds_with_it(monkeypatch):
+    assert not config.parse({"models": [DEMO_MODEL]}).shared.enabled
+    shared = config.parse({"models": [DEMO_MODEL], "shared": {"url": "redis://127.0.0.1:6379/2", "timeout_ms": 50,
+                                                             "on_unavailable": "refuse"}}).shared
+    assert (shared.enabled, shared.timeout_s, shared.slot_expiry_s, shared.on_unavailable, shared.slice) == (
+        True, 0.05, 10.0, "refuse", 0.1)
+    monkeypatch.setenv("GATEWAY_REDIS_URL", "rediss://:s3cr3t-pass@redis.internal:6380/0")
+    from_env = config.parse({"models": [DEMO_MODEL], "shared": {"url_env": "GATEWAY_REDIS_URL"}}).shared
+    assert from_env.url == "rediss://:s3cr3t-pass@redis.internal:6380/0"
+    assert "s3cr3t-pass" not in repr(from_env) and "redis.internal:6380" in repr(from_env)
+
+
+@pytest.mark.parametrize(("shared", "key", "problem"), [
+    ({}, "shared", "exactly one of url and url_env"),
+    ({"url": "redis://h:1/0", "url_env": "X"}, "shared", "exactly one of url and url_env"),
+    ({"url": "http://:hunter2@h:1/0"}, "shared.url", "must be redis://"),
+    ({"url_env": "GATEWAY_UNSET_REDIS_URL"}, "shared.url_env", "GATEWAY_UNSET_REDIS_URL is unset"),
+    ({"url": "redis://h:1/0", "on_unavailable": "wait"}, "shared.on_unavailable", ""),
+    ({"url": "redis://h:1/0", "slice": 0}, "shared.slice", ""),
+])
+def test_shared_config_errors_name_the_key_and_never_repeat_the_url(shared, key, problem):
+    with pytest.raises(config.ConfigError) as error:
+        config.parse({"models": [DEMO_MODEL], "shared": shared})
+    assert str(error.value).startswith(key) and problem in str(error.value)
+    assert "hunter2" not in str(error.value)

@@ -396,3 +396,31 @@ class SimulatedPredictorProcess(ServerProcess):
     def __init__(self, *options: str, http_port: int = 0, grpc_port: int = 0, **kwargs: Any) -> None:
         kwargs.setdefault("name", "simulated predictor")
         super().__init__(simulated_predictor_command(*options, http_port=http_port, grpc_port=grpc_port), **kwargs)
+
+
+def redis_ping(port: int, timeout: float = 1.0) -> bool:
+    """Whether a Redis (or Valkey) server answers PING on 127.0.0.1:`port` (RESP, no client library)."""
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=timeout) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisProcess(ServerProcess):
+    """Debian's `redis-server` on 127.0.0.1:`port` (a free one unless told: the same port
+    again to start it anew after a stop), in memory only (no snapshot, no append-only file),
+    ready once it answers PING; stopped by PID like every server here."""
+
+    def __init__(self, port: int = 0, **kwargs: Any) -> None:
+        self.redis_port = port or free_port()
+        binary = shutil.which("redis-server") or "redis-server"
+        kwargs.setdefault("name", f"redis-server :{self.redis_port}")
+        kwargs.setdefault("ready_probe", lambda: redis_ping(self.redis_port))
+        super().__init__([binary, "--port", str(self.redis_port), "--bind", LOOPBACK, "--save", "",
+                          "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning"], **kwargs)
+
+    @property
+    def url(self) -> str:
+        return f"redis://{LOOPBACK}:{self.redis_port}/0"

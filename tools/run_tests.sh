@@ -15,11 +15,11 @@
 # (root, or passwordless sudo), else this fails here: `hey` (load against the v1 endpoint),
 # `promtool` (package prometheus: checks deploy/'s alerting rules), `chromium` and
 # `chromedriver` (package chromium-driver: the live page, in a headless browser), `ss`
-# (package iproute2: a listening socket's backlog).
+# (package iproute2: a listening socket's backlog), `redis-server` (the store of `[shared]` quotas across replicas).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBIAN_TOOLS=(hey:hey promtool:prometheus chromium:chromium chromedriver:chromium-driver ss:iproute2)
+DEBIAN_TOOLS=(hey:hey promtool:prometheus chromium:chromium chromedriver:chromium-driver ss:iproute2 redis-server:redis-server)
 missing=()
 for tool in "${DEBIAN_TOOLS[@]}"; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")

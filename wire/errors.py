@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from wire.ratelimits import QuotaState, openai_headers
+
 MAX_MESSAGE = 2048  # characters of an error's message; the rest is cut
 
 
@@ -115,21 +117,29 @@ def format_ms(seconds: float) -> str:
 
 
 class Overloaded(GatewayError):
-    """The model's queue is full: refused at once rather than queued without bound."""
+    """The model's queue is full: refused at once rather than queued without bound. Like
+    every 429, it says when to try again (a queue drains within a second or so)."""
     http_status = 429
     grpc_code = "RESOURCE_EXHAUSTED"
+    http_headers = {"Retry-After": "1", "retry-after-ms": "1000"}
 
 
 class RateLimited(GatewayError):
     """The request's tenant is over a quota (requests per second, tokens per minute, or
-    requests at once): refused before it is queued, with when to try again (`Retry-After`,
-    whole seconds, at least 1)."""
+    requests at once): refused before it is queued, with when to try again: `Retry-After`
+    (whole seconds, at least 1: what every HTTP client reads) and `retry-after-ms` (the
+    same in milliseconds, at least 1: what the `openai` client reads first, so that it
+    retries when the bucket holds the request and not a whole second later); and the
+    tenant's buckets when it was refused (`quota`), as OpenAI's `x-ratelimit-*` headers
+    (`wire.ratelimits`), which its clients read on any answer."""
     http_status = 429
     grpc_code = "RESOURCE_EXHAUSTED"
 
-    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+    def __init__(self, message: str, retry_after_s: float = 1.0, quota: QuotaState | None = None) -> None:
         super().__init__(message)
-        self.http_headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))}
+        self.http_headers = {"Retry-After": str(max(1, math.ceil(retry_after_s))),
+                             "retry-after-ms": str(max(1, math.ceil(retry_after_s * 1000))),
+                             **openai_headers(quota)}
 
     @property
     def retry_after_s(self) -> int:

@@ -35,6 +35,7 @@ import numpy as np
 from gateway.batching.merge import Reassembly, slice_result
 from gateway.batching.padding import RowShape
 from wire.errors import GatewayError
+from wire.ratelimits import QuotaState
 from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
@@ -85,6 +86,7 @@ class BatchResult:
     outputs: list[Tensor]
     batch_ids: list[str]  # one per batch the request travelled in (more than one if split)
     departed_unix_ns: list[int] = field(default_factory=list)  # when each of them left, likewise
+    quota: QuotaState | None = None  # its tenant's rate buckets when it was let in (None: no rate quota)
 
 
 class QueuedRequest:

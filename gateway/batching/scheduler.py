@@ -33,7 +33,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 from gateway.batching.config import BatchingConfig, TenantPolicy
@@ -200,18 +200,70 @@ class BatchScheduler:
         tenant = request.tenant
         if not tenant:
             return queue.add(request)
-        tenants = self.tenants
         tokens = queue.layout.tokens(request.rows, request.lengths)
-        tenants.admit(tenant, tokens, self._loop.time())
+        shared = self.tenants.admit(tenant, tokens, self._loop.time())
+        if isinstance(shared, bool):
+            return self._admitted(queue, request, tokens, shared)
+        return self._once_admitted(shared, request, tokens)
+
+    def _admitted(self, queue: ModelQueue, request: BatchRequest, tokens: int, shared: bool) -> asyncio.Future[BatchResult]:
+        """Queue a tenant's request its quotas let in (`shared`: held by the shared store)."""
+        tenants, tenant = self.tenants, request.tenant
         try:
             future = queue.add(request)
         except GatewayError as error:
-            tenants.give_back(tenant, tokens)
+            tenants.give_back(tenant, tokens, shared)
             tenants.refused_by_queue(tenant, error)
             raise
         tenants.let_in(tenant, request.rows, tokens)
-        future.add_done_callback(lambda done: tenants.answered(tenant, _status(done)))
+        state = tenants.state(tenant, self._loop.time())  # what its client is told of its quotas
+
+        def answered(done: asyncio.Future[BatchResult]) -> None:
+            # Runs before the awaiting caller resumes (callbacks run in the order they were added).
+            if state is not None and not done.cancelled() and done.exception() is None:
+                done.result().quota = state
+            tenants.answered(tenant, _status(done))
+
+        future.add_done_callback(answered)
         return future
+
+    def _once_admitted(self, admission: Awaitable[bool], request: BatchRequest,
+                       tokens: int) -> asyncio.Future[BatchResult]:
+        """The request's future when its quotas must first be asked of the shared store
+        (bounded by the store's timeout): queued once they let it in, refused if not; if its
+        client goes away meanwhile, what it took is given back."""
+        outer: asyncio.Future[BatchResult] = self._loop.create_future()
+        asking = asyncio.ensure_future(admission)
+
+        def decided(done: asyncio.Future[bool]) -> None:
+            if done.cancelled():
+                if not outer.done():
+                    outer.cancel()
+                return
+            error = done.exception()
+            if error is not None:
+                if not outer.done():
+                    outer.set_exception(error)
+                return
+            shared = done.result()
+            if outer.done():  # its client went away while the store was asked
+                self.tenants.give_back(request.tenant, tokens, shared)
+                return
+            try:
+                queue = self._queue(request)  # again: the gateway may have begun to close meanwhile
+            except GatewayError as refused:
+                self.tenants.give_back(request.tenant, tokens, shared)
+                outer.set_exception(refused)
+                return
+            try:
+                inner = self._admitted(queue, request, tokens, shared)  # gives back what it took if refused
+            except GatewayError as refused:
+                outer.set_exception(refused)
+                return
+            _chain(inner, outer)
+
+        asking.add_done_callback(decided)
+        return outer
 
     def _queue(self, request: BatchRequest) -> ModelQueue:
         """The queue of the request's model and form, if it takes requests now."""
@@ -244,6 +296,22 @@ class BatchScheduler:
     def hurry(self) -> None:
         """End a `close` grace period now (a second SIGTERM)."""
         self._hurry = True
+
+
+def _chain(inner: asyncio.Future[BatchResult], outer: asyncio.Future[BatchResult]) -> None:
+    """`outer` answered as `inner` is; `outer` cancelled (its client gone) cancels `inner`."""
+    def copy(done: asyncio.Future[BatchResult]) -> None:
+        if outer.done():
+            return
+        if done.cancelled():
+            outer.cancel()
+        elif done.exception() is not None:
+            outer.set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            outer.set_result(done.result())
+
+    inner.add_done_callback(copy)
+    outer.add_done_callback(lambda done: inner.cancel() if done.cancelled() else None)
 
 
 def _status(answered: asyncio.Future[BatchResult]) -> int:

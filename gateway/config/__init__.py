@@ -4,7 +4,8 @@ Every key is declared once, as a typed field with its bounds, default and meanin
 (`gateway.config_keys`): on the field its value lands in, or in its table's module here
 (`server`: [server], [server.tls], [limits], [tracing]; `models`: [[models]] and
 [models.simulated]; `batching`; `tensors`: a model's inputs, outputs and padding; `texts`:
-[models.embeddings] and [models.rerank]; `tenants`). One reader (`read`) checks every
+[models.embeddings] and [models.rerank]; `tenants`; `shared`: the store quotas are held in
+across replicas). One reader (`read`) checks every
 table by those declarations; each module adds only the rules between its keys. `TABLES`
 lists them in the reference page's order (`tools.gen_docs`).
 
@@ -47,6 +48,7 @@ from gateway.config.server import (
     tracing,
     workers,
 )
+from gateway.config.shared import SHARED, SharedConfig, shared
 from gateway.config.tenants import DEFAULT_TENANT, TENANTS, TenantConfig, tenant_directory, tenants
 from gateway.config.tensors import INPUTS, OUTPUTS, PAD
 from gateway.config.texts import EMBEDDINGS, RERANK, TOKEN_IDS_AS_IS, EmbeddingsConfig, RerankConfig
@@ -56,7 +58,7 @@ from wire.codecs.limits import Limits
 __all__ = [
     "BACKENDS", "DEFAULT_BASE_PATH", "DEFAULT_MAX_BATCH_TOKENS", "DEFAULT_TENANT", "OTLP_PROTOCOLS", "PROTOCOLS",
     "SIMULATED_TASKS", "TABLES", "TOKEN_IDS_AS_IS", "TRACES_EXPORTERS", "ConfigError", "EmbeddingsConfig",
-    "GatewayConfig", "ModelConfig", "RerankConfig", "ServerConfig", "TenantConfig", "TracingConfig",
+    "GatewayConfig", "ModelConfig", "RerankConfig", "ServerConfig", "SharedConfig", "TenantConfig", "TracingConfig",
     "embedded_default", "load", "parse", "tenant_directory", "workers",
 ]
 
@@ -67,10 +69,12 @@ DOCUMENT = Table("", "The document", (
     Key("tracing", Kind.TABLE, "OpenTelemetry traces ([tracing]); each key falls back to its OTEL_* variable."),
     Key("tenants", Kind.TABLES, "Who shares the gateway, each with keys of its own ([[tenants]]; docs/tenants.md): "
                                 "with any declared, every request needs a known key."),
+    Key("shared", Kind.TABLE, "The store the tenants' quotas are held in across gateway replicas ([shared]; "
+                              "docs/tenants.md)."),
 ))
 # Every table, in the order the reference page gives them.
 TABLES: tuple[Table, ...] = (DOCUMENT, SERVER, SERVER_TLS, LIMITS, TRACING, MODELS, BATCHING, INPUTS, PAD, OUTPUTS,
-                             SIMULATED, EMBEDDINGS, RERANK, TENANTS)
+                             SIMULATED, EMBEDDINGS, RERANK, TENANTS, SHARED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,7 @@ class GatewayConfig:
     limits: Limits = field(default_factory=Limits)
     tracing: TracingConfig = field(default_factory=TracingConfig)
     tenants: tuple[TenantConfig, ...] = ()  # none: no tenants (the token, if any, is everyone's)
+    shared: SharedConfig = field(default_factory=SharedConfig)  # no url: quotas held in each process
 
     @property
     def tenant_policies(self) -> tuple[TenantPolicy, ...]:
@@ -121,4 +126,4 @@ def parse(document: dict[str, Any]) -> GatewayConfig:
     tenant_configs = tenants(document.get("tenants"), token_env, names)
     tenant_directory(tenant_configs)  # every key readable now, and no key given to two tenants
     return GatewayConfig(models=tuple(models), server=server_config, limits=limits_config, tracing=tracing_config,
-                         tenants=tenant_configs)
+                         tenants=tenant_configs, shared=shared(document))

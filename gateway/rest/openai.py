@@ -24,6 +24,7 @@ from gateway.rest.intake import Intake
 from gateway.service import InferenceService
 from wire.codecs import openai
 from wire.errors import GatewayError
+from wire.ratelimits import openai_headers
 
 OWNED_BY = "batching-gateway"
 _STARTED = int(time.time())  # `created` of every model: when this process began serving
@@ -53,7 +54,8 @@ class Embeddings(Endpoint):
         service = intake.service
         answer = await service.infer(service.model(request.model), request, intake.call)  # refused there unless it embeds texts
         body = openai.encode_answer(request.model, answer.embeddings(), request.encoding_format, answer.tokens)
-        return Reply(body, {"Content-Type": "application/json", "X-Batch-Id": answer.batch_id})
+        return Reply(body, {"Content-Type": "application/json", "X-Batch-Id": answer.batch_id,
+                            **openai_headers(answer.result.quota)})  # its tenant's quotas (wire.ratelimits)
 
 
 class ModelsHandler(_OpenAIErrors):

@@ -214,6 +214,7 @@ class BatcherRole(SingleProcess):
         for held in self._reserved:
             held.close()
         shutil.rmtree(self._directory, ignore_errors=True)
+        await super().close()  # the shared quotas' store, when [shared] is configured
 
     async def _keep_running(self, worker: WorkerProcess) -> None:
         pause = 0.1

@@ -41,6 +41,7 @@ from gateway.batching.request import NO_PARAMETERS, BatchRequest, BatchResult
 from wire import errors
 from wire.codecs import raw
 from wire.errors import GatewayError
+from wire.ratelimits import Bucket, QuotaState
 from wire.tensors import JSON, Tensor, rows_tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
@@ -136,7 +137,8 @@ def _encode(message: Message, blobs: list[bytes | memoryview], now: float) -> li
                 request.form, request.tenant]
     if isinstance(message, Result):
         return ["result", message.id, message.result.batch_ids,
-                [_tensor_header(t, blobs) for t in message.result.outputs], message.result.departed_unix_ns]
+                [_tensor_header(t, blobs) for t in message.result.outputs], message.result.departed_unix_ns,
+                _quota(message.result.quota)]
     if isinstance(message, Failure):
         error = message.error
         # Headers of its own (a quota's Retry-After) travel with it; the class's go without saying.
@@ -151,6 +153,21 @@ def _encode(message: Message, blobs: list[bytes | memoryview], now: float) -> li
     if isinstance(message, Reply):
         return ["reply", message.id, _value(message.value)]
     return ["ask", message.id, message.name]
+
+
+def _quota(state: QuotaState | None) -> list[list[float] | None] | None:
+    """A tenant's rate buckets as the worker tells its client (`wire.ratelimits`), as JSON."""
+    if state is None:
+        return None
+    return [None if bucket is None else [bucket.limit, bucket.remaining, bucket.reset_s]
+            for bucket in (state.requests, state.tokens)]
+
+
+def _quota_state(fields: list[list[float] | None] | None) -> QuotaState | None:
+    if fields is None:
+        return None
+    requests, tokens = (None if bucket is None else Bucket(*bucket) for bucket in fields)
+    return QuotaState(requests, tokens)
 
 
 def encode(messages: list[Message]) -> list[bytes | memoryview]:
@@ -220,7 +237,8 @@ def _decode(fields: list[Any], blobs: _Blobs, now: float) -> Message:
             ClientContext(*client) if client is not None else NO_CONTEXT, parameters or NO_PARAMETERS,
             _lengths(lengths, blobs), form, tenant))
     if kind == "result":
-        return Result(message_id, BatchResult([_tensor(header, blobs) for header in fields[3]], fields[2], fields[4]))
+        return Result(message_id, BatchResult([_tensor(header, blobs) for header in fields[3]], fields[2], fields[4],
+                                              _quota_state(fields[5])))
     if kind == "failure":
         return Failure(message_id, _error(fields[2], fields[3], fields[4]))
     if kind == "cancel":

@@ -31,7 +31,9 @@ def test_requests_per_second_allows_a_burst_of_that_many_then_says_when_to_retry
         tenants.admit("t", 1, now=0.0)
     with pytest.raises(RateLimited, match="requests_per_second = 3") as refused:
         tenants.admit("t", 1, now=0.0)
-    assert refused.value.retry_after_s == 1 and refused.value.http_headers == {"Retry-After": "1"}
+    assert refused.value.retry_after_s == 1 and refused.value.http_headers == {
+        "Retry-After": "1", "retry-after-ms": "334", "x-ratelimit-limit-requests": "3",
+        "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1s"}
     tenants.admit("t", 1, now=0.34)  # a third of a second refills one request
     assert tenants.snapshot()[0].refusals == {"requests_per_second": 1}
 

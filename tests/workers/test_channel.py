@@ -12,7 +12,8 @@ import pytest
 
 from gateway.batching.request import BatchRequest, BatchResult
 from gateway.workers.channel import Cancel, Channel, ChannelClosed, Failure, Reply, Result, Submit, decode, encode
-from wire.errors import GatewayError, Overloaded
+from wire.errors import GatewayError, Overloaded, RateLimited
+from wire.ratelimits import Bucket, QuotaState
 from wire.tensors import JSON, Tensor, rows_tensor
 from wire.tracing import NO_CONTEXT, ClientContext
 
@@ -91,3 +92,16 @@ def test_a_frame_whose_tensors_run_past_its_end_is_refused():
     with pytest.raises(ValueError, match="past its end"):
         round_trip_body = frame[4:-8]
         list(decode(round_trip_body))
+
+
+def test_a_results_quota_state_and_a_refusals_headers_cross_to_the_worker():
+    """What the worker's client is told of its tenant's buckets (OpenAI's x-ratelimit-*) is
+    the batcher's, on an answer and on a refusal alike."""
+    state = QuotaState(Bucket(30, 12.5, 0.583), None)
+    outputs = [Tensor("OUTPUT0", "INT64", np.array([[1]], dtype=np.int64))]
+    result, refused = round_trip(Result(1, BatchResult(outputs, ["b-1"], [1], state)),
+                                 Failure(2, RateLimited("over", 0.25, state)))
+    assert result.result.quota == state
+    assert type(refused.error) is RateLimited and refused.error.http_headers == {
+        "Retry-After": "1", "retry-after-ms": "250", "x-ratelimit-limit-requests": "30",
+        "x-ratelimit-remaining-requests": "12", "x-ratelimit-reset-requests": "583ms"}
