@@ -9,6 +9,9 @@
   gateway's requests/s with these. A request for model `hold` is parsed the same way and then
   held, unanswered, until the server stops: the `memory` scenario's floor, what Tornado and
   grpc.aio themselves keep for a request that waits.
+- `minimal-lean`: the same, its HTTP side on Tornado's delegate layer
+  (`HTTPServerConnectionDelegate` and `HTTPMessageDelegate`, no Application, no
+  RequestHandler): what a Tornado server pays at the least per request (the `cost` scenario).
 - `trivial`: the cheapest possible answers, to measure the load generator's own ceiling:
   an asyncio.Protocol HTTP/1.1 server that answers every request with a fixed 200 `{}`
   (keep-alive, Content-Length bodies), and a grpc.aio server whose generic handler answers
@@ -33,6 +36,7 @@ import grpc
 import numpy as np
 import orjson
 import tornado.httpserver
+import tornado.httputil
 import tornado.netutil
 import tornado.web
 
@@ -42,20 +46,61 @@ from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 # -- minimal: the same front-end work as the gateway, answered directly ---------------------
 
 
+def _predict(body: bytes) -> tuple[int, bytes]:
+    """The minimal servers' one computation: a v1 body's instances doubled, or a 400."""
+    try:
+        document = orjson.loads(body)
+        instances = document["instances"]
+        if not isinstance(instances, list) or not instances:
+            raise ValueError("instances must be a non-empty list")
+        predictions = (np.asarray(instances, dtype=np.float32) * 2).tolist()
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        return 400, orjson.dumps({"error": str(exc)})
+    return 200, orjson.dumps({"predictions": predictions, "batchId": "0"})
+
+
 class _V1Predict(tornado.web.RequestHandler):
     def post(self, model: str) -> None:
-        try:
-            document = orjson.loads(self.request.body)
-            instances = document["instances"]
-            if not isinstance(instances, list) or not instances:
-                raise ValueError("instances must be a non-empty list")
-            predictions = (np.asarray(instances, dtype=np.float32) * 2).tolist()
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            self.set_status(400)
-            self.finish(orjson.dumps({"error": str(exc)}))
-            return
+        status, body = _predict(self.request.body)
+        self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(orjson.dumps({"predictions": predictions, "batchId": "0"}))
+        self.finish(body)
+
+
+class _LeanRequest(tornado.httputil.HTTPMessageDelegate):
+    """`minimal-lean`: the same v1 answer on Tornado's delegate layer (no Application, no
+    RequestHandler), the floor of what a Tornado server pays per request."""
+
+    def __init__(self, connection: tornado.httputil.HTTPConnection) -> None:
+        self.connection = connection
+        self.chunks: list[bytes] = []
+        self.path = ""
+
+    def headers_received(self, start_line: tornado.httputil.RequestStartLine | tornado.httputil.ResponseStartLine,
+                         headers: tornado.httputil.HTTPHeaders) -> None:
+        assert isinstance(start_line, tornado.httputil.RequestStartLine)
+        self.path = start_line.path
+
+    def data_received(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+
+    def finish(self) -> None:
+        if self.path.startswith("/v1/models/") and self.path.endswith(":predict"):
+            status, body = _predict(b"".join(self.chunks))
+        elif self.path == "/v2/health/ready":
+            status, body = 200, b'{"ready": true}'
+        else:
+            status, body = 404, b'{"error": "not found"}'
+        headers = tornado.httputil.HTTPHeaders({"Content-Type": "application/json", "Content-Length": str(len(body))})
+        self.connection.write_headers(
+            tornado.httputil.ResponseStartLine("HTTP/1.1", status, tornado.httputil.responses[status]), headers, body)
+        self.connection.finish()
+
+
+class _LeanApp(tornado.httputil.HTTPServerConnectionDelegate):
+    def start_request(self, server_conn: object,
+                      request_conn: tornado.httputil.HTTPConnection) -> tornado.httputil.HTTPMessageDelegate:
+        return _LeanRequest(request_conn)
 
 
 HOLD_MODEL = "hold"
@@ -156,9 +201,9 @@ class _EmptyAnswers(grpc.GenericRpcHandler):
 async def serve(kind: str, host: str, http_port: int, grpc_port: int) -> None:
     loop = asyncio.get_running_loop()
     released = asyncio.Event()  # set when the server stops: held requests are answered
-    if kind == "minimal":
+    if kind in ("minimal", "minimal-lean"):
         sockets = tornado.netutil.bind_sockets(http_port, host, family=socket.AF_INET)
-        http_server = tornado.httpserver.HTTPServer(make_minimal_app(released))
+        http_server = tornado.httpserver.HTTPServer(make_minimal_app(released) if kind == "minimal" else _LeanApp())
         http_server.add_sockets(sockets)
         bound_http = sockets[0].getsockname()[1]
         closer = http_server.stop
@@ -167,7 +212,7 @@ async def serve(kind: str, host: str, http_port: int, grpc_port: int) -> None:
         bound_http = server.sockets[0].getsockname()[1]
         closer = server.close
     grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    if kind == "minimal":
+    if kind in ("minimal", "minimal-lean"):
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(MinimalInference(released), grpc_server)
     else:
         grpc_server.add_generic_rpc_handlers((_EmptyAnswers(),))
@@ -187,7 +232,7 @@ async def serve(kind: str, host: str, http_port: int, grpc_port: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench.baselines", description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=["minimal", "trivial"])
+    parser.add_argument("kind", choices=["minimal", "minimal-lean", "trivial"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--http-port", type=int, default=0)
     parser.add_argument("--grpc-port", type=int, default=0)

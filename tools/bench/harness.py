@@ -130,13 +130,16 @@ class Gateway(Server):
 
     def __init__(self, log_dir: Path, name: str, models: list[dict[str, Any]], loop: str = "asyncio",
                  tracing: dict[str, Any] | None = None, workers: int = 1,
-                 tenants: list[dict[str, Any]] | None = None, root: Path | None = None) -> None:
+                 tenants: list[dict[str, Any]] | None = None, root: Path | None = None,
+                 server: dict[str, Any] | None = None) -> None:
         # `root`: the checkout it runs from (a scenario's --before side), else GATEWAY_ROOT.
+        # `server`: keys of its [server] table beyond the address and ports.
         self.config_path = log_dir / f"{name}.toml"
         log_dir.mkdir(parents=True, exist_ok=True)
-        tracing_table = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (tracing or {}).items())
-        self.config_path.write_text(to_toml(models) + to_toml(tenants or [], "tenants")
-                                    + (f"\n[tracing]\n{tracing_table}" if tracing else ""))
+        tables = {"tracing": tracing or {}, "server": server or {}}
+        self.config_path.write_text(to_toml(models) + to_toml(tenants or [], "tenants") + "".join(
+            f"\n[{title}]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items())
+            for title, keys in tables.items() if keys))
         super().__init__(name, python_module_command(
             "gateway", "serve", "--config", str(self.config_path), "--host", "127.0.0.1", "--http-port", "0",
             "--grpc-port", "0", "--log-level", "WARNING", "--loop", loop, "--workers", str(workers)), log_dir,

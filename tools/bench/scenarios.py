@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tools.bench.autoscale import autoscale
+from tools.bench.cost import cost
 from tools.bench.embeddings import embeddings
 from tools.bench.goodput import goodput
 from tools.bench.harness import Context
@@ -37,6 +38,7 @@ from tools.bench.workers import workers
 SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "kserve-docs": (kserve_docs, "5 clients, window vs adaptive vs direct (KServe's documented example)"),
     "saturation": (saturation, "128 clients on a 20 ms + 0.25 ms/instance predictor; HTTP and gRPC; inflight 1/2"),
+    "cost": (cost, "the gateway's CPU per request vs minimal Tornado apps (RequestHandler, delegate) answering themselves"),
     "overhead": (overhead, "gateway vs minimal Tornado / grpc.aio servers; added latency at 1 client"),
     "tracing": (tracing, "what OpenTelemetry tracing costs: off vs 1% vs 100% of requests traced"),
     "workers": (workers, "one gateway process vs --workers 2: gateway-bound, the seed scenario, saturation"),
