@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # The batching gateway as a slim, multi-stage, non-root image, installed the way the README
-# installs it (`pip install .`). Build from the repository root:
+# installs it (`pip install .`, with the `shared` extra: Redis's client, for quotas held across
+# replicas with [shared], docs/tenants.md). Build from the repository root:
 #
 #   docker build -t batching-gateway:0.1.0 .
 #   docker run --rm -p 8080:8080 -p 8081:8081 batching-gateway:0.1.0
@@ -28,7 +29,7 @@ COPY gateway ./gateway
 COPY backends ./backends
 COPY wire ./wire
 RUN python -m venv /opt/gateway \
- && /opt/gateway/bin/pip install --no-cache-dir --disable-pip-version-check .
+ && /opt/gateway/bin/pip install --no-cache-dir --disable-pip-version-check ".[shared]"
 
 # -- runtime: the venv only, owned by root and run by an unprivileged user ---------------
 FROM base AS runtime

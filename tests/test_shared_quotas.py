@@ -189,6 +189,8 @@ async def test_with_refuse_tenants_with_quotas_get_503_while_redis_is_away(prefi
             with pytest.raises(Unavailable):
                 await replica.admit("t")
             assert await replica.admit("free")
+            refusals = {usage.tenant: usage.refusals for usage in replica.tenants.snapshot()}
+            assert refusals["t"] == {"shared_unavailable": 2} and refusals["free"] == {}
             servers.append(RedisProcess(servers[0].redis_port).start())
             await until_shared(replica.store)
             assert await replica.admit("t")

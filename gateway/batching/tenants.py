@@ -222,7 +222,10 @@ class Tenants:
         if store is not None and (bucket is not None or quota.requests is not None or quota.max_concurrent < math.inf):
             mode = store.mode
             if mode == "shared":
-                return self._admit_shared(tenant, quota, tokens, store, now)
+                try:
+                    return self._admit_shared(tenant, quota, tokens, store, now)
+                except Unavailable as error:  # the store went away, and its policy is to refuse
+                    raise self._refused(tenant, "shared_unavailable", error) from None
             if mode == "refusing":
                 raise self._refused(tenant, "shared_unavailable", Unavailable(
                     f"tenant '{tenant}' has quotas, and the store that holds them across the gateway's replicas "
@@ -275,6 +278,14 @@ class Tenants:
                            pending: Awaitable[float | None] | None, entered: bool) -> bool:
         """`_admit_shared` once the store must be asked: the slot first (max_concurrent),
         then the rate quotas from `index` on (`pending`: the answer already asked for)."""
+        try:
+            return await self._ask(tenant, quota, tokens, store, taken, index, pending, entered)
+        except Unavailable as error:  # the store went away meanwhile, and its policy is to refuse
+            raise self._refused(tenant, "shared_unavailable", error) from None
+
+    async def _ask(self, tenant: str, quota: _Quota, tokens: int, store: SharedQuotas,
+                   taken: list[tuple[str, float, float, float]], index: int,
+                   pending: Awaitable[float | None] | None, entered: bool) -> bool:
         loop = asyncio.get_running_loop()
         if not entered:
             answer = store.enter(tenant, int(quota.max_concurrent))

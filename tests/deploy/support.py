@@ -90,7 +90,14 @@ def load_documents(path: Path) -> list[dict[str, Any]]:
 
 
 def kustomization_dirs() -> list[Path]:
-    return sorted(path.parent for path in DEPLOY.rglob("kustomization.yaml"))
+    """Every kustomize root under deploy/ (components, which only a root applies, left out)."""
+    return sorted(path.parent for path in DEPLOY.rglob("kustomization.yaml") if path.parent not in component_dirs())
+
+
+def component_dirs() -> list[Path]:
+    """Every kustomize component under deploy/ (`kind: Component`): applied by the roots that name it."""
+    return sorted(path.parent for path in DEPLOY.rglob("kustomization.yaml")
+                  if load_documents(path)[0].get("kind") == "Component")
 
 
 @dataclass
@@ -113,7 +120,7 @@ class Rendered:
 
 # Kustomization keys render() implements. Anything else fails the tests (so a new feature
 # in a kustomization.yaml comes with its support here, instead of being silently ignored).
-SUPPORTED_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "namespace", "patches"}
+SUPPORTED_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "namespace", "patches", "components"}
 
 
 def render(directory: Path) -> Rendered:
@@ -126,6 +133,19 @@ def render(directory: Path) -> Rendered:
     assert kustomization["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
     assert kustomization["kind"] == "Kustomization"
     rendered = Rendered(directory, files={kustomization_path})
+    _render_into(rendered, directory, kustomization, kustomization_path)
+    namespace = kustomization.get("namespace")
+    if namespace:
+        rendered.namespace = namespace
+        for resource in rendered.resources:
+            if resource["kind"] not in CLUSTER_SCOPED_KINDS:
+                resource.setdefault("metadata", {})["namespace"] = namespace
+    return rendered
+
+
+def _render_into(rendered: Rendered, directory: Path, kustomization: dict[str, Any], kustomization_path: Path) -> None:
+    """Resources, then components (each its resources, then its patches, over all so far, as
+    kustomize applies them), then patches."""
     for entry in kustomization.get("resources", []):
         target = (directory / entry).resolve()
         if target.is_dir():
@@ -136,19 +156,21 @@ def render(directory: Path) -> Rendered:
             assert target.is_file(), f"{kustomization_path}: resource {entry} does not exist"
             rendered.resources.extend(copy.deepcopy(load_documents(target)))
             rendered.files.add(target)
+    for entry in kustomization.get("components", []):
+        component = (directory / entry).resolve()
+        component_path = component / "kustomization.yaml"
+        declared = load_documents(component_path)[0]
+        unknown = set(declared) - {"apiVersion", "kind", "resources", "patches"}
+        assert not unknown, f"{component_path}: keys not understood by tests/deploy/support.render: {unknown}"
+        assert (declared["apiVersion"], declared["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component")
+        rendered.files.add(component_path)
+        _render_into(rendered, component, declared, component_path)
     for patch in kustomization.get("patches", []):
         assert set(patch) == {"path"}, f"{kustomization_path}: only `path:` patches are supported"
         patch_path = (directory / patch["path"]).resolve()
         rendered.files.add(patch_path)
         for document in load_documents(patch_path):
             _apply_patch(rendered, document, patch_path)
-    namespace = kustomization.get("namespace")
-    if namespace:
-        rendered.namespace = namespace
-        for resource in rendered.resources:
-            if resource["kind"] not in CLUSTER_SCOPED_KINDS:
-                resource.setdefault("metadata", {})["namespace"] = namespace
-    return rendered
 
 
 def _apply_patch(rendered: Rendered, patch: dict[str, Any], source: Path) -> None:

@@ -30,6 +30,7 @@ from tests.deploy.support import (
     DEPLOY,
     ROOT,
     all_manifest_files,
+    component_dirs,
     config_maps_with_gateway_toml,
     container_port,
     dockerfile_instructions,
@@ -56,8 +57,9 @@ def rendered():
 
 
 def test_the_deploy_tree_has_the_expected_kustomize_roots():
-    assert set(ROOTS) == {"deploy", "deploy/gateway", "deploy/kserve-example",
+    assert set(ROOTS) == {"deploy", "deploy/gateway", "deploy/kserve-example", "deploy/shared-quotas",
                           "deploy/autoscaling/base", "deploy/autoscaling/keda", "deploy/autoscaling/prometheus-adapter"}
+    assert [path.relative_to(ROOT).as_posix() for path in component_dirs()] == ["deploy/components/shared-quotas"]
 
 
 def test_the_docs_kubectl_commands_name_these_kustomize_roots():
@@ -152,7 +154,7 @@ def test_only_known_custom_resources_bypass_the_schema():
 
 # -- the gateway Deployment ------------------------------------------------------------
 
-GATEWAY_ROOTS = ("deploy", "deploy/gateway", "deploy/kserve-example")
+GATEWAY_ROOTS = ("deploy", "deploy/gateway", "deploy/kserve-example", "deploy/shared-quotas")
 
 
 @pytest.mark.parametrize("root", GATEWAY_ROOTS)
@@ -237,7 +239,7 @@ def test_services_reach_the_pods_on_both_protocols(rendered, root):
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     container = gateway_container(tree)
-    services = tree.find("Service")
+    services = [s for s in tree.find("Service") if s["metadata"]["name"].startswith("batching-gateway")]
     assert {s["metadata"]["name"] for s in services} == {"batching-gateway", "batching-gateway-headless"}
     for service in services:
         assert service["spec"]["selector"].items() <= pod_labels.items()
@@ -282,7 +284,8 @@ def _parsed(text: str) -> gateway_config.GatewayConfig:
 
 def test_every_config_in_deploy_is_found():
     assert {path.relative_to(DEPLOY).as_posix() for path, _ in CONFIGS} == \
-        {"gateway/configmap.yaml", "kserve-example/gateway-config.yaml", "autoscaling/base/gateway-config.yaml"}
+        {"gateway/configmap.yaml", "kserve-example/gateway-config.yaml", "autoscaling/base/gateway-config.yaml",
+         "components/shared-quotas/gateway-config.yaml"}
     assert not list(DEPLOY.rglob("*.toml")), "a gateway.toml file under deploy/: add it to CONFIGS' search"
 
 
@@ -394,3 +397,31 @@ def test_the_example_patches_the_base_config_instead_of_adding_one(rendered):
 def _dockerfile_user() -> str:
     final = stages(dockerfile_instructions())[-1]
     return [i for i in final if i.keyword == "USER"][-1].arguments
+
+
+# -- the shared-quotas component -----------------------------------------------------------
+
+def test_the_shared_quotas_component_is_the_base_config_with_shared_added_pointing_at_its_redis(rendered):
+    """kustomize replaces a ConfigMap's key whole, so the component carries the base's
+    gateway.toml: it must stay the base's, [shared] added, and name the Service it adds."""
+    base = _configmap_toml(DEPLOY / "gateway" / "configmap.yaml")
+    patched = _configmap_toml(DEPLOY / "components" / "shared-quotas" / "gateway-config.yaml")
+    assert patched.startswith(base.rstrip("\n") + "\n")
+    config = _parsed(patched)
+    assert (config.shared.enabled, config.shared.on_unavailable) == (True, "local")
+    assert tomllib.loads(patched)["models"] == tomllib.loads(base)["models"]
+    tree = rendered["deploy/shared-quotas"]
+    assert tree.one("ConfigMap", "batching-gateway-config")["data"][CONFIG_KEY] == patched
+    service = tree.one("Service", "shared-quotas-redis")
+    host_port = urlsplit(config.shared.url)
+    assert (host_port.hostname, host_port.port) == (service["metadata"]["name"], service["spec"]["ports"][0]["port"])
+    store = tree.one("StatefulSet", "shared-quotas-redis")
+    assert service["spec"]["selector"].items() <= store["spec"]["template"]["metadata"]["labels"].items()
+    (container,) = store["spec"]["template"]["spec"]["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+
+
+def _configmap_toml(path: Path) -> str:
+    (config_map,) = load_documents(path)
+    return config_map["data"][CONFIG_KEY]
