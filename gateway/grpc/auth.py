@@ -55,9 +55,9 @@ class KeyInterceptor(grpc.aio.ServerInterceptor):
         front_end = _front_end(handler)
         service = self.service
 
-        async def abort(request: Any, context: grpc.aio.ServicerContext) -> None:
+        async def refusal(request: Any, context: grpc.aio.ServicerContext) -> None:
             await refuse(service, front_end, request, context, error)
-        return _same_kind(handler, abort)
+        return _same_kind(handler, refusal)
 
 
 def _front_end(handler: grpc.RpcMethodHandler) -> str | None:
@@ -79,9 +79,9 @@ def _as_tenant(handler: grpc.RpcMethodHandler, tenant: str) -> grpc.RpcMethodHan
     return _same_kind(handler, run)
 
 
-def _same_kind(handler: grpc.RpcMethodHandler, abort: Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
+def _same_kind(handler: grpc.RpcMethodHandler, method: Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
                ) -> grpc.RpcMethodHandler:
-    """`abort` as a handler of the same streaming kind as `handler`, reading the same
+    """`method` as a handler of the same streaming kind as `handler`, reading the same
     messages (so a refused call still names its model)."""
     if handler.request_streaming and handler.response_streaming:
         make = grpc.stream_stream_rpc_method_handler
@@ -91,5 +91,5 @@ def _same_kind(handler: grpc.RpcMethodHandler, abort: Callable[[Any, grpc.aio.Se
         make = grpc.unary_stream_rpc_method_handler
     else:
         make = grpc.unary_unary_rpc_method_handler
-    return make(abort, request_deserializer=handler.request_deserializer,
+    return make(method, request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer)
