@@ -17,6 +17,7 @@ from tools.bench.autoscale import autoscale
 from tools.bench.cost import cost
 from tools.bench.embeddings import embeddings
 from tools.bench.goodput import goodput
+from tools.bench.grpc_transports import grpc_transports
 from tools.bench.harness import Context
 from tools.bench.inflight import inflight
 from tools.bench.kserve_docs import kserve_docs
@@ -40,6 +41,7 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "saturation": (saturation, "128 clients on a 20 ms + 0.25 ms/instance predictor; HTTP and gRPC; inflight 1/2"),
     "cost": (cost, "the gateway's CPU per request vs minimal Tornado apps (RequestHandler, delegate) answering themselves"),
     "overhead": (overhead, "gateway vs minimal Tornado / grpc.aio servers; added latency at 1 client"),
+    "grpc-transports": (grpc_transports, "the gateway's grpc.aio servicer vs grpc's synchronous server feeding the same loop"),
     "tracing": (tracing, "what OpenTelemetry tracing costs: off vs 1% vs 100% of requests traced"),
     "workers": (workers, "one gateway process vs --workers 2: gateway-bound, the seed scenario, saturation"),
     "latency-curve": (latency_curve, "p50/p99 vs req/s for direct, window and adaptive (plot)"),
