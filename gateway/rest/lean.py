@@ -126,7 +126,7 @@ class _Exchange(tornado.httputil.HTTPMessageDelegate):
         if self.forward is not None:
             self.forward.finish()
         elif not self.answered:
-            self.task = asyncio.ensure_future(self._answer())
+            self.task = asyncio.get_running_loop().create_task(self._answer())
 
     def on_connection_close(self) -> None:
         if self.forward is not None:
@@ -169,7 +169,9 @@ class _Exchange(tornado.httputil.HTTPMessageDelegate):
                 encoded, encoding_fields = answers.compressed(body, accept)
                 assert isinstance(encoded, bytes)
                 body, fields = encoded, {**fields, **encoding_fields}
-        head = tornado.httputil.HTTPHeaders(fields)
+        head = tornado.httputil.HTTPHeaders()
+        for name, value in fields.items():  # not HTTPHeaders(fields): Mapping.update's generic path costs more
+            head[name] = value
         head["Date"] = answers.http_date()
         head["Content-Length"] = str(len(body))
         reason = tornado.httputil.responses.get(code, "Unknown")
