@@ -110,6 +110,11 @@ HEAD_CASES = [
      {"Content-Length": str(LIMITS["max_body_bytes"] + 1)}),
     ("unknown-coding", "POST", "/v1/models/demo:predict", j({"instances": [[1, 2]]}), {"Content-Encoding": "br"}),
     ("broken-gzip", "POST", "/v1/models/demo:predict", b"not gzip", {"Content-Encoding": "gzip"}),
+    # The head's checks in their order (gateway/rest/intake.py): the key, the model, the deadline, the size.
+    ("no-key-and-unknown-model", "POST", "/v1/models/absent:predict", b"{}", {"Authorization": ""}),
+    ("unknown-model-and-bad-timeout", "POST", "/v1/models/absent:predict", b"{}", {"X-Request-Timeout-Ms": "x"}),
+    ("bad-timeout-and-over-limit", "POST", "/v1/models/demo:predict", b"{}",
+     {"X-Request-Timeout-Ms": "x", "Content-Length": str(LIMITS["max_body_bytes"] + 1)}),
     ("get-on-predict", "GET", "/v1/models/demo:predict", b"", {}),
     ("put-on-infer", "PUT", "/v2/models/demo/infer", b"{}", {}),
     ("good-escaped-model-name", "POST", "/v1/models/de%6Do:predict", j({"instances": [[1, 2]]}), {}),
@@ -247,3 +252,15 @@ def test_tritonclient_keeps_its_connection_after_every_refusal(pair):
     before = _accepted(lean)
     asyncio.run(run())
     assert _accepted(lean) - before == 2  # the client's one connection, and this count's own
+
+
+@pytest.mark.parametrize("case_id, status", [("no-key-and-unknown-model", 401), ("unknown-model-and-bad-timeout", 404),
+                                             ("bad-timeout-and-over-limit", 400)])
+def test_the_heads_checks_come_in_their_order(pair, case_id, status):
+    """The key before the model, the model before the deadline, the deadline before the size."""
+    _, method, path, body, headers = next(case for case in HEAD_CASES if case[0] == case_id)
+    sent = {**AUTH, **headers}
+    if not sent["Authorization"]:
+        del sent["Authorization"]
+    for gw in pair:
+        assert _exchange(gw.http_url, method, path, body, sent)[0] == status
