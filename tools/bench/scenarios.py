@@ -29,6 +29,7 @@ from tools.bench.peers import peers
 from tools.bench.perf_analyzer import perf_analyzer_scenario
 from tools.bench.rerank import rerank_scenario
 from tools.bench.saturation import saturation
+from tools.bench.shared_quotas import shared_quotas
 from tools.bench.tenants import tenants_scenario
 from tools.bench.torchserve import torchserve_scenario
 from tools.bench.tracing import tracing
@@ -56,6 +57,7 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "rerank": (rerank_scenario, "Cohere rerank, distinct queries: one query per call vs pairs batched across clients"),
     "triton": (triton_scenario, "the real Triton's dynamic batcher vs the gateway in front of it: 1, 5, 128 clients; added latency"),
     "tenants": (tenants_scenario, "one gateway shared by teams: noisy neighbour, fair shares, quotas, the cost of tenants"),
+    "shared-quotas": (shared_quotas, "three replicas, one Redis ([shared]): rate, max_concurrent, Redis away, tokens, cost"),
     "peers": (peers, "the gateway untuned vs Triton's dynamic batcher (defaults, 2 ms delay) and MLServer: 5 and 64 clients"),
     "autoscale": (autoscale, "an HPA on CPU, queue/compute, gateway_predictor_load or an oracle scaling predictor replicas"),
 }
