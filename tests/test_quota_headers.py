@@ -7,6 +7,7 @@ are `[shared]` in Debian's real `redis-server` (started here on a free port, sto
 Every wait asserted is a lower bound the client itself chose: nothing here times the gateway."""
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 
 from gateway import config as gateway_config
 from tests.harness import http, running_gateway
+from tests.processes import gateway as gateway_process
 from tools.processes import RedisProcess
 
 KEYS = {"paced": "sk-paced-31a7c0de55aa", "metered": "sk-metered-9e8d7c6b5a41", "free": "sk-free-0f1e2d3c4b5a"}
@@ -137,3 +139,24 @@ def test_metrics_say_whether_quotas_are_shared_now(gw):
     samples = [line for line in body.decode().splitlines() if line.startswith("gateway_shared_quotas_available")]
     shared = gw.gateway.config.shared.enabled
     assert samples == (["gateway_shared_quotas_available 1.0"] if shared else [])
+
+
+def test_under_workers_every_answer_tells_the_batchers_shared_buckets(tmp_path):
+    """`serve --workers 2` with [shared]: the batcher holds the store; a worker's answers and
+    refusals carry the same headers, crossed over the channel."""
+    digest = hashlib.sha256(KEYS["paced"].encode()).hexdigest()
+    with RedisProcess().start() as redis:
+        path = tmp_path / "gateway.toml"
+        path.write_text(f'[[models]]\nname = "encoder"\nbackend = "simulated"\n[models.simulated]\ntask = "embed"\n'
+                        f'call_ms = 1\n[[tenants]]\nname = "paced"\nkey_sha256 = ["{digest}"]\n'
+                        f'requests_per_second = 2\n[shared]\nurl = "{redis.url}"\n')
+        with gateway_process(path, workers=2) as gw:
+            seen = []
+            for _ in range(30):  # two a second: within a few, one is refused
+                status, headers, _ = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": "x"},
+                                          {"Authorization": f"Bearer {KEYS['paced']}"})
+                seen.append((status, {key.lower(): value for key, value in headers.items()}))
+                if status == 429:
+                    break
+    assert seen[-1][0] == 429 and 1 <= int(seen[-1][1]["retry-after-ms"]) <= 1000
+    assert all(status in (200, 429) and headers["x-ratelimit-limit-requests"] == "2" for status, headers in seen)
