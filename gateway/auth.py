@@ -13,16 +13,50 @@ an `x-api-key` or `api-key` header (Azure's and Anthropic's clients send those),
 that order. Server liveness and readiness probes are exempt on both protocols, so probes
 need no secret (the list: gateway/grpc/auth.py); `/metrics` and the live page take any key
 the door admits. Messages here say what is missing, never a key nor its digest.
+
+A request's rights are checked again when it is served, not only when it arrived: `admit`
+names its tenant as an `Admitted`, the tenant's name that also carries the SHA-256 digest of
+the key presented (never the key), which the front ends hand on as the call's tenant; the
+service asks `permit` of the door of that moment (a reload replaces the door), which looks
+the digest up again. A request whose key a reload removed or rotated out is refused
+(Unauthenticated), whether its body was still arriving or it is the next message of a
+stream opened before; one whose tenant was renamed is served, and counted, as the tenant
+its key belongs to now. Nothing is served as a tenant no longer declared.
 """
 from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from typing import Any
 
-from gateway.tenants import Directory
+from gateway.tenants import Directory, digest
 from wire.errors import PermissionDenied, Unauthenticated
 
 API_KEY_HEADERS = ("x-api-key", "api-key")
+
+
+class Admitted(str):
+    """A tenant's name as the door admitted a request ("" when no tenants are declared), with
+    the SHA-256 `digest` of the key the request presented: whatever takes it as a name (a
+    call, a log line, a label, a span) reads the name alone, and `FrontDoor.permit` finds
+    the tenant again by the digest. Neither its repr nor its pickle nor orjson carries the
+    digest, and a key never enters it."""
+
+    __slots__ = ("digest",)
+    digest: bytes
+
+    def __new__(cls, name: str, key_digest: bytes) -> Admitted:
+        admitted = super().__new__(cls, name)
+        admitted.digest = key_digest
+        return admitted
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return str, (str(self),)  # copied or pickled, it is the name alone
+
+
+def key_digest(tenant: str) -> bytes | None:
+    """The digest of the key a call's tenant was admitted with (None: no key was asked)."""
+    return tenant.digest if isinstance(tenant, Admitted) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,31 +70,45 @@ class FrontDoor:
         return not self.token and self.tenants is None
 
     def admit(self, authorization: str | None, api_key: str | None = None) -> str:
-        """The tenant a request presenting these comes as ("" when no tenants are declared);
-        Unauthenticated if it presents no key the door knows. `api_key`: its x-api-key (or
-        api-key) header, read when there is no Authorization."""
+        """The tenant a request presenting these comes as, an `Admitted` ("" when no tenants
+        are declared; a plain "" when the door is open); Unauthenticated if it presents no
+        key the door knows. `api_key`: its x-api-key (or api-key) header, read when there is
+        no Authorization."""
         if self.open:
             return ""
         key = presented_key(authorization, api_key)
         if self.tenants is None:
             if not hmac.compare_digest(key.encode(), self.token.encode()):
                 raise Unauthenticated("the bearer token is not valid")
-            return ""
-        tenant = self.tenants.find(key)
+            return Admitted("", digest(key))
+        key_hash = digest(key)
+        tenant = self.tenants.with_digest(key_hash)
         if tenant is None:
             raise Unauthenticated("the key is not valid: it is not one of this gateway's tenants' keys")
-        return tenant.name
+        return Admitted(tenant.name, key_hash)
 
-    def permit(self, tenant: str, model: str) -> None:
-        """PermissionDenied unless `tenant` (as `admit` named it) may call `model`."""
-        if self.tenants is None or not tenant:
-            return
-        known = self.tenants.named(tenant)
+    def permit(self, tenant: str, model: str) -> str:
+        """The tenant a request admitted as `tenant` (by this door or one a reload has since
+        replaced) is now, once it may call `model`: its key's digest looked up again, so a
+        renamed tenant is the new name (an `Admitted`). Unauthenticated if its key is no
+        longer valid (removed or rotated out, or no key was asked when one is now);
+        PermissionDenied unless the tenant may call `model`."""
+        if self.open:
+            return ""
+        presented = key_digest(tenant)
+        if presented is None:
+            raise Unauthenticated("this gateway now requires a key, and the request came in without one")
+        if self.tenants is None:
+            if not hmac.compare_digest(presented, digest(self.token)):
+                raise Unauthenticated("the bearer token this request presented is no longer valid")
+            return tenant
+        known = self.tenants.with_digest(presented)
         if known is None:
-            return  # admitted before a reload removed its tenant: in flight, it finishes
+            raise Unauthenticated("the key this request presented is no longer valid: a reload removed it")
         if not known.may_call(model):
-            raise PermissionDenied(f"tenant '{tenant}' may not call model '{model}' (the models of its [[tenants]] "
-                                   f"table)")
+            raise PermissionDenied(f"tenant '{known.name}' may not call model '{model}' (the models of its "
+                                   f"[[tenants]] table)")
+        return tenant if known.name == tenant else Admitted(known.name, presented)
 
 
 def presented_key(authorization: str | None, api_key: str | None = None) -> str:

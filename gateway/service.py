@@ -8,7 +8,8 @@ form, so a KServe v1 client and an OIP client of the same model land in the same
 A front end opens each request's Call here (`open`) and closes it once: the one place
 requests are counted and timed. It keeps the front door (`door`, `gateway.auth`: the token
 or the tenants' keys a request must present, swapped whole on a reload; a tenant may call
-only its models, checked in `infer`) and hands the tenants' policies to the scheduler. It
+only its models, checked in `infer` by the door of that moment, which finds the request's
+tenant again by its key's digest) and hands the tenants' policies to the scheduler. It
 also keeps the models' lifecycle (start, reload, close), readiness and server metadata; what describes the whole gateway it reads through
 `Views`. Its scheduler, views and predictor clients come from its process's role: it
 never asks where it runs.
@@ -142,7 +143,9 @@ class InferenceService:
         batches while batches already sent finish on the old one.
 
         Tenants, their keys, weights and quotas are replaced whole, first: a removed key is
-        refused from then on, requests already admitted finish. A key that cannot be read
+        refused from then on, also for a request admitted before and not yet submitted (a
+        body still arriving, the next message of an open stream: `infer` asks the door
+        again); requests already queued or at the predictor finish. A key that cannot be read
         now is a ConfigError, raised before anything changed."""
         if config.tenants and not self.keys_checked:
             # The gRPC front end checks keys only if it started with something to check.
@@ -273,8 +276,9 @@ class InferenceService:
         # A counter, not a context manager: a queued request would hold its generator frame.
         self.active_requests += 1
         try:
-            if call.tenant:
-                self.door.permit(call.tenant, served.name)
+            # Its key looked up again in the door of now: a reload may have removed, rotated or
+            # renamed its tenant since it was admitted (a body still arriving, a stream's message).
+            call.tenant = self.door.permit(call.tenant, served.name)
             batch = served.batch_inputs(request)
             submitted = call.batch_request(served.name, batch.tensors, batch.lengths,
                                            client=self.telemetry.request_started(call), parameters=batch.parameters,

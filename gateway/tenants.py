@@ -114,6 +114,11 @@ class Directory:
         """The tenant whose key `key` is, or None."""
         return self._by_digest.get(digest(key))
 
+    def with_digest(self, key_digest: bytes) -> Tenant | None:
+        """The tenant whose key has this digest (`digest`), or None: a request admitted
+        before a reload is found again by it, without its key."""
+        return self._by_digest.get(key_digest)
+
     def named(self, name: str) -> Tenant | None:
         """The tenant of that name (as `find` gave it), or None if it is no longer declared."""
         return self._by_name.get(name)

@@ -16,7 +16,8 @@ Semantics
 * Batch ids are unique per scheduler (a random prefix and a counter), for logs and traces.
 * Tenants (`set_tenants`) are the scheduler's, across its models: a request of a tenant is
   held to its quotas before it is queued and counted in its usage (`tenants`), and its
-  model's queue fills batches across the tenants queued (`fairness`).
+  model's queue fills batches across the tenants queued (`fairness`). While tenants are
+  declared, a request naming one that is not (a front door not yet reloaded) is refused.
 
 Threading: all state lives on the scheduler's event loop. `submit` may be awaited from any
 event loop in any thread and `submit_threadsafe` called from any thread; both hand the work
@@ -45,7 +46,7 @@ from gateway.batching.queue import ModelQueue
 from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.tenants import Tenants, TenantUsageSnapshot
 from gateway.batching.view import ModelView
-from wire.errors import GatewayError, ModelNotFound, Unavailable
+from wire.errors import GatewayError, ModelNotFound, Unauthenticated, Unavailable
 
 __all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Replicas", "Scheduler"]
 
@@ -200,6 +201,10 @@ class BatchScheduler:
         tenant = request.tenant
         if not tenant:
             return queue.add(request)
+        if self.tenants.policies and tenant not in self.tenants.policies:
+            # Named by a front door older than these tenants (a worker reloads after the batcher):
+            # refused, never served with no quota.
+            raise Unauthenticated(f"tenant '{tenant}' is no longer declared: a reload removed or renamed it")
         tokens = queue.layout.tokens(request.rows, request.lengths)
         shared = self.tenants.admit(tenant, tokens, self._loop.time())
         if isinstance(shared, bool):

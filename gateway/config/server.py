@@ -47,6 +47,12 @@ class ServerConfig:
                                                 "allows.", minimum=0)
     # gRPC calls at once on one connection (Go's bound is 250).
     max_concurrent_streams: int = key(Kind.INTEGER, 256, "gRPC calls at once on one connection.", minimum=1)
+    # A ModelStreamInfer stream presents its key once, when it opens: bounded, it presents it
+    # again (each message's tenant is also looked up again by its key: gateway.auth).
+    max_stream_age_s: float = key(Kind.NUMBER, 0.0, "How long a gRPC ModelStreamInfer stream may stay open: past "
+                                                    "it, the stream stops reading, answers what it has read and "
+                                                    "ends UNAVAILABLE, and the client opens another, presenting its "
+                                                    "key again; 0: no limit.", minimum=0)
     # Completed connections the kernel holds until accepted: gRPC's (somaxconn), not Tornado's 128,
     # which a burst of a few hundred connects overflows (each SYN dropped then waits 1 s to retry).
     http_listen_backlog: int = key(Kind.INTEGER, 4096, "Connections the kernel completes and holds for the HTTP front "

@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 from google.protobuf import json_format
 
-from gateway.grpc.rpc import OpenStreams, Servicer, add_servicer, in_band, rpc, stream
+from gateway.grpc.rpc import OpenStreams, Servicer, StreamEnd, add_servicer, in_band, refused, rpc, stream
 from gateway.lifecycle import Call
 from gateway.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
 from wire.codecs import oip_grpc
 from wire.codecs.limits import Limits
+from wire.errors import Unauthenticated
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 
@@ -93,27 +94,46 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         when its answer has been handed to the stream, not when it was computed; when the
         client closes or cancels the stream, what it still has queued is dropped, never
         sent, and counted 499 with the answers it never took. When the gateway drains, it
-        stops reading every stream: each answers what it has read, then ends UNAVAILABLE."""
+        stops reading every stream: each answers what it has read, then ends UNAVAILABLE.
+
+        Each message is its tenant's as the gateway knows the stream's key now (the service
+        looks it up again): once a reload has removed or rotated out that key, the stream
+        answers what came before, then ends UNAUTHENTICATED with that message (those read
+        after it are counted 401). Past `[server] max_stream_age_s` the stream stops reading,
+        answers what it has read and ends UNAVAILABLE, and its client opens another,
+        presenting its key again."""
         answers = _StreamAnswers(self.service, self._infer, context)
         reader = asyncio.create_task(answers.read(requests))
         self.streams.track(reader)
+        max_age_s = self.service.config.server.max_stream_age_s
+        aging = asyncio.get_running_loop().call_later(max_age_s, answers.expire, reader) if max_age_s > 0 else None
         try:
             if await answers.write():
-                await self._stream_ended(reader, context)
+                if answers.ended is not None:
+                    refused(context, answers.ended.code, answers.ended.message)
+                else:
+                    await self._stream_ended(reader, context, answers)
         finally:
+            if aging is not None:
+                aging.cancel()
             reader.cancel()
             answers.drop_undelivered()
 
-    async def _stream_ended(self, reader: asyncio.Task[None], context: grpc.aio.ServicerContext) -> None:
+    async def _stream_ended(self, reader: asyncio.Task[None], context: grpc.aio.ServicerContext,
+                            answers: _StreamAnswers) -> None:
         """Every answer is written: the stream ends as its reading did, at the client's
-        half-close, with its read error, or UNAVAILABLE when the gateway's drain stopped it."""
+        half-close, with its read error, or UNAVAILABLE when the gateway's drain or the
+        stream's age stopped it."""
         try:
             await reader
         except asyncio.CancelledError:
-            if not self.streams.ending or _cancelling():
+            if _cancelling() or not (self.streams.ending or answers.expired):
                 raise
             context.set_code(grpc.StatusCode.UNAVAILABLE)
-            context.set_details("the gateway is shutting down; every request read from this stream was answered")
+            context.set_details("the gateway is shutting down; every request read from this stream was answered"
+                                if self.streams.ending else
+                                "the stream reached its maximum age ([server] max_stream_age_s); every request read "
+                                "from it was answered: open another")
 
     async def _infer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelInferResponse:
         served = self.service.model(request.model_name, request.model_version)
@@ -134,9 +154,12 @@ class _StreamAnswers:
         self.service = service
         self.infer = infer
         self.context = context
-        self.queue: asyncio.Queue[tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[asyncio.Task[pb.ModelStreamInferResponse | StreamEnd], Call] | None] = \
+            asyncio.Queue()
         self.window = asyncio.Semaphore(STREAM_WINDOW)
-        self.pending: tuple[asyncio.Task[pb.ModelStreamInferResponse], Call] | None = None  # being written
+        self.pending: tuple[asyncio.Task[pb.ModelStreamInferResponse | StreamEnd], Call] | None = None  # being written
+        self.ended: StreamEnd | None = None  # a message's key was no longer valid: the stream ends with it
+        self.expired = False  # it reached [server] max_stream_age_s: its reading was stopped
 
     async def read(self, requests: AsyncIterator[pb.ModelInferRequest]) -> None:
         """Read the stream while the window has room, each request opened as its own Call and
@@ -156,13 +179,21 @@ class _StreamAnswers:
     async def answer(self, request: pb.ModelInferRequest, call: Call) -> pb.ModelStreamInferResponse:
         return pb.ModelStreamInferResponse(infer_response=await self.infer(request, call))
 
+    def expire(self, reader: asyncio.Task[None]) -> None:
+        """The stream is as old as it may be: stop reading it (what was read is answered)."""
+        self.expired = True
+        reader.cancel()
+
     async def write(self) -> bool:
-        """Hand each answer to the client in order, as it is ready, until the reading ends;
-        False if the client went away."""
+        """Hand each answer to the client in order, as it is ready, until the reading ends, or
+        a message ends the stream (`ended`); False if the client went away."""
         while (pending := await self.queue.get()) is not None:
             self.pending = pending
             task, call = pending
             response = await task
+            if isinstance(response, StreamEnd):
+                self.ended = response
+                return True
             # Written here, not yielded: a client gone mid-write fails this await, in our
             # hands (one INFO line), instead of inside grpc (an ERROR with a traceback).
             try:
@@ -177,14 +208,16 @@ class _StreamAnswers:
 
     def drop_undelivered(self) -> None:
         """What the client never took (the answer being written, then the rest, queued or
-        computing): cancelled, each request closed 499."""
+        computing): cancelled, each request closed 499, or 401 once a message ended the
+        stream for its key."""
         undelivered = [self.pending] if self.pending is not None else []
         while not self.queue.empty():
             if (item := self.queue.get_nowait()) is not None:
                 undelivered.append(item)
+        status = CLIENT_CLOSED_REQUEST if self.ended is None else Unauthenticated.http_status
         for task, call in undelivered:
             task.cancel()
-            call.close(CLIENT_CLOSED_REQUEST)
+            call.close(status)
 
 
 def _stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:

@@ -24,6 +24,7 @@ import contextvars
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -35,7 +36,7 @@ from gateway.lifecycle import Call
 from gateway.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
 from wire.codecs import content_encoding
-from wire.errors import GatewayError, InvalidInput, MessageTooLarge, PayloadTooLarge
+from wire.errors import GatewayError, InvalidInput, MessageTooLarge, PayloadTooLarge, Unauthenticated
 from wire.request import PRIORITY_HEADER, priority_from_header
 from wire.tracing import ClientContext
 
@@ -134,12 +135,22 @@ def read_client(call: Call, request: Any, context: grpc.aio.ServicerContext) -> 
     call.client = client_context(metadata, getattr(request, "id", ""))
 
 
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """What a stream's message is answered with when the stream must end instead: the key
+    the stream was opened with is no longer valid (a reload removed or rotated it out)."""
+    code: grpc.StatusCode
+    message: str
+
+
 async def in_band(request: Any, context: grpc.aio.ServicerContext, call: Call,
                   answer: Callable[[Any, Call], Awaitable[Response]],
-                  error_answer: Callable[[Any, str], Response]) -> Response:
+                  error_answer: Callable[[Any, str], Response]) -> Response | StreamEnd:
     """One message of a stream, the streaming twin of `rpc`, as its own Call: `answer(request,
     call)`, or, for any error, `error_answer(request, message)` sent in band so the stream
-    stays open (the call closed with the error's status). A successful answer's call is
+    stays open (the call closed with the error's status); but for a key no longer valid,
+    a `StreamEnd` (returned, not raised: an exception kept by the answer's task would hold
+    the message in a cycle), and the stream ends with it. A successful answer's call is
     closed by the stream once the client has it; a cancelled one's, 499."""
     try:
         if isinstance(request, Compressed):
@@ -152,8 +163,10 @@ async def in_band(request: Any, context: grpc.aio.ServicerContext, call: Call,
         call.close(CLIENT_CLOSED_REQUEST)
         raise
     except Exception as error:
-        status, _, message = _classify(error, answer.__name__)
+        status, code, message = _classify(error, answer.__name__)
         call.close(status)
+        if isinstance(error, Unauthenticated):
+            return StreamEnd(code, message)
         return error_answer(request, message)
 
 
