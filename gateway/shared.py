@@ -23,8 +23,10 @@ How each quota is held
   and is renewed three times within it; the script drops the fields of replicas whose key
   is gone. A replica that dies holds its slots at most `slot_expiry`. One round trip per
   request of such a tenant (the answer's release is not awaited).
-* **When Redis cannot be reached** (a call fails, or takes longer than `timeout`: no request
-  waits on Redis longer than that per call, and a request makes at most two), the store is
+* **When Redis cannot be reached** (a call fails, or takes longer than `timeout`: the first
+  that does makes the store away, and nothing after asks Redis, so a request waits on an
+  unreachable Redis at most `timeout`; on a live one, for at most one slot and, per rate
+  quota, two leases: one already under way, then its own), the store is
   *away*: logged once, `mode` says so (`gateway_shared_quotas_available` 0 on /metrics), and
   with `on_unavailable = "local"` every replica holds each quota on its own (the scheduler's
   buckets, as without `[shared]`), with `"refuse"` tenants with quotas are refused 503. It
@@ -54,7 +56,7 @@ log = logging.getLogger("gateway.shared")
 SHARED, LOCAL, REFUSING = "shared", "local", "refusing"
 PROBE_S = 0.5  # while away, how often Redis is asked whether it is back
 IDLE_S = 1.0  # a slice unused this long is given back
-LEASES_PER_REQUEST = 3  # a request waiting for its slice asks at most this many times
+LEASES_PER_REQUEST = 2  # a request short of its slice awaits the lease under way, then at most one of its own
 
 # Refill a bucket by the server's clock; grant `want` units (at least `need`, else none).
 _LEASE = """
