@@ -111,7 +111,7 @@ return n
 class _Slice:
     """This replica's lease of one tenant's bucket: what it holds, and the bucket as last seen."""
 
-    __slots__ = ("key", "capacity", "rate", "target", "local", "seen", "seen_at", "used_at", "leasing")
+    __slots__ = ("key", "capacity", "rate", "target", "local", "seen", "seen_at", "used_at", "leasing", "waiting")
 
     def __init__(self, key: str, capacity: float, rate: float, share: float) -> None:
         self.key = key
@@ -122,6 +122,7 @@ class _Slice:
         self.seen_at = -math.inf
         self.used_at = 0.0
         self.leasing: asyncio.Task[bool] | None = None
+        self.waiting = 0.0  # units that requests waiting for a lease need: the next lease asks for them all
 
     def resize(self, capacity: float, rate: float, share: float) -> None:
         self.capacity, self.rate, self.target = capacity, rate, max(1.0, capacity * share)
@@ -308,21 +309,27 @@ class RedisQuotas:
         return self._spawn(self._lease_for(piece, units))
 
     async def _lease_for(self, piece: _Slice, units: float) -> float | None:
-        """Take `units` once a lease (this request's, or one under way) brings them."""
-        for _ in range(LEASES_PER_REQUEST):
-            if piece.leasing is None:
+        """Take `units` once a lease (this request's, or one under way) brings them. A lease
+        asks for what every request waiting on the slice needs (granted as far as the bucket
+        holds, at least this request's), so that concurrent requests share one round trip."""
+        piece.waiting += units
+        try:
+            for _ in range(LEASES_PER_REQUEST):
+                if piece.leasing is None:
+                    piece.leasing = self._spawn(self._lease(piece, units - piece.local,
+                                                            piece.waiting - piece.local + piece.target))
+                if not await asyncio.shield(piece.leasing) or self._mode != SHARED:
+                    self._away()
+                    return None
+                if piece.local >= units:
+                    piece.local -= units
+                    return 0.0
                 short = units - piece.local
-                piece.leasing = self._spawn(self._lease(piece, short, short + piece.target))
-            if not await asyncio.shield(piece.leasing) or self._mode != SHARED:
-                self._away()
-                return None
-            if piece.local >= units:
-                piece.local -= units
-                return 0.0
-            short = units - piece.local
-            if piece.seen < short:  # Redis's own answer: the bucket cannot hold it yet
-                return (short - piece.seen) / piece.rate
-        return max(units - piece.local - piece.projected(self._loop.time()), 1.0) / piece.rate
+                if piece.seen < short:  # Redis's own answer: the bucket cannot hold it yet
+                    return (short - piece.seen) / piece.rate
+            return max(units - piece.local - piece.projected(self._loop.time()), 1.0) / piece.rate
+        finally:
+            piece.waiting -= units
 
     async def _lease(self, piece: _Slice, need: float, want: float) -> bool:
         try:
