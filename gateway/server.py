@@ -118,7 +118,8 @@ async def reload_models(service: InferenceService, path: str) -> GatewayConfig |
     config now running, or None if the file is broken (logged; the running config kept).
     Server, limits and [shared] changes need a restart: they are kept as they are."""
     try:
-        fresh = load_config(path)
+        # Off the loop: the file and every key file are read (a slow disk or mount must not stall serving).
+        fresh = await asyncio.to_thread(load_config, path)
         fresh = dataclasses.replace(fresh, server=service.config.server, limits=service.config.limits,
                                     shared=service.config.shared)
         changes = await service.reconfigure(fresh, service.config.server.grace_s)  # its tenants' keys read first

@@ -150,7 +150,7 @@ class InferenceService:
         if config.tenants and not self.keys_checked:
             # The gRPC front end checks keys only if it started with something to check.
             raise ConfigError("tenants", "this gateway started open (no key, no token): restart it to require keys")
-        self.door = front_door(config)
+        self.door = await asyncio.to_thread(front_door, config)  # key files read off the loop
         self.scheduler.set_tenants(config.tenant_policies)
         old = {m.name: m for m in self.config.models}
         new = {m.name: m for m in config.models}
