@@ -225,9 +225,12 @@ class InferenceService:
         checks = await asyncio.gather(*(m.ready() for m in self.models.values()))
         return all(checks)
 
-    async def model_config(self, served: ServedModel) -> dict[str, Any]:
-        """The model's configuration as Triton's JSON document (see gateway.triton)."""
-        return triton.model_config(served, await served.backend.model_config())
+    async def model_config(self, served: ServedModel, own: bool = False) -> dict[str, Any]:
+        """The model's configuration as Triton's JSON document (see gateway.triton), from what
+        the gateway knows: the predictor's own configuration as the model last read it (at
+        readiness and on each refresh), never asked for per client (a predictor slow to
+        answer it would hold its model's connections); `own`: the gateway's view alone."""
+        return triton.model_config(served, None if own else served.predictor_config)
 
     # -- views of the whole gateway (gateway.views: this process's, or the workers') -----
 

@@ -33,6 +33,10 @@ def model_config(served: ServedModel, predictor_config: dict[str, Any] | None = 
     batching = served.batching  # its max_batch_size capped at the predictor's own
     config = dict(predictor_config or {})
     if config.get("input"):
+        # Copies: the predictor's configuration is the model's, kept from one request to the next.
+        for side in ("input", "output"):
+            if side in config:
+                config[side] = [dict(entry) for entry in config[side]]
         if predictor_batch_limit(config) is None:
             # A predictor that does not batch lists the batch dimension in its dims; the
             # gateway batches, so its dims are the rest.

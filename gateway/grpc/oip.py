@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 from google.protobuf import json_format
@@ -33,6 +34,8 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         super().__init__(service)
         self.limits = limits
         self.streams = streams
+        # Per model, the predictor configuration last found not to fit ModelConfig (logged once).
+        self._unparsable: dict[str, dict[str, Any] | None] = {}
 
     @rpc()
     async def ServerLive(self, request: pb.ServerLiveRequest,
@@ -64,9 +67,20 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
     @rpc()
     async def ModelConfig(self, request: pb.ModelConfigRequest,
                           context: grpc.aio.ServicerContext) -> pb.ModelConfigResponse:
-        config = await self.service.model_config(self.service.model(request.name, request.version))
+        served = self.service.model(request.name, request.version)
         response = pb.ModelConfigResponse()
-        json_format.ParseDict({"config": config}, response, ignore_unknown_fields=True)
+        try:
+            json_format.ParseDict({"config": await self.service.model_config(served)}, response,
+                                  ignore_unknown_fields=True)
+        except json_format.ParseError as error:
+            # A field of the predictor's configuration protobuf cannot hold: reported as unknown.
+            if served.predictor_config is not self._unparsable.get(served.name):
+                self._unparsable[served.name] = served.predictor_config
+                log.warning("model '%s': the predictor's model configuration does not fit Triton's ModelConfig (%s): "
+                            "gRPC clients get the gateway's own view of the model", served.name, error)
+            response = pb.ModelConfigResponse()
+            json_format.ParseDict({"config": await self.service.model_config(served, own=True)}, response,
+                                  ignore_unknown_fields=True)
         return response
 
     @rpc()

@@ -76,6 +76,11 @@ class ServedModel(ABC):
         # The most rows the predictor takes in one call, as its own model configuration says
         # (Triton's max_batch_size); None while it says nothing.
         self.batch_limit: int | None = None
+        # The predictor's own model configuration (Triton's, as its JSON), as last read when the
+        # metadata was (at readiness, then every METADATA_REFRESH_S); None: none read, or the
+        # one read was malformed. What the configuration route serves from: never read per client.
+        self.predictor_config: dict[str, Any] | None = None
+        self._malformed_config: Any = None  # the last malformed configuration logged (logged once)
         self._metadata_task: asyncio.Task | None = None
         self._on_batch_limit: Callable[[], None] | None = None
 
@@ -267,7 +272,7 @@ class ServedModel(ABC):
                 # batch should be cut before the limit is known. Only Triton has a model
                 # configuration to ask (KServe would answer 404 every time).
                 if self.config.predictor.server == "triton":
-                    self._learn_batch_limit(await self.backend.model_config())
+                    self._learn_batch_limit(self._learn_config(await self.backend.model_config()))
                 signature, self.versions = described
                 if self.config.signature is None and signature != self.signature:
                     if self.signature is not None:
@@ -276,6 +281,22 @@ class ServedModel(ABC):
             if not self.retries_metadata:
                 return
             await asyncio.sleep(METADATA_RETRY_S if described is None else METADATA_REFRESH_S)
+
+    def _learn_config(self, predictor_config: Any) -> dict[str, Any] | None:
+        """Keep the configuration the predictor gave (one not read this time changes nothing);
+        a malformed one is logged, once, and known as none."""
+        if predictor_config is None:
+            return None
+        problem = config_problem(predictor_config)
+        if problem is not None:
+            if predictor_config != self._malformed_config:
+                log.warning("model '%s': the predictor's model configuration is malformed (%s): the gateway reports "
+                            "its own view of the model instead", self.name, problem)
+                self._malformed_config = predictor_config
+            self.predictor_config = None
+            return None
+        self.predictor_config = predictor_config
+        return predictor_config
 
     def _learn_batch_limit(self, predictor_config: dict[str, Any] | None) -> None:
         limit = predictor_batch_limit(predictor_config)
@@ -292,6 +313,36 @@ class ServedModel(ABC):
 
     async def ready(self) -> bool:
         return await self.backend.ready()
+
+
+def config_problem(predictor_config: Any) -> str | None:
+    """What is wrong with a predictor's model configuration (Triton's JSON), as far as the
+    gateway reads it and passes it on, or None: a JSON object whose `input` and `output`,
+    when present, are lists of objects, each with a string `name` and a list of integer
+    `dims` (gRPC's JSON spells int64 as strings)."""
+    if not isinstance(predictor_config, dict):
+        return f"not an object but {type(predictor_config).__name__}"
+    for side in ("input", "output"):
+        tensors = predictor_config.get(side)
+        if tensors is None:
+            continue
+        if not isinstance(tensors, list):
+            return f"'{side}' is not a list"
+        for index, tensor in enumerate(tensors):
+            if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
+                return f"{side}[{index}] is not an object with a name"
+            dims = tensor.get("dims", [])
+            if not isinstance(dims, list) or not all(_integral(dim) for dim in dims):
+                return f"{side}[{index}].dims is not a list of integers"
+    return None
+
+
+def _integral(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, str) and value.lstrip("-").isdigit()
 
 
 def predictor_batch_limit(predictor_config: dict[str, Any] | None) -> int | None:
