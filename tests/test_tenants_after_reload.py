@@ -289,3 +289,29 @@ def _length(received: bytes) -> int:
             return int(value)
     return 0
 
+
+
+def test_with_the_token_alone_a_stream_is_checked_again_too(monkeypatch):
+    """No tenants, `[server] auth_token_env`: calls and streams run as the token's nameless
+    tenant; a reload naming another token ends an open stream at its next message."""
+    monkeypatch.setenv("GATEWAY_TOKEN", OTHER)
+    monkeypatch.setenv("NEXT_TOKEN", ROTATED)
+
+    def token_config(variable: str) -> gateway_config.GatewayConfig:
+        return gateway_config.parse({"models": MODELS, "server": {"http_port": 0, "grpc_port": 0,
+                                                                  "auth_token_env": variable}})
+
+    with running_gateway(token_config("GATEWAY_TOKEN")) as gw, stream(gw.grpc_address, OTHER) as opened:
+        assert opened.send("demo").error_message == ""
+        with grpc.insecure_channel(gw.grpc_address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            answer = stub.ModelInfer(message("demo", "unary"), timeout=10,
+                                     metadata=(("authorization", f"Bearer {OTHER}"),))
+            assert answer.id == "unary"
+        reload(gw, token_config("NEXT_TOKEN"))
+        with pytest.raises(grpc.RpcError) as refused:
+            opened.send("demo")
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert OTHER not in (refused.value.details() or "")
+        with stream(gw.grpc_address, ROTATED) as again:
+            assert again.send("demo").error_message == ""

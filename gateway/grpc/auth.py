@@ -29,7 +29,9 @@ EXEMPT_METHODS = frozenset({
 class KeyInterceptor(grpc.aio.ServerInterceptor):
     """Refuses a call without a key the service's door admits (read at each call: a reload
     replaces it) before its method runs; an inference call is counted all the same
-    (`gateway.grpc.rpc.refuse`)."""
+    (`gateway.grpc.rpc.refuse`). An admitted inference call runs as what the door admitted
+    (`gateway.auth.Admitted`: the tenant's name and its key's digest), which the service
+    checks again at each of its messages."""
 
     def __init__(self, service: InferenceService) -> None:
         self.service = service
@@ -46,8 +48,10 @@ class KeyInterceptor(grpc.aio.ServerInterceptor):
                                              metadata.get("x-api-key", metadata.get("api-key")))
         except Unauthenticated as error:
             return self._refusal(handler, error)
-        if not tenant or _front_end(handler) is None:
+        if _front_end(handler) is None:
             return handler
+        # The token's too (a nameless tenant): what the call was admitted with is checked again
+        # when it is served (gateway.auth), so it must reach the call.
         return _as_tenant(handler, tenant)
 
     def _refusal(self, handler: grpc.RpcMethodHandler, error: Unauthenticated) -> grpc.RpcMethodHandler:
