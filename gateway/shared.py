@@ -26,7 +26,7 @@ How each quota is held
 * **When Redis cannot be reached** (a call fails, or takes longer than `timeout`: the first
   that does makes the store away, and nothing after asks Redis, so a request waits on an
   unreachable Redis at most `timeout`; on a live one, for at most one slot and, per rate
-  quota, two leases: one already under way, then its own), the store is
+  quota, three leases, each asking for what every request waiting on it needs), the store is
   *away*: logged once, `mode` says so (`gateway_shared_quotas_available` 0 on /metrics), and
   with `on_unavailable = "local"` every replica holds each quota on its own (the scheduler's
   buckets, as without `[shared]`), with `"refuse"` tenants with quotas are refused 503. It
@@ -56,7 +56,7 @@ log = logging.getLogger("gateway.shared")
 SHARED, LOCAL, REFUSING = "shared", "local", "refusing"
 PROBE_S = 0.5  # while away, how often Redis is asked whether it is back
 IDLE_S = 1.0  # a slice unused this long is given back
-LEASES_PER_REQUEST = 2  # a request short of its slice awaits the lease under way, then at most one of its own
+LEASES_PER_REQUEST = 3  # a request short of its slice awaits at most this many leases (the one under way first)
 
 # Refill a bucket by the server's clock; grant `want` units (at least `need`, else none).
 _LEASE = """
@@ -300,7 +300,7 @@ class RedisQuotas:
         if piece.local >= units:
             piece.local -= units
             if piece.local < piece.target / 2 and piece.leasing is None:  # the next slice before this one runs out
-                piece.leasing = self._spawn(self._lease(piece, 0.0, piece.target - piece.local))
+                piece.leasing = self._spawn(self._lease(piece, 0.0, piece.waiting + piece.target - piece.local))
             return 0.0
         short = units - piece.local
         projected = piece.projected(now)
