@@ -27,6 +27,7 @@ from tools.bench.memory import memory
 from tools.bench.overhead import overhead
 from tools.bench.peers import peers
 from tools.bench.perf_analyzer import perf_analyzer_scenario
+from tools.bench.profile import profile
 from tools.bench.rerank import rerank_scenario
 from tools.bench.saturation import saturation
 from tools.bench.shared_quotas import shared_quotas
@@ -42,6 +43,7 @@ SCENARIOS: dict[str, tuple[Callable[[Context], dict[str, Any]], str]] = {
     "saturation": (saturation, "128 clients on a 20 ms + 0.25 ms/instance predictor; HTTP and gRPC; inflight 1/2"),
     "cost": (cost, "the gateway's CPU per request vs minimal Tornado apps (RequestHandler, delegate) answering themselves"),
     "overhead": (overhead, "gateway vs minimal Tornado / grpc.aio servers; added latency at 1 client"),
+    "profile": (profile, "where the gateway's CPU per request goes, by function (py-spy at the cost scenario's load)"),
     "grpc-transports": (grpc_transports, "the gateway's grpc.aio servicer vs grpc's synchronous server feeding the same loop"),
     "tracing": (tracing, "what OpenTelemetry tracing costs: off vs 1% vs 100% of requests traced"),
     "workers": (workers, "one gateway process vs --workers 2: gateway-bound, the seed scenario, saturation"),
