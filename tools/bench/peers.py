@@ -11,7 +11,8 @@ Served five ways, each by the real server:
   with both set; everything else its default);
 * **the gateway, untuned**: a model table that names only the backend, its URL and the model, in
   front of the first Triton (its batching off), over the gateway's default protocol; and the same
-  gateway on uvloop (`--loop uvloop`, its one setting that is not about batching).
+  gateway on uvloop (`--loop uvloop`, its one setting that is not about batching); with
+  `--before`, another checkout's gateway, untuned, in the same rounds.
 
 The load is `hey`, closed loop, single-row OIP REST JSON requests: 5 clients (the seed) and 64
 (saturation). Each round runs every system once, in turn, so that a slow stretch of this shared
@@ -120,6 +121,10 @@ def peers(ctx: Context) -> dict[str, Any]:
         servers.append(gateway.start())
         on_uvloop = Gateway(ctx.log_dir, "gateway-peers-uvloop", gateway_models, loop="uvloop")
         servers.append(on_uvloop.start())
+        before = None
+        if ctx.before is not None:  # --before: another checkout's gateway, untuned too, in the same rounds
+            before = Gateway(ctx.log_dir, "gateway-peers-before", gateway_models, root=ctx.before)
+            servers.append(before.start())
         path = f"/v2/models/{MODEL}/infer"
         systems = [
             System("Triton, batching off (direct)", plain.http_url + path, {"server": plain.group_cpu_seconds},
@@ -137,6 +142,10 @@ def peers(ctx: Context) -> dict[str, Any]:
                    {"gateway": on_uvloop.tree_cpu_seconds, "server": plain.group_cpu_seconds},
                    lambda: batch_totals(on_uvloop, MODEL)),
         ]
+        if before is not None:
+            systems.append(System(f"before: gateway of {ctx.before}, untuned", before.http_url + path,
+                                  {"gateway": before.tree_cpu_seconds, "server": plain.group_cpu_seconds},
+                                  lambda: batch_totals(before, MODEL)))
         for system in systems:  # not recorded: connections, the stubs' first calls, the gateway's learning
             for clients in (SEED_CLIENTS, SATURATION_CLIENTS):
                 hey(system.url, body, clients, 5.0 if "gateway" in system.cpu else 2.0)

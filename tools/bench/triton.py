@@ -6,7 +6,8 @@ execution) and `cost_batched` with Triton's own dynamic batcher. Closed-loop gRP
 (1, 5 and 128) call Triton directly (no batching, then its batcher) and the gateway in front
 of `cost` (over OIP gRPC and over OIP HTTP with the binary extension). A second table is the
 one-client latency on Triton's `free` model, direct and through the gateway, for both front
-ends and both predictor protocols: what the gateway adds to a round trip.
+ends and both predictor protocols: what the gateway adds to a round trip. With `--before`,
+another checkout's gateway runs the gRPC rows and the latency paths in the same rounds.
 
 It holds this scenario only; the harness (servers, load, rows) is `tools.bench.harness`'.
 It must not import another scenario.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from tools.bench.harness import (
 
 CALL_MS, PER_ROW_MS, MAX_BATCH = 20.0, 0.25, 64
 CLIENTS = (1, 5, 128)
+BEFORE = "before: "  # with --before: the runs through another checkout's gateway, in the same rounds
 ON_UVLOOP = "uvloop: "  # the latency paths through a second gateway, on uvloop (`serve --loop uvloop`)
 
 
@@ -74,8 +77,10 @@ def triton_scenario(ctx: Context) -> dict[str, Any]:
              "backend_model": "free", "batching": {"max_batch_size": MAX_BATCH}},
         ]
         # The latency table also runs a second gateway on uvloop: what the other loop changes.
-        with Gateway(ctx.log_dir, "gateway-triton", models).start() as gateway, \
-                Gateway(ctx.log_dir, "gateway-triton-uvloop", models[3:], loop="uvloop").start() as on_uvloop:
+        with ExitStack() as started:
+            gateway = started.enter_context(Gateway(ctx.log_dir, "gateway-triton", models).start())
+            on_uvloop = started.enter_context(Gateway(ctx.log_dir, "gateway-triton-uvloop", models[3:],
+                                                      loop="uvloop").start())
             plan = [
                 ("Triton, no batching", triton.grpc_address, "cost", "cost"),
                 ("Triton's dynamic batcher", triton.grpc_address, "cost_batched", "cost_batched"),
@@ -83,13 +88,20 @@ def triton_scenario(ctx: Context) -> dict[str, Any]:
                 ("gateway -> Triton over HTTP (binary)", gateway.grpc_address, "gw-http", "cost"),
                 (UNTUNED, gateway.grpc_address, "gw-auto", "cost"),
             ]
+            fronts: list[tuple[str, Gateway]] = [("", gateway), (ON_UVLOOP, on_uvloop)]
+            if ctx.before is not None:  # --before: another checkout's gateway in the same rounds
+                earlier = started.enter_context(Gateway(ctx.log_dir, "gateway-triton-before", models,
+                                                        root=ctx.before).start())
+                plan += [(BEFORE + "gateway -> Triton over gRPC", earlier.grpc_address, "gw-grpc", "cost"),
+                         (BEFORE + UNTUNED, earlier.grpc_address, "gw-auto", "cost")]
+                fronts.append((BEFORE, earlier))
             for _, address, model, _ in plan:
                 warm_up(address, oip_body(model), 4, grpc=True)
             for rep in range(ctx.repeat):
                 for clients in CLIENTS:
                     for name, address, model, executed in plan:
                         ctx.say(f"  triton: {name}, {clients} clients ({rep + 1}/{ctx.repeat})")
-                        if name == UNTUNED:
+                        if name.endswith(UNTUNED):
                             # What a deployment's gateway has done long before: learn its in-flight
                             # level at this load (other loads ran since; see batching.inflight).
                             load(address, oip_body(model), concurrency=clients, duration=LEARN_S, grpc=True)
@@ -105,7 +117,7 @@ def triton_scenario(ctx: Context) -> dict[str, Any]:
                 ("direct", "grpc", triton.grpc_address, oip_body("free"), True),
             ]
             for predictor in ("grpc", "http"):
-                for label, server in (("", gateway), (ON_UVLOOP, on_uvloop)):
+                for label, server in fronts:
                     latency_plan += [
                         (f"{label}gateway -> {predictor}", "http", f"{server.http_url}/v2/models/free-{predictor}/infer",
                          OIP_JSON_BODY, False),
@@ -154,13 +166,14 @@ def _report(ctx: Context, runs: list[dict[str, Any]]) -> dict[str, Any]:
     for front in ("http", "grpc"):
         direct = _median([r for r in runs if r["kind"] == "latency" and r["front"] == front and r["path"] == "direct"],
                          "p50_ms")
-        for path in [f"{label}gateway -> {predictor}" for label in ("", ON_UVLOOP) for predictor in ("grpc", "http")]:
+        labels = ("", ON_UVLOOP, BEFORE) if any(r.get("path", "").startswith(BEFORE) for r in runs) else ("", ON_UVLOOP)
+        for path in [f"{label}gateway -> {predictor}" for label in labels for predictor in ("grpc", "http")]:
             via = [r for r in runs if r["kind"] == "latency" and r["front"] == front and r["path"] == path]
             p50 = _median(via, "p50_ms")
             latency_rows.append({"name": f"{front} client, {path} (binary)" if path.endswith("http") else
                                  f"{front} client, {path}", "direct_p50": direct, "gateway_p50": p50,
                                  "added_p50": p50 - direct, "gateway_p99": _median(via, "p99_ms")})
-            if not path.startswith(ON_UVLOOP):
+            if not path.startswith((ON_UVLOOP, BEFORE)):
                 checks.append(check(f"added p50 at 1 client: {front} client, {path}", "<= 1.0 ms",
                                     f"{p50 - direct:+.2f} ms", p50 - direct <= 1.0))
     return {
