@@ -10,6 +10,7 @@ import http.client
 import http.server
 import os
 import re
+import shutil
 import signal
 import tempfile
 import threading
@@ -95,9 +96,11 @@ max_inflight = 1
 
 
 @contextlib.contextmanager
-def gateway_with_workers(config: Path, workers: int = WORKERS) -> Iterator[ServerProcess]:
+def gateway_with_workers(config: Path, workers: int = WORKERS, tmpdir: Path | None = None) -> Iterator[ServerProcess]:
+    """`--workers`; `tmpdir`: the temporary folder its batcher keeps its folder in (TMPDIR)."""
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir is not None else None
     process = python_module("gateway", "serve", "--config", str(config), "--http-port", "0", "--grpc-port", "0",
-                            "--workers", str(workers), "--log-level", "INFO", ready_timeout=60)
+                            "--workers", str(workers), "--log-level", "INFO", ready_timeout=60, env=env)
     try:
         yield process
     finally:
@@ -562,9 +565,14 @@ def test_the_token_stays_out_of_files_and_a_killed_batchers_folder_is_removed_by
     config = tmp_path / "gateway.toml"
     config.write_text('[server]\nauth_token_env = "WORKERS_FOLDER_TOKEN"\n' + MODEL.format(name="demo", url=url))
     os.environ["WORKERS_FOLDER_TOKEN"] = "s3cret-in-no-file"
+    # A temporary folder of the test's own: any batcher starting on this machine removes a dead
+    # batcher's folder it finds, and one of another test run (beside this one) did so once
+    # between the kill and the successor, which then had nothing left to remove.
+    # Short (tmp_path is too long for the batcher's AF_UNIX socket path).
+    tmpdir = Path(tempfile.mkdtemp(prefix="bgw-"))
     try:
-        with gateway_with_workers(config) as gw:
-            [folder] = Path(tempfile.gettempdir()).glob(f"batching-gateway-{gw.pid}-*")
+        with gateway_with_workers(config, tmpdir=tmpdir) as gw:
+            [folder] = tmpdir.glob(f"batching-gateway-{gw.pid}-*")
             assert all(b"s3cret-in-no-file" not in path.read_bytes() for path in folder.iterdir() if path.is_file())
             auth = {"Authorization": "Bearer s3cret-in-no-file"}
             on_workers = connections_on_every_worker(gw, 4)
@@ -578,11 +586,12 @@ def test_the_token_stays_out_of_files_and_a_killed_batchers_folder_is_removed_by
             os.kill(gw.pid, signal.SIGKILL)  # no clean-up: the folder stays behind
             wait_for(lambda: not any(alive(pid) for pid in workers), "the workers to stop with their batcher gone")
             assert folder.exists()
-        with gateway_with_workers(config) as successor:
+        with gateway_with_workers(config, tmpdir=tmpdir) as successor:
             assert not folder.exists()
             assert "left behind by a batcher" in successor.log_text()
     finally:
         del os.environ["WORKERS_FOLDER_TOKEN"]
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def test_a_config_error_exits_2_before_anything_starts(tmp_path):
