@@ -5,13 +5,15 @@ tensor model whose batch form is two BYTES tensors, the query and the document o
 shape [rows, 1] each, and whose answer is one FP32 score a row:
 
 - a Cohere client's request (`wire.rerank.RerankRequest`) becomes one row per document, each
-  paired with the query, its documents first cut to `max_tokens_per_doc` tokens
-  (`gateway.tokens.TokenCounter.cut`); OIP clients that send the two BYTES inputs themselves,
-  and KServe v1 clients whose instances are pairs (`[query, document]` or
-  `{"query": ..., "document": ...}`), land in the same batches;
-- every pair is measured in tokens, the query's plus the document's, each counted as an
-  embedding text is (`gateway.tokens`), so that the scheduler caps a batch by
-  `max_batch_tokens` (`gateway.batching.layouts.pairs`);
+  paired with the query, its query first cut to the model's `max_tokens_per_doc` tokens and
+  its documents to the request's (at most the model's; `gateway.tokens.TokenCounter.cut`),
+  as Cohere cuts what is too long rather than refusing it; OIP clients that send the two BYTES inputs themselves, and KServe v1 clients
+  whose instances are pairs (`[query, document]` or `{"query": ..., "document": ...}`),
+  land in the same batches;
+- every pair is measured in tokens, its query's and its document's apart (lengths [rows,
+  2]), each counted as an embedding text is (`gateway.tokens`), so that the scheduler caps a
+  batch by `max_batch_tokens`, counting the query once a batch where the predictor takes
+  one query per call (`gateway.batching.layouts.pairs`);
 - the scores are read from the output configured, else the only FP32 output, one per row; a
   score that is NaN or infinite is the predictor's bad answer (502).
 
@@ -58,10 +60,13 @@ class RerankModel(TensorModel):
         return batch
 
     def _from_rerank_request(self, request: RerankRequest) -> BatchInputs:
-        documents = self.tokens.cut(request.documents, request.max_tokens_per_doc)
-        query_tokens = int(self.tokens.count([request.query])[0])
-        lengths = self.tokens.count(documents) + query_tokens
-        return BatchInputs(self._pairs([request.query] * len(documents), documents), lengths)
+        # The query is cut as the documents are, to the model's most: uncut, a long one costs every
+        # pair its length, and the predictor would score it cut (Cohere) or refuse it (vLLM) itself.
+        most = self.settings.max_tokens_per_doc
+        (query,) = self.tokens.cut([request.query], most)
+        documents = self.tokens.cut(request.documents, min(request.max_tokens_per_doc, most))
+        counts = self.tokens.count([query, *documents])
+        return BatchInputs(self._pairs([query] * len(documents), documents), _pair_lengths(counts[0], counts[1:]))
 
     def batch_inputs_from_instances(self, instances: list[Any]) -> BatchInputs:
         """A KServe v1 (or TorchServe JSON) client's instances: each a pair, `[query, document]`
@@ -86,7 +91,7 @@ class RerankModel(TensorModel):
         return [tensors[name] for name in order]
 
     def _measure(self, tensors: list[Tensor]) -> np.ndarray:
-        """Each pair's tokens, the query's plus the document's (an OIP client's BYTES too)."""
+        """Each pair's tokens, [rows, 2]: the query's and the document's (an OIP client's BYTES too)."""
         by_name = {tensor.name: tensor for tensor in tensors}
         counts = []
         for name in (self.settings.query_input, self.settings.document_input):
@@ -99,7 +104,7 @@ class RerankModel(TensorModel):
                 raise InvalidInput(f"input '{name}' of model '{self.name}' holds one text per row (shape [rows, 1]); "
                                    f"got {list(tensor.data.shape)}")
             counts.append(self.tokens.count(self.texts_of(tensor)))
-        return counts[0] + counts[1]
+        return _pair_lengths(counts[0], counts[1])
 
     # -- out of the answer --------------------------------------------------------------
 
@@ -126,3 +131,11 @@ def _column(name: str, texts: list[str]) -> Tensor:
     column = np.empty((len(texts), 1), dtype=object)
     column[:, 0] = [text.encode("utf-8", "surrogatepass") for text in texts]
     return Tensor(name, "BYTES", column)
+
+
+def _pair_lengths(queries: np.ndarray | int, documents: np.ndarray) -> np.ndarray:
+    """The pairs' lengths as the pair layout reads them: [rows, 2], each query's tokens and its document's."""
+    lengths = np.empty((len(documents), 2), dtype=np.int64)
+    lengths[:, 0] = queries
+    lengths[:, 1] = documents
+    return lengths

@@ -55,14 +55,17 @@ COST_KEY = "batching.max_batch_cost"
 @dataclass(frozen=True, slots=True)
 class RowShape:
     """The lengths of one queued part: its tensors' `length` along the padded dims, each
-    row's real `lengths`, and the `padded` length it travels at alone."""
+    row's real `lengths`, and the `padded` length it travels at alone; `shared`: what a
+    batch holding it pays once beside its rows, whatever their number (a rerank query sent
+    once with its documents), out of the cost cap."""
     length: int
     padded: int
     lengths: np.ndarray  # int64, one per row
+    shared: int = 0
 
     def rows(self, start: int, count: int) -> RowShape:
         """The shape of rows start..start+count (a part of a split request)."""
-        return RowShape(self.length, self.padded, self.lengths[start:start + count])
+        return RowShape(self.length, self.padded, self.lengths[start:start + count], self.shared)
 
 
 def measure(inputs: list[Tensor], padding: PaddingConfig, lengths: np.ndarray | None = None) -> RowShape:

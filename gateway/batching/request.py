@@ -55,7 +55,8 @@ class BatchRequest:
     priority: int = 0                 # Triton's: 1 is the highest level, 0 the model's default
     client: ClientContext = NO_CONTEXT
     parameters: Mapping[str, Any] = field(default_factory=lambda: NO_PARAMETERS)  # travel with its batch (part of what must agree)
-    lengths: np.ndarray | None = None  # each row's real length along padded dims (ragged v1 instances)
+    # Each row's real length along padded dims (ragged v1 instances), or its tokens (texts; pairs: [rows, 2], query and document).
+    lengths: np.ndarray | None = None
     form: str = ""  # the batch form it was converted to (its model's, when it was; see replace_model)
     tenant: str = ""  # the name of the tenant whose key it came with ("": none declared)
 

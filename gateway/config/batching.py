@@ -24,7 +24,8 @@ BATCHING = Table("models[].batching", "[models.batching]", (
     *declared(BatchingConfig),
     Key("buckets", Kind.INTEGERS, "Ascending lengths: padded requests (or texts, in tokens) merge within one bucket."),
     Key("max_batch_tokens", Kind.INTEGER, "An embedding model's tokens per batch (a rerank model's: query plus "
-                                          "document, each pair).", DEFAULT_MAX_BATCH_TOKENS, minimum=1, apart=True),
+                                          "document, each pair; with api = \"rerank\", the query once a batch).",
+        DEFAULT_MAX_BATCH_TOKENS, minimum=1, apart=True),
     Key("token_cost", Kind.STRING, "How a batch of texts costs its tokens: longest (rows x the longest, a predictor "
                                    "that pads) or sum.", TOKEN_COSTS[0], choices=TOKEN_COSTS, apart=True),
 ))

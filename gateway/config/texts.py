@@ -22,7 +22,7 @@ from gateway.tokens import (
     TokenizerUnavailable,
     token_decoder,
 )
-from wire.rerank import DOCUMENT_INPUT, QUERY_INPUT
+from wire.rerank import DEFAULT_MAX_TOKENS_PER_DOC, DOCUMENT_INPUT, QUERY_INPUT
 
 TOKEN_IDS_AS_IS = "as_is"  # [models.embeddings] token_ids: the predictor's own vocabulary, passed on
 
@@ -59,6 +59,11 @@ class RerankConfig:
     document_input: str = key(Kind.STRING, DOCUMENT_INPUT, "OIP: the BYTES input holding each pair's document.")
     output: str = key(Kind.STRING, "", "OIP: the FP32 output holding the scores, [rows, 1].",
                       shown="the only FP32 output")
+    # A query is cut, not refused, as Cohere cuts what is too long (docs/rerank.md says why).
+    max_tokens_per_doc: int = key(Kind.INTEGER, DEFAULT_MAX_TOKENS_PER_DOC,
+                                  "The most tokens of a Cohere client's query or document the predictor is sent: a "
+                                  "longer query is cut to it, each document to the request's max_tokens_per_doc, "
+                                  "at most this.", minimum=1)
 
 
 EMBEDDINGS = Table("models[].embeddings", "[models.embeddings]", declared(EmbeddingsConfig))

@@ -1,14 +1,23 @@
 """`PairRows`: one (query, document) pair a row (a rerank model's two BYTES inputs), each
-measured in tokens: the query's plus the document's.
+measured in tokens: its lengths are [rows, 2], each pair's query's tokens and its
+document's (or [rows], each pair's tokens whole, nothing known to be shared).
 
-A pair is a text row in everything but one thing, so this layout is `TextRows` (sorted and
+A pair is a text row in everything but two things, so this layout is `TextRows` (sorted and
 cut by bucket, costed within `max_batch_tokens` by the longest or by the sum, put back in the
-client's order) with one rule added: for a predictor that takes one query per call
-(`one_query`, Cohere's rerank shape), the query joins each part's signature, so a batch
-holds the pairs of one query only. Requests that ask the same query still merge, and a
-request whose rows ask several (an OIP client's) is cut by query first, its answer put back
-in its order. Without `one_query` (vLLM's score API, an OIP cross-encoder) pairs of any
-queries share a batch.
+client's order) with two rules added for a predictor that takes one query per call
+(`one_query`, Cohere's rerank shape):
+
+- the query joins each part's signature, so a batch holds the pairs of one query only.
+  Requests that ask the same query still merge, and a request whose rows ask several (an
+  OIP client's) is cut by query first, its answer put back in its order;
+- the call carries that query once, so a batch costs its documents (by the longest or by the
+  sum, and bucketed by their lengths) plus the query's tokens once, within
+  `max_batch_tokens` (`RowShape.shared`): a long query never makes each document a batch of
+  its own.
+
+Without `one_query` (vLLM's score API, an OIP cross-encoder, the simulated reranker) pairs of
+any queries share a batch, and each pair costs its query's tokens plus its document's: the
+predictor encodes the query again with every document.
 """
 from __future__ import annotations
 
@@ -20,9 +29,9 @@ import numpy as np
 
 from gateway.batching.fairness import FairShare
 from gateway.batching.layouts.base import Cut, Restore
-from gateway.batching.layouts.texts import TextRows
+from gateway.batching.layouts.texts import TOKENS_KEY, TextRows
 from gateway.batching.request import Part
-from wire.errors import InvalidInput
+from wire.errors import InvalidInput, PayloadTooLarge
 from wire.tensors import Tensor
 
 
@@ -33,24 +42,38 @@ class PairRows:
     one_query: bool      # a batch holds the pairs of one query (the predictor takes one per call)
 
     def cut(self, inputs: list[Tensor], lengths: np.ndarray | None, agreed: tuple) -> Cut:
-        if not self.one_query:
-            return self.texts.cut(inputs, lengths, agreed)
         if lengths is None or len(lengths) != len(inputs[0].data):
             raise InvalidInput("the request's pairs were not measured in tokens")
+        if not self.one_query:
+            return self.texts.cut(inputs, lengths.sum(axis=1) if lengths.ndim == 2 else lengths, agreed)
         groups = self._rows_by_query(inputs)
         if len(groups) == 1:
             query = next(iter(groups))
-            return self.texts.cut(inputs, lengths, (*agreed, query))
+            return self._cut_one_query(inputs, lengths, agreed, query)
         cuts, sizes = [], []
         for query, rows in groups.items():
             index = np.asarray(rows, dtype=np.intp)
-            cuts.append(self.texts.cut([Tensor(t.name, t.datatype, t.data[index]) for t in inputs], lengths[index],
-                                       (*agreed, query)))
+            cuts.append(self._cut_one_query([Tensor(t.name, t.datatype, t.data[index]) for t in inputs],
+                                            lengths[index], agreed, query))
             sizes.append(len(rows))
         order = np.concatenate([np.asarray(rows, dtype=np.intp) for rows in groups.values()])
         return Cut([piece for cut in cuts for piece in cut.pieces], [shape for cut in cuts for shape in cut.shapes],
                    [signature for cut in cuts for signature in cut.signatures],
                    _restore_groups([cut.restore for cut in cuts], sizes, order))
+
+    def _cut_one_query(self, inputs: list[Tensor], lengths: np.ndarray, agreed: tuple, query: Hashable) -> Cut:
+        """The pairs of one query, costed as the call carries them: each document, and the
+        query once a batch (its tokens the largest any of its rows was measured at)."""
+        if lengths.ndim != 2:
+            return self.texts.cut(inputs, lengths, (*agreed, query))
+        shared, documents = int(lengths[:, 0].max()), lengths[:, 1]
+        cost = self.texts.max_batch_cost
+        if cost and shared + int(documents.max()) > cost:
+            longest = int(documents.max())
+            raise PayloadTooLarge(f"a pair of {shared + longest} tokens (the query's {shared} and the document's "
+                                  f"{longest}) is longer than a whole batch may hold ({TOKENS_KEY} = {cost}): send a "
+                                  f"shorter query or shorter documents")
+        return self.texts.cut(inputs, documents, (*agreed, query), shared=shared)
 
     def _rows_by_query(self, inputs: list[Tensor]) -> dict[Hashable, list[int]]:
         query = next((t for t in inputs if t.name == self.query_input), None)

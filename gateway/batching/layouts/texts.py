@@ -6,14 +6,15 @@ by length and cut by bucket (`padding.text_parts`), so that each part batches wi
 requests' texts of its own bucket and a list's short texts never pay for its long ones;
 its answer is put back in the client's order once every part is in. A batch costs its
 rows x its longest text (`token_cost = "longest"`) or its texts' tokens added up
-(`"sum"`), within `max_batch_tokens`: one text longer than that can never be sent and is
-refused (413) naming that key, before any bucket is looked up.
+(`"sum"`), within `max_batch_tokens` less what every batch of them pays once (`shared`: the
+query of a one-query rerank request, `pairs`): one text longer than that can never be sent
+and is refused (413) naming that key, before any bucket is looked up.
 """
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,18 +36,24 @@ class TextRows:
     max_batch_size: int
     max_batch_cost: int  # tokens (the model's max_batch_tokens)
 
-    def cut(self, inputs: list[Tensor], lengths: np.ndarray | None, agreed: tuple) -> Cut:
+    def cut(self, inputs: list[Tensor], lengths: np.ndarray | None, agreed: tuple, shared: int = 0) -> Cut:
+        """See `RowLayout.cut`; `shared`: tokens every batch of these rows pays once beside
+        them, out of `max_batch_tokens` (a one-query rerank request's query: `pairs`)."""
         if lengths is None or len(lengths) != len(inputs[0].data):
             raise InvalidInput("the request's texts were not measured in tokens")
+        room = self.room(shared)
         longest = int(lengths.max())
-        if self.max_batch_cost and longest > self.max_batch_cost:
+        if self.max_batch_cost and longest + shared > self.max_batch_cost:
             raise PayloadTooLarge(f"a text of {longest} tokens is longer than a whole batch may hold ({TOKENS_KEY} = "
                                   f"{self.max_batch_cost}): send shorter texts")
         if len(lengths) == 1:
             shape = pad.measure(inputs, self.padding, lengths)
-            pad.rows_per_part(shape.padded, self.max_batch_size, self.max_batch_cost)
+            pad.rows_per_part(shape.padded, self.max_batch_size, room)
+            shape = replace(shape, shared=shared) if shared else shape
             return Cut([inputs], [shape], [self._signature(inputs, shape, agreed)])
-        order, shapes = pad.text_parts(lengths, self.padding, self.max_batch_size, self.max_batch_cost)
+        order, shapes = pad.text_parts(lengths, self.padding, self.max_batch_size, room)
+        if shared:
+            shapes = [replace(shape, shared=shared) for shape in shapes]
         restore: Restore | None = None
         if order is not None:
             inputs = [Tensor(t.name, t.datatype, t.data[order]) for t in inputs]
@@ -60,12 +67,18 @@ class TextRows:
         return Cut(pieces, list(shapes), signatures, restore)
 
     def _signature(self, piece: list[Tensor], shape: pad.RowShape, agreed: tuple) -> object:
-        # The layout joins it: parts cut under other settings (before a reload) never share a batch.
-        return with_agreed((self, pad.signature(piece, self.padding, shape)), agreed)
+        # The layout joins it: parts cut under other settings (before a reload) never share a batch;
+        # and what a batch pays once: the parts of a signature share it (see `take`).
+        return with_agreed((self, pad.signature(piece, self.padding, shape), shape.shared), agreed)
+
+    def room(self, shared: int) -> int:
+        """The tokens a batch's rows may cost when it pays `shared` once beside them (0: no cap)."""
+        return max(self.max_batch_cost - shared, 1) if self.max_batch_cost else 0
 
     def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool,
              fair: FairShare | None = None) -> list[Part]:
-        return take_oldest_group(pending, limit, leader, self.max_batch_cost, by_level=by_level,
+        shared = leader.shape.shared if leader.shape is not None else 0  # its whole group's: in the signature
+        return take_oldest_group(pending, limit, leader, self.room(shared), by_level=by_level,
                                  summed=self.padding.summed, fair=fair)
 
     def tokens(self, rows: int, lengths: np.ndarray | None) -> int:
