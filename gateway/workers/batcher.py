@@ -215,7 +215,11 @@ class BatcherViews:
         return await self.local.statistics(name, version)
 
     async def exposition(self) -> bytes:
-        return merge_families([self.local.metrics.families(), *await self.batcher.workers_metrics()])
+        # Copied on the loop (`Metrics.scrape`), then turned into families, summed and written in a
+        # thread: however many tenants send, the batcher's loop never holds the whole text.
+        scrape = await self.local.metrics.scrape()
+        workers = await self.batcher.workers_metrics()
+        return await asyncio.to_thread(lambda: merge_families([scrape.families(), *workers]))
 
     async def live(self) -> dict[str, Any]:
         return await self.local.live()
