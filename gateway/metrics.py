@@ -29,7 +29,8 @@ set of counts for the gateway.
 A scrape (`Metrics.exposition`) reads on the loop and renders off it: the registry's
 families, each model's view and the tenants' usage are copied on the loop (`Metrics.scrape`,
 the tenants a chunk per loop turn), and the copy, a `Scrape`, which reads nothing live, is
-turned into families and text in a thread. However many tenants send, the loop is held a
+turned into text in a thread (the tenants' families written as strings directly, with no
+object per sample for the cyclic collector to walk: `_tenant_text`). However many tenants send, the loop is held a
 chunk at a time, never for the whole text (under `--workers`, the batcher sums its workers'
 counts in the thread too: `gateway.workers.batcher`).
 
@@ -159,32 +160,41 @@ class SchedulerFigures:
 class Scrape:
     """What one scrape says, copied on the loop (`Metrics.scrape`): the registry's families
     as collected, and the scheduler's figures (None in a worker). It reads nothing live, so
-    `families` and `render`, where the work of a large exposition is, run in any thread."""
+    its text, where the work of a large exposition is, is written in any thread."""
     own: list[Metric]
     scheduler: SchedulerFigures | None = None
 
-    def collect(self) -> Iterator[Metric]:
-        """Every family, the registry's first (what prometheus_client's renderer reads)."""
-        yield from self.own
-        figures = self.scheduler
-        if figures is None:
-            return
-        views = figures.views
-        yield from _model_families(views, figures.replicas)
-        yield from _padding_families({view.name: view.stats for view in views})
-        yield from _load_families({view.name: view.load for view in views})
-        yield from _tenant_families(figures.tenants)
-        yield _shared_family(figures.shared)
-
     def render(self) -> bytes:
-        """The Prometheus text exposition."""
-        return generate_latest(self)
+        """The Prometheus text exposition: the registry's families, then the scheduler's."""
+        return generate_latest(_Listed(self.own)) + self.scheduler_text()
 
     def families(self) -> list[Family]:
-        """The same as plain data (see `Family`)."""
+        """The registry's families as plain data (see `Family`): what a worker's are summed
+        with (`gateway.workers.batcher`; the scheduler's are the batcher's alone)."""
         return [(metric.name, metric.type, metric.documentation,
                  [(sample.name, sample.labels, floatToGoString(sample.value)) for sample in metric.samples])
-                for metric in self.collect()]
+                for metric in self.own]
+
+    def scheduler_text(self) -> bytes:
+        """The scheduler's families as Prometheus text (nothing in a worker): the models'
+        through prometheus_client, the tenants' written directly (`_tenant_text`)."""
+        figures = self.scheduler
+        if figures is None:
+            return b""
+        views = figures.views
+        models = [*_model_families(views, figures.replicas),
+                  *_padding_families({view.name: view.stats for view in views}),
+                  *_load_families({view.name: view.load for view in views}), _shared_family(figures.shared)]
+        return generate_latest(_Listed(models)) + _tenant_text(figures.tenants).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """Families already made, as prometheus_client's renderer reads a collector."""
+    metrics: list[Metric]
+
+    def collect(self) -> list[Metric]:
+        return self.metrics
 
 
 # Per-model figures, read from each model's view at scrape time: name -> (help, how to read it).
@@ -282,41 +292,69 @@ def _shared_family(shared: bool | None) -> Metric:
     return family
 
 
-def _tenant_families(usage: list[TenantUsageSnapshot]) -> Iterator[Metric]:
-    """Each tenant's usage (gateway.batching.tenants), by its name: samples only for the
-    tenants that have sent something (those `usage` holds)."""
-    requests = CounterMetricFamily(
-        "gateway_tenant_requests",
-        "A tenant's requests by the HTTP status of their outcome, its quota's refusals (429) included",
-        labels=["tenant", "code"])
-    rows = CounterMetricFamily("gateway_tenant_rows", "Rows of a tenant's requests let into the queue",
-                               labels=["tenant"])
-    tokens = CounterMetricFamily(
-        "gateway_tenant_tokens",
-        "Tokens of a tenant's requests let into the queue, as its tokens_per_minute counts them "
-        "(a text model's tokens, a tensor model's rows)", labels=["tenant"])
-    queued = HistogramMetricFamily("gateway_tenant_queue_wait_seconds",
-                                   "Time a tenant's request (or part) waited in the queue", labels=["tenant"])
-    refusals = CounterMetricFamily(
-        "gateway_tenant_refusals",
-        "A tenant's requests refused before they were queued, by reason: the quota refused "
-        "(requests_per_second, tokens_per_minute, max_concurrent) or why the queue refused it "
-        "(queue_full, deadline, too_large, invalid)",
-        labels=["tenant", "reason"])
-    in_flight = GaugeMetricFamily("gateway_tenant_requests_in_flight",
-                                  "A tenant's requests in the gateway now: let in, not yet answered (what "
-                                  "max_concurrent caps)", labels=["tenant"])
-    for tenant in usage:
-        name = tenant.tenant
-        for status, count in sorted(tenant.statuses.items()):
-            requests.add_metric([name, str(status)], count)
-        rows.add_metric([name], tenant.rows)
-        tokens.add_metric([name], tenant.tokens)
-        queued.add_metric([name], tenant.queue_wait_s.cumulative(), tenant.queue_wait_s.sum)
-        for reason, count in sorted(tenant.refusals.items()):
-            refusals.add_metric([name, reason], count)
-        in_flight.add_metric([name], tenant.concurrent)
-    yield from (requests, rows, tokens, queued, refusals, in_flight)
+# The tenants' families, in the order they are written: (name, type, help).
+_TENANT_FAMILIES = {
+    "requests": ("gateway_tenant_requests", "counter",
+                 "A tenant's requests by the HTTP status of their outcome, its quota's refusals (429) included"),
+    "rows": ("gateway_tenant_rows", "counter", "Rows of a tenant's requests let into the queue"),
+    "tokens": ("gateway_tenant_tokens", "counter",
+               "Tokens of a tenant's requests let into the queue, as its tokens_per_minute counts them "
+               "(a text model's tokens, a tensor model's rows)"),
+    "queued": ("gateway_tenant_queue_wait_seconds", "histogram",
+               "Time a tenant's request (or part) waited in the queue"),
+    "refusals": ("gateway_tenant_refusals", "counter",
+                 "A tenant's requests refused before they were queued, by reason: the quota refused "
+                 "(requests_per_second, tokens_per_minute, max_concurrent) or why the queue refused it "
+                 "(queue_full, deadline, too_large, invalid)"),
+    "in_flight": ("gateway_tenant_requests_in_flight", "gauge",
+                  "A tenant's requests in the gateway now: let in, not yet answered (what max_concurrent caps)"),
+}
+
+
+def _tenant_text(usage: list[TenantUsageSnapshot]) -> str:
+    """Each tenant's usage (gateway.batching.tenants) by its name, as Prometheus text: the
+    families are always described, with samples only for the tenants that have sent
+    something (those `usage` holds). The one part of a scrape that grows with the tenants,
+    so it is written as strings directly, the text prometheus_client writes (labels sorted
+    by name): no Metric and Sample objects, whose millions would run the cyclic collector,
+    which stops every thread, the loop's too, for tens of milliseconds at a time."""
+    number = floatToGoString
+    names = [(tenant, _escape_label(tenant.tenant)) for tenant in usage]
+    out: list[str] = []
+
+    def head(family: str) -> str:
+        name, kind, text = _TENANT_FAMILIES[family]
+        exposed = f"{name}_total" if kind == "counter" else name
+        out.append(f"# HELP {exposed} {_escape_help(text)}\n# TYPE {exposed} {kind}\n")
+        return exposed
+
+    exposed = head("requests")
+    out.extend(f'{exposed}{{code="{status}",tenant="{name}"}} {number(count)}\n'
+               for tenant, name in names for status, count in sorted(tenant.statuses.items()))
+    exposed = head("rows")
+    out.extend(f'{exposed}{{tenant="{name}"}} {number(tenant.rows)}\n' for tenant, name in names)
+    exposed = head("tokens")
+    out.extend(f'{exposed}{{tenant="{name}"}} {number(tenant.tokens)}\n' for tenant, name in names)
+    exposed = head("queued")
+    for tenant, name in names:
+        waited = tenant.queue_wait_s.cumulative()
+        out.extend(f'{exposed}_bucket{{le="{bound}",tenant="{name}"}} {number(count)}\n' for bound, count in waited)
+        out.append(f'{exposed}_count{{tenant="{name}"}} {number(waited[-1][1])}\n'
+                   f'{exposed}_sum{{tenant="{name}"}} {number(tenant.queue_wait_s.sum)}\n')
+    exposed = head("refusals")
+    out.extend(f'{exposed}{{reason="{_escape_label(reason)}",tenant="{name}"}} {number(count)}\n'
+               for tenant, name in names for reason, count in sorted(tenant.refusals.items()))
+    exposed = head("in_flight")
+    out.extend(f'{exposed}{{tenant="{name}"}} {number(tenant.concurrent)}\n' for tenant, name in names)
+    return "".join(out)
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _load_families(signals: Mapping[str, LoadSignal]) -> Iterator[Metric]:

@@ -74,6 +74,13 @@ async def test_a_tenant_that_has_sent_nothing_has_no_series_and_one_that_has_sen
                  'gateway_tenant_requests_in_flight{tenant="t0"} 0.0'):
         assert line in text, line
     assert [row["name"] for row in (await views.live())["tenants"]] == ["t0"]
+    # Written as text directly (gateway.metrics._tenant_text): each family described once, of its type.
+    kinds = {family.name: family.type for family in text_string_to_metric_families(text)
+             if family.name.startswith("gateway_tenant_")}
+    assert kinds == {"gateway_tenant_requests": "counter", "gateway_tenant_rows": "counter",
+                     "gateway_tenant_tokens": "counter", "gateway_tenant_queue_wait_seconds": "histogram",
+                     "gateway_tenant_refusals": "counter", "gateway_tenant_requests_in_flight": "gauge"}
+    assert text.count("# TYPE gateway_tenant_") == len(kinds)
 
 
 async def test_a_tenant_refused_by_its_quota_has_sent_something_and_has_series():
@@ -115,8 +122,8 @@ async def test_a_large_exposition_is_copied_a_chunk_per_loop_turn_and_rendered_i
             return threading.current_thread() is not threading.main_thread()
         return False
 
-    real_render, real_document = metrics.generate_latest, live.document
-    monkeypatch.setattr(metrics, "generate_latest", lambda *args: (rendered.append(on_thread()), real_render(*args))[1])
+    real_render, real_document = metrics.Scrape.render, live.document
+    monkeypatch.setattr(metrics.Scrape, "render", lambda *args: (rendered.append(on_thread()), real_render(*args))[1])
     monkeypatch.setattr(live, "document", lambda *args: (built.append(on_thread()), real_document(*args))[1])
 
     turns = 0
@@ -154,16 +161,22 @@ class Workers:
 async def test_under_workers_the_batcher_sums_and_renders_the_exposition_in_a_thread(monkeypatch):
     local, scheduler = await views_with_tenants(DECLARED)
     await send(scheduler, range(2))
-    merged: list[bool] = []
-    real_merge = batcher_module.merge_families
+    written: list[str] = []  # by whom: the merge of every process's counts, and the scheduler's text
+    real_merge, real_text = batcher_module.merge_families, metrics.Scrape.scheduler_text
 
     def merge(processes):
-        merged.append(threading.current_thread() is not threading.main_thread())
+        written.append(f"merge on {threading.current_thread().name}")
         return real_merge(processes)
 
+    def scheduler_text(scrape):
+        written.append(f"scheduler on {threading.current_thread().name}")
+        return real_text(scrape)
+
     monkeypatch.setattr(batcher_module, "merge_families", merge)
+    monkeypatch.setattr(metrics.Scrape, "scheduler_text", scheduler_text)
     text = (await BatcherViews(local, Workers()).exposition()).decode()  # type: ignore[arg-type]
-    assert merged == [True]
+    main = threading.main_thread().name
+    assert len(written) == 2 and not any(entry.endswith(f" on {main}") for entry in written), written
     assert set(tenant_series(text)) == {"t0", "t1"}
     assert 'gateway_requests_total{code="200",model="m",protocol="v1"} 5.0' in text
 
