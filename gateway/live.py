@@ -42,8 +42,9 @@ The shape, per model (`models`, sorted by name):
 - `last_batch_unix_s`: when the latest batch left (null before the first).
 
 And `tenants` (`batching.tenants`), in the scheduler's order (declared tenants first), each
-by its name alone, never a key nor a digest of one; empty while no tenant has been
-declared, and the page shows no table then:
+by its name alone, never a key nor a digest of one. Only tenants that have sent something
+are listed: one that has sent nothing has no row (so thousands declared and a few sending
+cost the few), and the list is empty, and the page shows no table, until one has:
 
 - `name`; `declared` (false for a tenant a reload removed, whose counts remain);
   `priority` (0: the model's default level), `weight`, and `quotas`:
@@ -59,35 +60,48 @@ declared, and the page shows no table then:
 
 It reads the scheduler on the scheduler's own loop (the HTTP front end shares it): each
 model's figures from its `batching.stats.StatsSnapshot`, its queue and slots from the
-scheduler. It must not know Tornado, HTTP or any front end, nor change anything it reads.
+scheduler, the tenants' usage a chunk per loop turn (`read_tenant_usage`); the document is
+built from those copies in a thread, so a long tenants' table never holds the loop. It must
+not know Tornado, HTTP or any front end, nor change anything it reads.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
+from gateway.batching.tenants import TenantUsageSnapshot
 from gateway.batching.view import ModelView
 
 RECENT_BATCHES = 120  # recent batch sizes sent per model: two minutes of a batch a second
 PROFILE_POINTS = 256  # ℓ(b) points sent: enough for a line however large max_batch_size is
 
 
-def snapshot(scheduler: BatchScheduler, now_unix_s: float | None = None) -> dict[str, Any]:
-    """Every model's batching now. Call on the scheduler's loop."""
+async def snapshot(scheduler: BatchScheduler, now_unix_s: float | None = None) -> dict[str, Any]:
+    """Every model's batching now, and the usage of the tenants that have sent something.
+    Call on the scheduler's loop: read there, built in a thread (see the module)."""
+    now = time.time() if now_unix_s is None else now_unix_s
+    views = scheduler.views()
+    usage = await scheduler.read_tenant_usage()
+    return await asyncio.to_thread(document, views, usage, now)
+
+
+def document(views: list[ModelView], usage: list[TenantUsageSnapshot], now_unix_s: float) -> dict[str, Any]:
+    """`snapshot`'s document from the copies read on the loop: reads nothing live, any thread."""
     return {
-        "server_time_unix_s": time.time() if now_unix_s is None else now_unix_s,
+        "server_time_unix_s": now_unix_s,
         "departure_reasons": list(departure_reasons()),
-        "models": [model_snapshot(view) for view in scheduler.views()],
-        "tenants": tenants_snapshot(scheduler),
+        "models": [model_snapshot(view) for view in views],
+        "tenants": tenants_snapshot(usage),
     }
 
 
-def tenants_snapshot(scheduler: BatchScheduler) -> list[dict[str, Any]]:
+def tenants_snapshot(tenants: list[TenantUsageSnapshot]) -> list[dict[str, Any]]:
     """The `tenants` entry of `snapshot` (the module docstring says what each field holds)."""
     out = []
-    for usage in scheduler.tenant_usage():
+    for usage in tenants:
         policy, waited = usage.policy, usage.queue_wait_s
         out.append({
             "name": usage.tenant, "declared": usage.declared,

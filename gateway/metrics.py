@@ -18,17 +18,28 @@ The load signal an autoscaler targets (`batching.load`) is read at scrape time a
 `gateway_predictor_replicas` and `gateway_predictor_load`; the capacity and the load have
 no sample while the model's profile has seen no call.
 
-Tenants' usage (`batching.tenants`, the scheduler's `tenant_usage`) too, labelled by the
-tenant's name, never a key or a digest of one: `gateway_tenant_*` (requests by status,
-rows, tokens, time queued, refusals by reason, requests in the gateway now). With no
-tenant declared these families have no sample. Like every scheduler figure they are the
-batcher's under `--workers`: one set of counts for the gateway.
+Tenants' usage (`batching.tenants`, the scheduler's `read_tenant_usage`) too, labelled by
+the tenant's name, never a key or a digest of one: `gateway_tenant_*` (requests by status,
+rows, tokens, time queued, refusals by reason, requests in the gateway now). A tenant has
+these series once it has sent something; one that has sent nothing (and every tenant, with
+none declared) has no sample, so a scrape is as large as the tenants that send, not the
+tenants declared. Like every scheduler figure they are the batcher's under `--workers`: one
+set of counts for the gateway.
+
+A scrape (`Metrics.exposition`) reads on the loop and renders off it: the registry's
+families, each model's view and the tenants' usage are copied on the loop (`Metrics.scrape`,
+the tenants a chunk per loop turn), and the copy, a `Scrape`, which reads nothing live, is
+turned into text in a thread (the tenants' families written as strings directly, with no
+object per sample for the cyclic collector to walk: `_tenant_text`). However many tenants send, the loop is held a
+chunk at a time, never for the whole text (under `--workers`, the batcher sums its workers'
+counts in the thread too: `gateway.workers.batcher`).
 
 It knows no front end and no predictor client: a replica set is recognised by what it keeps
 (`healthy`, one flag per replica), not by its class.
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +50,6 @@ from prometheus_client.utils import floatToGoString
 
 from gateway.batching.load import LoadSignal
 from gateway.batching.policies import departures as departure_reasons
-from gateway.batching.quotas import SharedQuotas
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.stats import HistogramSnapshot, StatsSnapshot
 from gateway.batching.tenants import TenantUsageSnapshot
@@ -76,13 +86,15 @@ class Metrics:
         # and locks on every call, a few microseconds on each request's path.
         self._counted: dict[tuple[str, str, str], Any] = {}
         self._timed: dict[tuple[str, str], Any] = {}
+        self._scheduler: BatchScheduler | None = None
+        self._replicas: Callable[[str], list[bool]] = lambda model: [True]
 
     def watch_scheduler(self, scheduler: BatchScheduler,
                         replicas: Callable[[str], list[bool]] = lambda model: [True]) -> None:
         """Export the figures of the scheduler that decides this process's batches (a
         worker has none: the batcher's are the gateway's). `replicas(model)`: whether each
         of the model's predictor replicas is in rotation, read when /metrics is scraped."""
-        self.registry.register(_SchedulerCollector(scheduler, replicas))
+        self._scheduler, self._replicas = scheduler, replicas
 
     def count_request(self, model: str, front_end: str, code: str, seconds: float) -> None:
         # The label keeps its published name, `protocol`: the protocol the client spoke.
@@ -104,12 +116,29 @@ class Metrics:
         scraped: `counts` is the tracer's (gateway.telemetry)."""
         self.registry.register(_SpanCollector(counts))
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    async def scrape(self) -> Scrape:
+        """Everything /metrics says, copied now on the loop (see the module): the tenants'
+        usage a chunk per loop turn, the rest at once (a few series per model)."""
+        own = list(self.registry.collect())
+        scheduler = self._scheduler
+        if scheduler is None:
+            return Scrape(own)
+        views = scheduler.views()
+        replicas = {view.name: self._replicas(view.name) for view in views}
+        store = scheduler.tenants.store
+        shared = None if store is None else store.mode == "shared"
+        usage = await scheduler.read_tenant_usage()  # the loop runs between chunks: models' figures come first
+        return Scrape(own, SchedulerFigures(views, replicas, usage, shared))
+
+    async def exposition(self) -> bytes:
+        """/metrics in Prometheus' text format: copied on the loop, rendered in a thread."""
+        scrape = await self.scrape()
+        return await asyncio.to_thread(scrape.render)
 
     def families(self) -> list[Family]:
-        """What `exposition` says, as plain data (see `families`)."""
-        return families(self.registry)
+        """This process's own counts (requests, connections, spans; not the scheduler's) as
+        plain data, read now: a worker's part of the batcher's sum (see `Family`)."""
+        return Scrape(list(self.registry.collect())).families()
 
 
 # A metric family as plain data, so that several processes' can be summed without parsing
@@ -118,10 +147,54 @@ class Metrics:
 Family = tuple[str, str, str, list[tuple[str, dict[str, str], str]]]
 
 
-def families(registry: CollectorRegistry) -> list[Family]:
-    return [(metric.name, metric.type, metric.documentation,
-             [(sample.name, sample.labels, floatToGoString(sample.value)) for sample in metric.samples])
-            for metric in registry.collect()]
+@dataclass(frozen=True, slots=True)
+class SchedulerFigures:
+    """The scheduler's figures at one scrape, copied on its loop."""
+    views: list[ModelView]
+    replicas: Mapping[str, list[bool]]  # by model: whether each of its predictor replicas is in rotation
+    tenants: list[TenantUsageSnapshot]  # those that have sent something
+    shared: bool | None  # the [shared] store holds the tenants' quotas now; None: no store
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """What one scrape says, copied on the loop (`Metrics.scrape`): the registry's families
+    as collected, and the scheduler's figures (None in a worker). It reads nothing live, so
+    its text, where the work of a large exposition is, is written in any thread."""
+    own: list[Metric]
+    scheduler: SchedulerFigures | None = None
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition: the registry's families, then the scheduler's."""
+        return generate_latest(_Listed(self.own)) + self.scheduler_text()
+
+    def families(self) -> list[Family]:
+        """The registry's families as plain data (see `Family`): what a worker's are summed
+        with (`gateway.workers.batcher`; the scheduler's are the batcher's alone)."""
+        return [(metric.name, metric.type, metric.documentation,
+                 [(sample.name, sample.labels, floatToGoString(sample.value)) for sample in metric.samples])
+                for metric in self.own]
+
+    def scheduler_text(self) -> bytes:
+        """The scheduler's families as Prometheus text (nothing in a worker): the models'
+        through prometheus_client, the tenants' written directly (`_tenant_text`)."""
+        figures = self.scheduler
+        if figures is None:
+            return b""
+        views = figures.views
+        models = [*_model_families(views, figures.replicas),
+                  *_padding_families({view.name: view.stats for view in views}),
+                  *_load_families({view.name: view.load for view in views}), _shared_family(figures.shared)]
+        return generate_latest(_Listed(models)) + _tenant_text(figures.tenants).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """Families already made, as prometheus_client's renderer reads a collector."""
+    metrics: list[Metric]
+
+    def collect(self) -> list[Metric]:
+        return self.metrics
 
 
 # Per-model figures, read from each model's view at scrape time: name -> (help, how to read it).
@@ -163,24 +236,7 @@ _GAUGES: dict[str, tuple[str, Callable[[ModelView, list[bool]], float]]] = {
 }
 
 
-class _SchedulerCollector:
-    def __init__(self, scheduler: BatchScheduler, replicas: Callable[[str], list[bool]]) -> None:
-        self.scheduler = scheduler
-        self.replicas = replicas
-
-    def describe(self) -> list[Metric]:
-        return []  # families are only known at collect time
-
-    def collect(self) -> Iterator[Metric]:
-        views = self.scheduler.views()
-        yield from _model_families(views, self.replicas)
-        yield from _padding_families({view.name: view.stats for view in views})
-        yield from _load_families({view.name: view.load for view in views})
-        yield from _tenant_families(self.scheduler.tenant_usage())
-        yield _shared_family(self.scheduler.tenants.store)
-
-
-def _model_families(views: list[ModelView], replicas: Callable[[str], list[bool]]) -> Iterator[Metric]:
+def _model_families(views: list[ModelView], replicas: Mapping[str, list[bool]]) -> Iterator[Metric]:
     """Each model's counters, histograms, gauges, departures, levels and learned profile."""
     counters = [(CounterMetricFamily(name, text, labels=["model"]), read) for name, (text, read) in _COUNTERS.items()]
     histograms = [(HistogramMetricFamily(name, text, labels=["model"]), read)
@@ -202,7 +258,7 @@ def _model_families(views: list[ModelView], replicas: Callable[[str], list[bool]
                                 "Learned predictor time of a batch, per row: l(b) = intercept + per_row * b",
                                 labels=["model"])
     for view in views:
-        model, stats, in_rotation = view.name, view.stats, replicas(view.name)
+        model, stats, in_rotation = view.name, view.stats, replicas[view.name]
         for counter, count in counters:
             counter.add_metric([model], count(stats))
         for family, histogram_of in histograms:
@@ -225,51 +281,80 @@ def _model_families(views: list[ModelView], replicas: Callable[[str], list[bool]
     yield from (departures, level_requests, level_outcomes, intercept, per_row)
 
 
-def _shared_family(store: SharedQuotas | None) -> Metric:
+def _shared_family(shared: bool | None) -> Metric:
     """Whether the tenants' quotas are held across the replicas now ([shared]; no sample without it)."""
     family = GaugeMetricFamily(
         "gateway_shared_quotas_available",
         "1 while the [shared] store holds the tenants' quotas across the gateway's replicas; 0 while it cannot be "
         "reached (each replica then holds them on its own, or refuses, as on_unavailable says)")
-    if store is not None:
-        family.add_metric([], 1.0 if store.mode == "shared" else 0.0)
+    if shared is not None:
+        family.add_metric([], 1.0 if shared else 0.0)
     return family
 
 
-def _tenant_families(usage: list[TenantUsageSnapshot]) -> Iterator[Metric]:
-    """Each tenant's usage (gateway.batching.tenants), by its name: no sample without tenants."""
-    requests = CounterMetricFamily(
-        "gateway_tenant_requests",
-        "A tenant's requests by the HTTP status of their outcome, its quota's refusals (429) included",
-        labels=["tenant", "code"])
-    rows = CounterMetricFamily("gateway_tenant_rows", "Rows of a tenant's requests let into the queue",
-                               labels=["tenant"])
-    tokens = CounterMetricFamily(
-        "gateway_tenant_tokens",
-        "Tokens of a tenant's requests let into the queue, as its tokens_per_minute counts them "
-        "(a text model's tokens, a tensor model's rows)", labels=["tenant"])
-    queued = HistogramMetricFamily("gateway_tenant_queue_wait_seconds",
-                                   "Time a tenant's request (or part) waited in the queue", labels=["tenant"])
-    refusals = CounterMetricFamily(
-        "gateway_tenant_refusals",
-        "A tenant's requests refused before they were queued, by reason: the quota refused "
-        "(requests_per_second, tokens_per_minute, max_concurrent) or why the queue refused it "
-        "(queue_full, deadline, too_large, invalid)",
-        labels=["tenant", "reason"])
-    in_flight = GaugeMetricFamily("gateway_tenant_requests_in_flight",
-                                  "A tenant's requests in the gateway now: let in, not yet answered (what "
-                                  "max_concurrent caps)", labels=["tenant"])
-    for tenant in usage:
-        name = tenant.tenant
-        for status, count in sorted(tenant.statuses.items()):
-            requests.add_metric([name, str(status)], count)
-        rows.add_metric([name], tenant.rows)
-        tokens.add_metric([name], tenant.tokens)
-        queued.add_metric([name], tenant.queue_wait_s.cumulative(), tenant.queue_wait_s.sum)
-        for reason, count in sorted(tenant.refusals.items()):
-            refusals.add_metric([name, reason], count)
-        in_flight.add_metric([name], tenant.concurrent)
-    yield from (requests, rows, tokens, queued, refusals, in_flight)
+# The tenants' families, in the order they are written: (name, type, help).
+_TENANT_FAMILIES = {
+    "requests": ("gateway_tenant_requests", "counter",
+                 "A tenant's requests by the HTTP status of their outcome, its quota's refusals (429) included"),
+    "rows": ("gateway_tenant_rows", "counter", "Rows of a tenant's requests let into the queue"),
+    "tokens": ("gateway_tenant_tokens", "counter",
+               "Tokens of a tenant's requests let into the queue, as its tokens_per_minute counts them "
+               "(a text model's tokens, a tensor model's rows)"),
+    "queued": ("gateway_tenant_queue_wait_seconds", "histogram",
+               "Time a tenant's request (or part) waited in the queue"),
+    "refusals": ("gateway_tenant_refusals", "counter",
+                 "A tenant's requests refused before they were queued, by reason: the quota refused "
+                 "(requests_per_second, tokens_per_minute, max_concurrent) or why the queue refused it "
+                 "(queue_full, deadline, too_large, invalid)"),
+    "in_flight": ("gateway_tenant_requests_in_flight", "gauge",
+                  "A tenant's requests in the gateway now: let in, not yet answered (what max_concurrent caps)"),
+}
+
+
+def _tenant_text(usage: list[TenantUsageSnapshot]) -> str:
+    """Each tenant's usage (gateway.batching.tenants) by its name, as Prometheus text: the
+    families are always described, with samples only for the tenants that have sent
+    something (those `usage` holds). The one part of a scrape that grows with the tenants,
+    so it is written as strings directly, the text prometheus_client writes (labels sorted
+    by name): no Metric and Sample objects, whose millions would run the cyclic collector,
+    which stops every thread, the loop's too, for tens of milliseconds at a time."""
+    number = floatToGoString
+    names = [(tenant, _escape_label(tenant.tenant)) for tenant in usage]
+    out: list[str] = []
+
+    def head(family: str) -> str:
+        name, kind, text = _TENANT_FAMILIES[family]
+        exposed = f"{name}_total" if kind == "counter" else name
+        out.append(f"# HELP {exposed} {_escape_help(text)}\n# TYPE {exposed} {kind}\n")
+        return exposed
+
+    exposed = head("requests")
+    out.extend(f'{exposed}{{code="{status}",tenant="{name}"}} {number(count)}\n'
+               for tenant, name in names for status, count in sorted(tenant.statuses.items()))
+    exposed = head("rows")
+    out.extend(f'{exposed}{{tenant="{name}"}} {number(tenant.rows)}\n' for tenant, name in names)
+    exposed = head("tokens")
+    out.extend(f'{exposed}{{tenant="{name}"}} {number(tenant.tokens)}\n' for tenant, name in names)
+    exposed = head("queued")
+    for tenant, name in names:
+        waited = tenant.queue_wait_s.cumulative()
+        out.extend(f'{exposed}_bucket{{le="{bound}",tenant="{name}"}} {number(count)}\n' for bound, count in waited)
+        out.append(f'{exposed}_count{{tenant="{name}"}} {number(waited[-1][1])}\n'
+                   f'{exposed}_sum{{tenant="{name}"}} {number(tenant.queue_wait_s.sum)}\n')
+    exposed = head("refusals")
+    out.extend(f'{exposed}{{reason="{_escape_label(reason)}",tenant="{name}"}} {number(count)}\n'
+               for tenant, name in names for reason, count in sorted(tenant.refusals.items()))
+    exposed = head("in_flight")
+    out.extend(f'{exposed}{{tenant="{name}"}} {number(tenant.concurrent)}\n' for tenant, name in names)
+    return "".join(out)
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_label(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _load_families(signals: Mapping[str, LoadSignal]) -> Iterator[Metric]:

@@ -29,10 +29,10 @@ class Views(Protocol):
         (no name) every model."""
 
     async def exposition(self) -> bytes:
-        """/metrics in Prometheus' text format."""
+        """/metrics in Prometheus' text format (read on the loop, rendered off it: `gateway.metrics`)."""
 
     async def live(self) -> dict[str, Any]:
-        """The live page's snapshot (`gateway.live`)."""
+        """The live page's snapshot (`gateway.live`; read on the loop, built off it)."""
 
 
 class LocalViews:
@@ -56,7 +56,7 @@ class LocalViews:
         return {"model_stats": [triton.model_statistics(m, self.scheduler.view(m.name).stats) for m in served]}
 
     async def exposition(self) -> bytes:
-        return self.metrics.exposition()
+        return await self.metrics.exposition()
 
     async def live(self) -> dict[str, Any]:
-        return live.snapshot(self.scheduler)
+        return await live.snapshot(self.scheduler)

@@ -25,7 +25,7 @@ def model(snapshot: dict, name: str = "m") -> dict:
 async def test_a_model_before_any_traffic():
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", RecordingExecutor(), BatchingConfig(max_batch_size=8))
-    snapshot = live.snapshot(scheduler, now_unix_s=123.5)
+    snapshot = await live.snapshot(scheduler, now_unix_s=123.5)
     assert snapshot["server_time_unix_s"] == 123.5
     assert snapshot["departure_reasons"] == list(departures())
     entry = model(snapshot)
@@ -44,7 +44,7 @@ async def test_counts_histogram_departures_and_profile_are_the_stats():
     scheduler.add_model("m", RecordingExecutor(delay_s=0.002), BatchingConfig(max_batch_size=4, max_hold_s=0))
     await asyncio.gather(*(scheduler.submit(BatchRequest.arriving("m", rows(i, 1 + i % 3))) for i in range(30)))
     stats = stats_of(scheduler, "m")
-    entry = model(live.snapshot(scheduler))
+    entry = model(await live.snapshot(scheduler))
     assert entry["counts"] == {"requests": 30, "answered": 30, "refused": 0, "refused_late": 0, "dropped": 0,
                                "expired": 0, "batches": stats.batches, "instances": stats.instances}
     assert stats.instances == sum(1 + i % 3 for i in range(30))
@@ -80,12 +80,12 @@ async def test_queued_rows_and_requests_and_batches_in_flight():
     waiting = [asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(10, 1)))),
                asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(20, 5))))]  # split in three parts: one request
     await asyncio.sleep(0.01)
-    entry = model(live.snapshot(scheduler))
+    entry = model(await live.snapshot(scheduler))
     assert entry["queue"] == {"rows": 6, "requests": 2}
     assert entry["inflight"]["batches"] == 1 and entry["inflight"]["limit"] == 1
     executor.release.set()
     await asyncio.gather(first, *waiting)
-    assert model(live.snapshot(scheduler))["queue"] == {"rows": 0, "requests": 0}
+    assert model(await live.snapshot(scheduler))["queue"] == {"rows": 0, "requests": 0}
 
 
 async def test_slo_priority_levels_auto_inflight_and_padding():
@@ -97,7 +97,7 @@ async def test_slo_priority_levels_auto_inflight_and_padding():
                          scheduler.submit(BatchRequest.arriving("m", rows(1, 1))),
                          scheduler.submit(BatchRequest.arriving("m", rows(2, 1))))
     stats_of(scheduler, "m").count_padding(30, 20)  # as a padded model's batch would
-    entry = model(live.snapshot(scheduler))
+    entry = model(await live.snapshot(scheduler))
     assert entry["slo_ms"] == pytest.approx(500) and entry["policy"] == "deadline"
     assert entry["goodput"] == {"slo_ms": pytest.approx(500), "answered_within_slo": 3}
     assert entry["inflight"]["auto"] is True and entry["inflight"]["ceiling"] == 4
@@ -112,7 +112,7 @@ async def test_a_large_max_batch_size_sends_a_bounded_line():
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", RecordingExecutor(delay_s=0), BatchingConfig(max_batch_size=1000))
     await scheduler.submit(BatchRequest.arriving("m", rows(0, 3)))
-    predicted = model(live.snapshot(scheduler))["profile"]["predicted"]
+    predicted = model(await live.snapshot(scheduler))["profile"]["predicted"]
     sizes = [size for size, _ in predicted]
     assert len(sizes) <= live.PROFILE_POINTS + 1 and sizes[0] == 1 and sizes[-1] == 1000 and sizes == sorted(sizes)
 
@@ -121,14 +121,14 @@ async def test_models_are_listed_by_name():
     scheduler = BatchScheduler(asyncio.get_running_loop())
     for name in ("zeta", "alpha", "mid"):
         scheduler.add_model(name, RecordingExecutor(), BatchingConfig())
-    assert [entry["name"] for entry in live.snapshot(scheduler)["models"]] == ["alpha", "mid", "zeta"]
+    assert [entry["name"] for entry in (await live.snapshot(scheduler))["models"]] == ["alpha", "mid", "zeta"]
 
 
 async def test_no_tenant_declared_no_tenants_table():
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", RecordingExecutor(delay_s=0), BatchingConfig())
     await scheduler.submit(BatchRequest.arriving("m", rows(0, 2)))
-    assert live.snapshot(scheduler)["tenants"] == []
+    assert (await live.snapshot(scheduler))["tenants"] == []
 
 
 async def test_the_tenants_table_is_their_usage_declared_tenants_first():
@@ -145,7 +145,7 @@ async def test_the_tenants_table_is_their_usage_declared_tenants_first():
         except RateLimited:
             refused += 1
     assert refused == 1
-    search, indexing = live.snapshot(scheduler)["tenants"]
+    search, indexing = (await live.snapshot(scheduler))["tenants"]
     assert search == {
         "name": "search", "declared": True, "priority": 1, "weight": 1.0,
         "quotas": {"requests_per_second": None, "tokens_per_minute": None, "max_concurrent": 8},
@@ -158,6 +158,6 @@ async def test_the_tenants_table_is_their_usage_declared_tenants_first():
     assert indexing["refusals"] == {"requests_per_second": 1} and indexing["rows"] == 2
     assert indexing["weight"] == 3 and indexing["quotas"]["requests_per_second"] == 2
     scheduler.set_tenants([TenantPolicy("indexing")])  # search removed by a reload: its counts remain, last
-    assert [(t["name"], t["declared"]) for t in live.snapshot(scheduler)["tenants"]] == \
+    assert [(t["name"], t["declared"]) for t in (await live.snapshot(scheduler))["tenants"]] == \
         [("indexing", True), ("search", False)]
-    orjson.dumps(live.snapshot(scheduler))
+    orjson.dumps(await live.snapshot(scheduler))

@@ -504,7 +504,8 @@ def test_no_key_nor_its_digest_reaches_logs_metrics_spans_or_the_live_page(tmp_p
             page = http("GET", f"{url}/dashboard", headers=ops)[2].decode()
             # What is grepped holds the tenants' usage, by name: the gateway_tenant_* families, the page's table.
             assert 'gateway_tenant_requests_total{code="200",tenant="search"}' in metrics
-            assert [tenant["name"] for tenant in orjson.loads(live)["tenants"]] == ["search", "indexing", "ops"]
+            # ops may call no model: its requests end at the front door (403), never counted, so it has no row.
+            assert [tenant["name"] for tenant in orjson.loads(live)["tenants"]] == ["search", "indexing"]
             process.signal(signal.SIGHUP)  # a reload reads every key again
             wait_for(lambda: "reload:" in process.log_text(), "the reload")
         finally:

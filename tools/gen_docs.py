@@ -93,8 +93,10 @@ def metrics_page() -> str:
         "(`gateway_padded_elements`, `gateway_real_elements`, `gateway_padding_waste_ratio`, "
         "`gateway_batch_cost`) appear for a model once it batched padded inputs or texts (in tokens); "
         "span families only with tracing on. Tenant families (`gateway_tenant_*`) carry a `tenant` label "
-        "(the tenant's name, never a key) instead of `model`, and have samples only with `[[tenants]]` "
-        "declared (see [Sharing one gateway](../tenants.md#usage)).\n\n",
+        "(the tenant's name, never a key) instead of `model`, and have samples only for a tenant that has "
+        "sent something: a declared tenant none of whose requests has reached the scheduler yet has no "
+        "series, so a scrape is as large as the tenants that send, not the tenants declared (see "
+        "[Sharing one gateway](../tenants.md#usage)).\n\n",
         "| family | type | help |\n|---|---|---|\n", *rows])
 
 

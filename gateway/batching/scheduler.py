@@ -49,6 +49,9 @@ from gateway.batching.view import ModelView
 from wire.errors import GatewayError, ModelNotFound, Unauthenticated, Unavailable
 
 __all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Replicas", "Scheduler"]
+# Tenants' usage copied per loop turn by `read_tenant_usage`: about 3.5 us each on the
+# project's 2-core machine, so about 4 ms of the loop at a time.
+USAGE_CHUNK = 1000
 
 class Scheduler(Protocol):
     """What decides batches, as the service drives it: this process's `BatchScheduler`, or
@@ -144,8 +147,19 @@ class BatchScheduler:
         self.tenants.update(policies, self._loop.time())
 
     def tenant_usage(self) -> list[TenantUsageSnapshot]:
-        """Every tenant's usage now (see `tenants`)."""
+        """The usage now of every tenant that has sent something (see `tenants`), at once."""
         return self.tenants.snapshot()
+
+    async def read_tenant_usage(self) -> list[TenantUsageSnapshot]:
+        """`tenant_usage`, read USAGE_CHUNK tenants at a time with the loop let run between
+        them: thousands of tenants sending never hold it for one reader (`/metrics`, the live
+        page). Each tenant's figures are of one moment; two tenants' may be a chunk apart."""
+        names = self.tenants.active()
+        usage = self.tenants.snapshot(names[:USAGE_CHUNK])
+        for start in range(USAGE_CHUNK, len(names), USAGE_CHUNK):
+            await asyncio.sleep(0)
+            usage += self.tenants.snapshot(names[start:start + USAGE_CHUNK])
+        return usage
 
     def view(self, name: str) -> ModelView:
         """Everything a reader may know of the model's batching now (see `view`)."""

@@ -40,6 +40,9 @@ Semantics
   (`requests_per_second`, `tokens_per_minute`, `max_concurrent`), or the queue's
   (`queue_full`, `deadline`: passed or sure to be missed, `too_large`: more rows than the
   queue holds, `invalid`). Recorded here, on the scheduler's loop; read through `snapshot`.
+  A tenant has usage once it has sent a request (its first reaches `admit`, or is counted
+  by the queue); one that has sent nothing has none, and `snapshot` leaves it out: with
+  thousands declared and a few sending, a reader pays for the few (`/metrics`, the live page).
 
 Nothing here is thread-safe: the scheduler's loop owns it. It knows no keys (the front
 door's, `gateway.tenants`), no HTTP, gRPC or predictor protocols, no queue, and no store
@@ -177,6 +180,7 @@ class Tenants:
 
     def __init__(self) -> None:
         self.policies: dict[str, TenantPolicy] = {}
+        self._order: dict[str, int] = {}  # each declared tenant's place, for `active`'s order
         self._quotas: dict[str, _Quota] = {}
         self.usage: dict[str, TenantUsage] = {}
         self.store: SharedQuotas | None = None  # quotas held with other replicas ([shared]); None: here
@@ -189,6 +193,7 @@ class Tenants:
     def update(self, policies: Iterable[TenantPolicy], now: float) -> None:
         """The declared tenants from now on (at start, and on every reload)."""
         self.policies = {policy.name: policy for policy in policies}
+        self._order = {name: place for place, name in enumerate(self.policies)}
         self._quotas = {name: _Quota(policy, now, self._quotas.get(name)) for name, policy in self.policies.items()}
 
     @property
@@ -209,6 +214,8 @@ class Tenants:
         RateLimited (counted as a refusal) when it is over a quota. True: the shared store
         held it; False: held here (or no quota); an awaitable of either (or of the refusal)
         when the store must be asked first."""
+        if tenant not in self.usage:  # it has sent something: it has usage (and series) from now on
+            self.usage[tenant] = TenantUsage()
         quota = self._quotas.get(tenant)
         if quota is None:
             return False
@@ -409,12 +416,21 @@ class Tenants:
             usage = self.usage[tenant] = TenantUsage()
         return usage
 
-    def snapshot(self) -> list[TenantUsageSnapshot]:
-        """Every tenant's usage now, declared tenants first (with nothing yet: zeros)."""
-        names = [*self.policies, *(name for name in self.usage if name not in self.policies)]
+    def active(self) -> list[str]:
+        """The tenants that have sent something (the others have no usage), declared tenants
+        first in their declared order, then those a reload removed, in the order they came:
+        sorted among themselves, never looked for among every declared tenant."""
+        order, last = self._order, len(self._order)
+        return sorted(self.usage, key=lambda name: order.get(name, last))
+
+    def snapshot(self, names: Iterable[str] | None = None) -> list[TenantUsageSnapshot]:
+        """The usage now of `names` (by default every tenant that has sent something, in
+        `active`'s order; a tenant that has sent nothing has none, and is left out)."""
         out = []
-        for name in names:
-            usage = self.usage.get(name) or TenantUsage()
+        for name in self.active() if names is None else names:
+            usage = self.usage.get(name)
+            if usage is None:
+                continue
             quota = self._quotas.get(name)
             out.append(TenantUsageSnapshot(name, self.policy(name), name in self.policies, dict(usage.statuses),
                                            usage.rows, usage.tokens,

@@ -215,7 +215,12 @@ class BatcherViews:
         return await self.local.statistics(name, version)
 
     async def exposition(self) -> bytes:
-        return merge_families([self.local.metrics.families(), *await self.batcher.workers_metrics()])
+        # Copied on the loop (`Metrics.scrape`), then summed and written in a thread: however many
+        # tenants send, the batcher's loop never holds the whole text. The workers have counts of
+        # their own only (requests, connections, spans): the scheduler's families are the batcher's.
+        scrape = await self.local.metrics.scrape()
+        workers = await self.batcher.workers_metrics()
+        return await asyncio.to_thread(lambda: merge_families([scrape.families(), *workers]) + scrape.scheduler_text())
 
     async def live(self) -> dict[str, Any]:
         return await self.local.live()

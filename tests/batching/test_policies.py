@@ -73,7 +73,7 @@ async def test_a_new_policy_is_one_table_entry_its_keys_read_and_its_reasons_cou
     assert stats_of(scheduler, "m").departures["patience_ran_out"] == 1
     metrics = Metrics()
     metrics.watch_scheduler(scheduler)
-    exposition = metrics.exposition().decode()
+    exposition = (await metrics.exposition()).decode()
     assert 'gateway_batch_departures_total{model="m",reason="patience_ran_out"} 1.0' in exposition
     assert 'gateway_batch_departures_total{model="m",reason="window_expired"} 0.0' in exposition
 

@@ -163,7 +163,7 @@ def test_a_client_that_writes_without_reading_is_pushed_back_and_its_answers_cou
         stop.set()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            samples = gw.gateway.service.metrics.exposition().decode()
+            samples = gw.call(gw.gateway.service.metrics.exposition()).decode()
             delivered = _counted(samples, "200")
             undelivered = _counted(samples, "499")
             if delivered + undelivered == submitted:

@@ -225,8 +225,9 @@ return {rows, text: document.body.innerText,
 
 def test_with_tenants_the_page_shows_their_table_and_no_key(tmp_path):
     """Two tenants by digest, one held to a request a second: the page's Tenants table lists
-    them in the config's order with what their clients saw (answered, refused by the quota),
-    never a key or a digest, and does not widen the page (at 1280 and 1024 px)."""
+    them once they have sent something (none before), in the config's order with what their
+    clients saw (answered, refused by the quota), never a key or a digest, and does not widen
+    the page (at 1280 and 1024 px)."""
     digests = {name: hashlib.sha256(key.encode()).hexdigest() for name, key in TENANT_KEYS.items()}
     config = gateway_config.parse({
         "models": [{"name": "demo", "backend": "simulated", "simulated": {"call_ms": 1}}],
@@ -239,7 +240,6 @@ def test_with_tenants_the_page_shows_their_table_and_no_key(tmp_path):
         browser.cdp("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {TENANT_KEYS['search']}"}})
         browser.set_window_size(1280, 900)
         browser.get(f"{gw.http_url}/dashboard")
-        browser.wait_for(READ_TENANTS, lambda seen: seen is not None, timeout=15, what="the Tenants table")
         predict = f"{gw.http_url}/v1/models/demo:predict"
 
         def send(name: str) -> int:
@@ -247,10 +247,12 @@ def test_with_tenants_the_page_shows_their_table_and_no_key(tmp_path):
                              headers={"Authorization": f"Bearer {TENANT_KEYS[name]}"})[0]
 
         searched = [send("search") for _ in range(20)]
+        alone = browser.wait_for(READ_TENANTS, lambda seen: seen is not None, timeout=15, what="the Tenants table")
+        assert [row["name"] for row in alone["rows"]] == ["search"]  # limited has sent nothing: no row
         limited = [send("limited") for _ in range(10)]
         assert set(searched) == {200} and 200 in limited and 429 in limited, limited
-        seen = browser.wait_for(READ_TENANTS, lambda seen: seen["rows"][0]["requests"] == "20"
-                                and seen["rows"][1]["requests"] == "10", timeout=15, what="the requests on the page")
+        seen = browser.wait_for(READ_TENANTS, lambda seen: [row["requests"] for row in seen["rows"]] == ["20", "10"],
+                                timeout=15, what="the requests on the page")
         search, held = seen["rows"]
         assert (search["name"], held["name"]) == ("search", "limited")
         assert search["level"] == "1 · 1" and held["level"] == "default · 2"

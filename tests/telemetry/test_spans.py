@@ -175,7 +175,7 @@ def test_a_collector_that_is_down_costs_dropped_counted_spans_never_an_answer(mo
                     for i in range(40)]
         assert statuses == [200] * 40
         counts = gw.gateway.telemetry.span_counts()
-        exposition = gw.gateway.service.metrics.exposition().decode()
+        exposition = gw.call(gw.gateway.service.metrics.exposition()).decode()
     assert counts["dropped"] > 0 and counts["exported"] == 0, counts
     assert 'gateway_trace_spans_total{outcome="dropped"}' in exposition
 

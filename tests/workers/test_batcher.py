@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import families
+from gateway.metrics import Scrape
 from gateway.workers.batcher import merge_families
 
 
@@ -17,7 +17,7 @@ def process_metrics(requests: int, connections: int, waits: list[float]):
     histogram = Histogram("gateway_queue_wait_seconds", "Wait", buckets=(0.01, 0.1), registry=registry)
     for wait in waits:
         histogram.observe(wait)
-    return families(registry)
+    return Scrape(list(registry.collect())).families()
 
 
 def samples(text: bytes) -> dict[tuple[str, tuple], float]:

@@ -1,5 +1,5 @@
 // The live page's script: polls dashboard/data (gateway/live.py) once a second and keeps one
-// card per model up to date, and, when tenants are declared, a table of them above. Rates are
+// card per model up to date, and, once a tenant has sent something, a table of them above. Rates are
 // computed here, from two successive snapshots and the server's own timestamps (the snapshot
 // keeps no history). Charts are inline SVG drawn by the small functions below; no library.
 // Values the tests read carry data-field attributes.
