@@ -323,6 +323,59 @@ def test_check_config_refuses_a_malformed_tenants_table_naming_the_key(tmp_path,
         assert secret not in error.lower()
 
 
+# A key as an operator might paste it, in every field of a table but its own.
+PASTED = "sk-live-Q2hhbmdlTWU/7f3a9c21+e4b8=="
+MISPLACED = [
+    ("name", tenant(f'name = "{PASTED}"', 'key_env = "TENANT_KEY_A"'), "tenants[0].name: must be 1 to 64"),
+    ("name twice", tenant('name = "sk-live-7f3a9c21e4b8"', 'key_env = "TENANT_KEY_A"')
+     + tenant('name = "sk-live-7f3a9c21e4b8"', 'key_env = "TENANT_KEY_B"'), "tenants[1].name: the same name as "
+                                                                            "tenants[0]'s"),
+    ("key_env", tenant('name = "a"', f'key_env = "{PASTED}"'),
+     "tenants[0].key_env: (tenant 'a') the environment variable it names is unset or empty"),
+    ("key_env as a list", tenant('name = "a"', f'key_env = ["{PASTED}"]'),
+     "tenants[0].key_env: must be a non-empty string, got an array"),
+    ("key_file", tenant('name = "a"', f'key_file = "{PASTED}"'),
+     "tenants[0].key_file: (tenant 'a') cannot read the file it names: FileNotFoundError"),
+    ("key_file a directory", tenant('name = "a"', 'key_file = "{directory}"'),
+     "tenants[0].key_file: (tenant 'a') the file it names is not a regular file"),
+    ("models", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'models = ["embed", "{PASTED}"]'),
+     "tenants[0].models[1]: is not the name of one of the [[models]]"),
+    ("key_sha256", tenant('name = "a"', f'key_sha256 = ["{PASTED}"]'), "tenants[0].key_sha256[0]: is not a SHA-256"),
+    ("weight", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'weight = "{PASTED}"'),
+     "tenants[0].weight: must be a number, got a string"),
+    ("priority", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'priority = "{PASTED}"'),
+     "tenants[0].priority: must be an integer, got a string"),
+    ("requests_per_second", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'requests_per_second = "{PASTED}"'),
+     "tenants[0].requests_per_second: must be a number, got a string"),
+    ("tokens_per_minute", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'tokens_per_minute = "{PASTED}"'),
+     "tenants[0].tokens_per_minute: must be a number, got a string"),
+    ("max_concurrent", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'max_concurrent = "{PASTED}"'),
+     "tenants[0].max_concurrent: must be an integer, got a string"),
+    ("a key of its own", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'"{PASTED}" = true'),
+     "tenants[0]: a key that is not one of its keys"),
+    ("a digit key as a number", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "weight = -73900412"),
+     "tenants[0].weight: must be a positive, finite number"),
+    ("the token's variable", '[server]\nauth_token_env = "sk-live-Q2hhbmdlTWU"\n' + tenant('name = "a"', 'key_env = "TENANT_KEY_A"'),
+     "server.auth_token_env: the environment variable it names is unset or empty"),
+]
+
+
+@pytest.mark.parametrize("case, table, said", MISPLACED, ids=[case for case, _, _ in MISPLACED])
+def test_a_key_written_into_the_wrong_field_is_never_repeated_by_the_config_error(tmp_path, monkeypatch, capsys,
+                                                                                  case, table, said):
+    """The error names the field and the tenant, never the value. Before: key_env, key_file,
+    models, a duplicate name and every number of the table repeated it."""
+    monkeypatch.setenv("TENANT_KEY_A", "secret-a")
+    monkeypatch.setenv("TENANT_KEY_B", "secret-b")
+    path = tmp_path / "gateway.toml"
+    path.write_text(BASE + table.replace("{directory}", str(tmp_path)))
+    assert cli.main(["check-config", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert said in error, error
+    for secret in (PASTED, "Q2hhbmdlTWU", "7f3a9c21", "73900412", str(tmp_path)):
+        assert secret not in error, error
+
+
 def test_check_config_as_a_command_exits_2_in_one_line(tmp_path):
     path = tmp_path / "gateway.toml"
     path.write_text(BASE + tenant('name = "a"', 'key_env = "X"', 'key_file = "/k"'))
@@ -436,7 +489,7 @@ def test_sighup_rotates_keys_and_adds_and_removes_tenants_with_nothing_lost(tmp_
                     # Rotation, step 1: both keys; and a tenant joins.
                     path.write_text(config([old, new], tenant('name = "newcomer"', 'key_env = "STEADY_API_KEY_2"')))
                     process.signal(signal.SIGHUP)
-                    wait_for(lambda: "environment variable STEADY_API_KEY_2" in process.log_text(),
+                    wait_for(lambda: "(tenant 'newcomer') the environment variable it names is unset" in process.log_text(),
                              "a reload naming a variable the gateway lacks to be refused")
                     assert predict(new) == 401  # refused whole: nothing of it applied
                     path.write_text(config([old, new], tenant('name = "newcomer"',
