@@ -148,6 +148,18 @@ class Directory:
         before a reload is found again by it, without its key."""
         return self._by_digest.get(key_digest)
 
+    def rekeyed(self, before: Directory, names: Iterable[str]) -> set[str]:
+        """Those of `names` whose keys here are not the keys they had in `before` (a reload's
+        rotation): names only, for the reload's log line."""
+        now, then = self._keys_by_name(), before._keys_by_name()
+        return {name for name in names if now.get(name) != then.get(name)}
+
+    def _keys_by_name(self) -> dict[str, set[bytes]]:
+        found: dict[str, set[bytes]] = {}
+        for key_digest, tenant in self._by_digest.items():
+            found.setdefault(tenant.name, set()).add(key_digest)
+        return found
+
     def named(self, name: str) -> Tenant | None:
         """The tenant of that name (as `find` gave it), or None if it is no longer declared."""
         return self._by_name.get(name)
