@@ -114,10 +114,17 @@ except ImportError:  # 3.12 renamed it
     _sha256 = hashlib.sha256
 
 
+def key_bytes(key: str) -> bytes:
+    """A key's bytes: its UTF-8, with bytes that were not UTF-8 where it came from (an
+    environment variable, a header) kept as they were (Python's surrogateescape, as
+    `os.environ` decodes them)."""
+    return key.encode("utf-8", "surrogateescape")
+
+
 def digest(key: str) -> bytes:
-    """A key's SHA-256 digest, over its UTF-8 bytes (what `sha256sum` prints for the key
-    written without a newline: `printf %s "$KEY" | sha256sum`)."""
-    return _sha256(key.encode()).digest()
+    """A key's SHA-256 digest, over its bytes (`key_bytes`: what `sha256sum` prints for the
+    key written without a newline, `printf %s "$KEY" | sha256sum`, in a UTF-8 shell)."""
+    return _sha256(key_bytes(key)).digest()
 
 
 @dataclass(frozen=True, slots=True)

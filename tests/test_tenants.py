@@ -11,6 +11,7 @@ import base64
 import concurrent.futures
 import contextlib
 import hashlib
+import os
 import signal
 import subprocess
 import sys
@@ -25,17 +26,22 @@ import numpy as np
 import openai
 import orjson
 import pytest
+import tornado.httputil
 import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
 from gateway import cli
 from gateway import config as gateway_config
+from gateway.auth import FrontDoor
 from gateway.lifecycle import Call
+from gateway.rest import intake
+from gateway.tenants import KeySource, Tenant, directory
 from tests.harness import http, http_json, running_gateway, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.predictors.torchserve_clients import CURL, CURL_ENV
 from tests.processes import gateway as gateway_process
 from tools.otlp_receiver import grpc_receiver
+from wire.errors import Unauthenticated
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.tensors import Tensor
@@ -240,6 +246,87 @@ def test_bad_keys_are_refused_each_in_its_protocols_shape_while_good_requests_fl
         stop.set()
         thread.join(timeout=60)
     assert outcomes and all(outcomes)
+
+
+UNICODE_KEYS = {"by-variable": "ключ-é-🔑-7f3a9c21e4b8", "by-file": "clé-fichier-ß-1b2c3d4e",
+                "by-digest": "鍵-日本語-5a5a5a5a5a5a"}
+
+
+def grpc_infer_over_curl(address: str, header: bytes) -> bytes:
+    """One ModelInfer call sent by curl over HTTP/2 with `header` as the client wrote its
+    bytes (gRPC's own clients send no metadata value past ASCII; other clients may); its
+    head and trailers as curl prints them."""
+    request = pb.ModelInferRequest(model_name="demo")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2]).contents.fp32_contents.extend([1, 2])
+    payload = request.SerializeToString()
+    frame = b"\x00" + len(payload).to_bytes(4, "big") + payload
+    return subprocess.run(
+        [CURL, "-sS", "-i", "--http2-prior-knowledge", "-H", "content-type: application/grpc", "-H", "te: trailers",
+         "-H", header, "--data-binary", "@-", f"http://{address}/inference.GRPCInferenceService/ModelInfer"],
+        input=frame, capture_output=True, check=True, timeout=30, env=CURL_ENV).stdout
+
+
+def test_a_key_past_ascii_is_the_utf8_its_client_sends_over_http_and_grpc(tmp_path, monkeypatch):
+    """Keys with characters past ASCII, declared by a variable, a file and a digest, match
+    the UTF-8 bytes a client sends: over HTTP (which Tornado reads as latin-1), in
+    `authorization` metadata from a client that sends it (curl over HTTP/2) and in
+    `authorization-bin` from gRPC's own clients (whose metadata values are ASCII). The same
+    characters sent as latin-1 are another key. Before: 401 over HTTP for every one of them."""
+    key_file = tmp_path / "unicode.key"
+    key_file.write_text(UNICODE_KEYS["by-file"] + "\n", encoding="utf-8")
+    monkeypatch.setenv("UNICODE_API_KEY", UNICODE_KEYS["by-variable"])
+    digest = hashlib.sha256(UNICODE_KEYS["by-digest"].encode()).hexdigest()
+    document = {"models": [DEMO], "server": {"http_port": 0, "grpc_port": 0},
+                "tenants": [{"name": "by-variable", "key_env": "UNICODE_API_KEY"},
+                            {"name": "by-file", "key_file": str(key_file)},
+                            {"name": "by-digest", "key_sha256": [digest]}]}
+    with running_gateway(gateway_config.parse(document)) as gw:
+        def curl(path: str, header: bytes, body: bytes | None = None) -> int:
+            command: list[str | bytes] = [CURL, "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", header,
+                                          f"{gw.http_url}{path}"]
+            if body is not None:
+                command += ["-H", "Content-Type: application/json", "--data-binary", body]
+            return int(subprocess.run(command, capture_output=True, check=True, timeout=30, env=CURL_ENV).stdout)
+
+        body = orjson.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
+        with grpc.insecure_channel(gw.grpc_address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            for name, key in UNICODE_KEYS.items():
+                sent = key.encode("utf-8")
+                assert curl("/v2/models/demo/infer", b"Authorization: Bearer " + sent, body) == 200, name
+                assert curl("/v1/models/demo:predict", b"x-api-key: " + sent, b'{"instances": [[1, 2]]}') == 200
+                assert curl("/metrics", b"Authorization: Bearer " + sent) == 200, name  # the Application's path
+                assert curl("/v2/models/demo/infer", b"Authorization: Bearer " + sent[:-1] + b"X", body) == 401
+                latin = key.encode("latin-1", "replace")  # where latin-1 has the characters, another key
+                assert curl("/v2/models/demo/infer", b"Authorization: Bearer " + latin, body) == 401, name
+                answer = grpc_infer_over_curl(gw.grpc_address, b"authorization: Bearer " + sent)
+                assert b"grpc-status: 0" in answer and b"grpc-status: 16" not in answer, (name, answer)
+                request = pb.ModelInferRequest(model_name="demo")
+                request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2]).contents.fp32_contents.extend([1, 2])
+                answered = stub.ModelInfer(request, timeout=30, metadata=(("authorization-bin", b"Bearer " + sent),))
+                assert answered.model_name == "demo", name
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.ModelInfer(request, timeout=30, metadata=(("authorization-bin", b"Bearer " + sent + b"X"),))
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            refused_answer = grpc_infer_over_curl(gw.grpc_address, "authorization: Bearer ключ-другой".encode())
+            assert b"grpc-status: 16" in refused_answer, refused_answer
+
+
+def test_the_token_and_keys_that_are_not_utf8_are_compared_as_the_bytes_sent(monkeypatch):
+    """The head as Tornado reads it (latin-1): `[server] auth_token_env`'s token past ASCII
+    matches its UTF-8, and a variable holding bytes that are not UTF-8 (which os.environ
+    keeps as surrogates) matches those bytes. Before: the token was refused, and the
+    variable's key could not even be hashed."""
+    def head(value: bytes) -> tornado.httputil.HTTPHeaders:
+        return tornado.httputil.HTTPHeaders.parse((b"Authorization: Bearer " + value + b"\r\n").decode("latin-1"))
+
+    token = "jéton-🔑-0123456789"
+    assert intake.admit(FrontDoor(token=token), head(token.encode())) == ""
+    with pytest.raises(Unauthenticated):
+        intake.admit(FrontDoor(token=token), head(token.encode("latin-1", "replace")))
+    monkeypatch.setenv("RAW_API_KEY", os.fsdecode(b"k\xff\xfe-raw"))  # as os.environ reads such bytes
+    door = FrontDoor(tenants=directory([(Tenant("raw"), KeySource(env="RAW_API_KEY"))]))
+    assert intake.admit(door, head(b"k\xff\xfe-raw")) == "raw"
 
 
 def test_a_calls_tenant_is_its_batch_requests():
