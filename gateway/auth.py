@@ -10,7 +10,10 @@ Three ways a gateway is configured, one rule each:
 
 A key is presented as `Authorization: Bearer <key>` (HTTP header or gRPC metadata), or in
 an `x-api-key` or `api-key` header (Azure's and Anthropic's clients send those), read in
-that order. Server liveness and readiness probes are exempt on both protocols, so probes
+that order. A key is the bytes the client sent, UTF-8 for any character past ASCII: each
+front end hands it here as that text (`gateway.rest.intake`: Tornado reads a head as
+latin-1; `gateway.grpc.auth`: gRPC's binary `-bin` metadata too, as a gRPC client can send
+no other byte past ASCII). Server liveness and readiness probes are exempt on both protocols, so probes
 need no secret (the list: gateway/grpc/auth.py); `/metrics` and the live page take any key
 the door admits. Messages here say what is missing, never a key nor its digest.
 
@@ -29,7 +32,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.tenants import Directory, digest
+from gateway.tenants import Directory, digest, key_bytes
 from wire.errors import PermissionDenied, Unauthenticated
 
 API_KEY_HEADERS = ("x-api-key", "api-key")
@@ -78,7 +81,7 @@ class FrontDoor:
             return ""
         key = presented_key(authorization, api_key)
         if self.tenants is None:
-            if not hmac.compare_digest(key.encode(), self.token.encode()):
+            if not hmac.compare_digest(key_bytes(key), key_bytes(self.token)):
                 raise Unauthenticated("the bearer token is not valid")
             return Admitted("", digest(key))
         key_hash = digest(key)

@@ -123,10 +123,12 @@ def default_of(cls: type, name: str) -> Any:
 @dataclass(frozen=True, slots=True)
 class Table:
     """One TOML table's keys: `path` says where it sits ("models[].batching"), `title` how
-    the reference page heads it ("[models.batching]")."""
+    the reference page heads it ("[models.batching]"). `echo` False: any of its values may be
+    a secret written in the wrong key (a tenant's key), so its errors never repeat a value."""
     path: str
     title: str
     keys: tuple[Key, ...]
+    echo: bool = True
 
     def names(self) -> frozenset[str]:
         return frozenset(key.name for key in self.keys)

@@ -57,6 +57,7 @@ class EmbeddingModel(TensorModel):
         self.settings: EmbeddingsConfig = config.embeddings or EmbeddingsConfig()
         self.tokens = TokenCounter(self.settings.tokenizer)
         self._warming: asyncio.Future | None = None
+        self._refusing_token_ids = ""  # why token ids were last refused, as logged (logged once for each why)
 
     @property
     def embeds_texts(self) -> bool:
@@ -114,7 +115,12 @@ class EmbeddingModel(TensorModel):
         try:
             decoder = token_decoder(self.settings.token_ids, self.settings.token_ids_file)
         except EncodingUnavailable as exc:
-            raise InvalidInput(f"model '{self.name}' cannot read token ids: {exc}; send 'input' as texts") from None
+            # The operator reads where the file was looked for; the client, what is missing.
+            if str(exc) != self._refusing_token_ids:
+                self._refusing_token_ids = str(exc)
+                log.warning("model '%s' refuses token ids: %s", self.name, exc)
+            raise InvalidInput(f"model '{self.name}' cannot read token ids: {exc.public}; send 'input' as "
+                               f"texts") from None
         texts = []
         for index, ids in enumerate(rows):
             try:

@@ -146,15 +146,21 @@ class InferenceService:
         refused from then on, also for a request admitted before and not yet submitted (a
         body still arriving, the next message of an open stream: `infer` asks the door
         again); requests already queued or at the predictor finish. A key that cannot be read
-        now is a ConfigError, raised before anything changed."""
+        now is a ConfigError, raised before anything changed.
+
+        Returns what changed, by kind: the models' ("added", "removed", ...) and the
+        tenants' (`tenants_changed`), each a list of names."""
         if config.tenants and not self.keys_checked:
             # The gRPC front end checks keys only if it started with something to check.
             raise ConfigError("tenants", "this gateway started open (no key, no token): restart it to require keys")
-        self.door = await asyncio.to_thread(front_door, config)  # key files read off the loop
+        door = await asyncio.to_thread(front_door, config)  # key files read off the loop
+        tenant_changes = tenants_changed(self.config, self.door, config, door)
+        self.door = door
         self.scheduler.set_tenants(config.tenant_policies)
         old = {m.name: m for m in self.config.models}
         new = {m.name: m for m in config.models}
-        changes: dict[str, list[str]] = {"added": [], "removed": [], "retuned": [], "replicas": [], "replaced": []}
+        changes: dict[str, list[str]] = {"added": [], "removed": [], "retuned": [], "replicas": [], "replaced": [],
+                                         **tenant_changes}
         for name in new.keys() - old.keys():
             await self._add_model(new[name])
             changes["added"].append(name)
@@ -302,6 +308,23 @@ def front_door(config: GatewayConfig) -> FrontDoor:
     if config.tenants:
         return FrontDoor(tenants=tenant_directory(config.tenants))
     return FrontDoor(token=config.server.auth_token)
+
+
+def tenants_changed(before: GatewayConfig, before_door: FrontDoor, after: GatewayConfig,
+                    after_door: FrontDoor) -> dict[str, list[str]]:
+    """The tenants a reload changes, by name (never a key, nor its digest): "tenants added",
+    "tenants removed", "tenants changed" (its level, weight, quotas or models) and "tenant
+    keys changed" (the keys read from its source now are not those it had: a rotation)."""
+    old = {tenant.name: tenant for tenant in before.tenants}
+    new = {tenant.name: tenant for tenant in after.tenants}
+    kept = [name for name in new if name in old]
+    rekeyed = (after_door.tenants.rekeyed(before_door.tenants, kept)
+               if after_door.tenants is not None and before_door.tenants is not None else set())
+    return {"tenants added": [name for name in new if name not in old],
+            "tenants removed": [name for name in old if name not in new],
+            "tenants changed": [name for name in kept
+                                if (old[name].policy, old[name].models) != (new[name].policy, new[name].models)],
+            "tenant keys changed": [name for name in kept if name in rekeyed]}
 
 
 def named_as_served(error: GatewayError, served: ServedModel) -> GatewayError:

@@ -66,41 +66,44 @@ class KeySource:
         if self.env:
             key = os.environ.get(self.env, "")
             if not key:
-                raise KeyUnavailable("key_env", f"environment variable {self.env} is unset or empty")
+                raise KeyUnavailable("key_env", "the environment variable it names is unset or empty")
             return frozenset({digest(key)})
         key = read_key_file(self.file).strip()  # a mounted Secret or `echo key > file` ends with a newline
         if not key:
-            raise KeyUnavailable("key_file", f"{self.file} is empty")
+            raise KeyUnavailable("key_file", "the file it names is empty")
         return frozenset({digest(key)})
 
 
 # A key file holds a key: a few dozen bytes, a few hundred for a JWT; past this it is not one.
 MAX_KEY_FILE_BYTES = 64 * 1024
+_NOT_REGULAR = "the file it names is not a regular file (a pipe, a device or a directory)"
 
 
 def read_key_file(path: str) -> str:
     """A key file's text: a regular file of at most `MAX_KEY_FILE_BYTES`, UTF-8. A named
     pipe or a device is refused before it is opened (reading a pipe waits for a writer, a
-    device may never end), and a larger file once it is; KeyUnavailable names the file,
-    never what it holds. Blocking I/O all the same: the gateway reads keys off its loop."""
+    device may never end), and a larger file once it is; KeyUnavailable says what is wrong
+    with the file, never its path (a key written where its path belongs) nor what it holds.
+    Blocking I/O all the same: the gateway reads keys off its loop."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            raise KeyUnavailable("key_file", f"{path} is not a regular file (a pipe, a device or a directory)")
+            raise KeyUnavailable("key_file", _NOT_REGULAR)
         # O_NONBLOCK: should it have been swapped for a pipe since, the open does not wait for a writer.
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         try:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-                raise KeyUnavailable("key_file", f"{path} is not a regular file (a pipe, a device or a directory)")
+                raise KeyUnavailable("key_file", _NOT_REGULAR)
             data = b""
             while len(data) <= MAX_KEY_FILE_BYTES and (chunk := os.read(descriptor, MAX_KEY_FILE_BYTES + 1 - len(data))):
                 data += chunk
         finally:
             os.close(descriptor)
         if len(data) > MAX_KEY_FILE_BYTES:
-            raise KeyUnavailable("key_file", f"{path} is larger than {MAX_KEY_FILE_BYTES // 1024} KiB: not a key")
+            raise KeyUnavailable("key_file", f"the file it names is larger than {MAX_KEY_FILE_BYTES // 1024} KiB: "
+                                             "not a key")
         return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise KeyUnavailable("key_file", f"cannot read {path}: {type(error).__name__}") from None
+        raise KeyUnavailable("key_file", f"cannot read the file it names: {type(error).__name__}") from None
 
 
 # CPython's own SHA-256 hashes a key of a few dozen bytes in half the time OpenSSL's takes
@@ -111,10 +114,17 @@ except ImportError:  # 3.12 renamed it
     _sha256 = hashlib.sha256
 
 
+def key_bytes(key: str) -> bytes:
+    """A key's bytes: its UTF-8, with bytes that were not UTF-8 where it came from (an
+    environment variable, a header) kept as they were (Python's surrogateescape, as
+    `os.environ` decodes them)."""
+    return key.encode("utf-8", "surrogateescape")
+
+
 def digest(key: str) -> bytes:
-    """A key's SHA-256 digest, over its UTF-8 bytes (what `sha256sum` prints for the key
-    written without a newline: `printf %s "$KEY" | sha256sum`)."""
-    return _sha256(key.encode()).digest()
+    """A key's SHA-256 digest, over its bytes (`key_bytes`: what `sha256sum` prints for the
+    key written without a newline, `printf %s "$KEY" | sha256sum`, in a UTF-8 shell)."""
+    return _sha256(key_bytes(key)).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +154,18 @@ class Directory:
         """The tenant whose key has this digest (`digest`), or None: a request admitted
         before a reload is found again by it, without its key."""
         return self._by_digest.get(key_digest)
+
+    def rekeyed(self, before: Directory, names: Iterable[str]) -> set[str]:
+        """Those of `names` whose keys here are not the keys they had in `before` (a reload's
+        rotation): names only, for the reload's log line."""
+        now, then = self._keys_by_name(), before._keys_by_name()
+        return {name for name in names if now.get(name) != then.get(name)}
+
+    def _keys_by_name(self) -> dict[str, set[bytes]]:
+        found: dict[str, set[bytes]] = {}
+        for key_digest, tenant in self._by_digest.items():
+            found.setdefault(tenant.name, set()).add(key_digest)
+        return found
 
     def named(self, name: str) -> Tenant | None:
         """The tenant of that name (as `find` gave it), or None if it is no longer declared."""

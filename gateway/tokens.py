@@ -117,7 +117,13 @@ TOKEN_ENCODINGS = ("cl100k_base", "o200k_base", "o200k_harmony", "p50k_base", "p
 
 
 class EncodingUnavailable(RuntimeError):
-    """A tiktoken encoding cannot be read here (not installed, no file, the wrong file)."""
+    """A tiktoken encoding cannot be read here (not installed, no file, the wrong file). Its
+    message is for the operator (the config's error, the gateway's log) and may name a path
+    on the gateway; `public` says the same to a client without one."""
+
+    def __init__(self, message: str, public: str = "") -> None:
+        super().__init__(message)
+        self.public = public or message
 
 
 class UndecodableTokens(ValueError):
@@ -211,15 +217,19 @@ def _ranks(encoding: str, url: str, expected_hash: str | None, file: str, cache:
     else:
         if cache is None:
             raise EncodingUnavailable(f"no {encoding} file: tiktoken's cache is turned off (TIKTOKEN_CACHE_DIR is "
-                                      f"empty) and no token_ids_file is configured")
+                                      f"empty) and no token_ids_file is configured",
+                                      f"the gateway has no {encoding} file (nothing is downloaded)")
         path = cache / hashlib.sha1(url.encode()).hexdigest()
+    # A client is told what is missing, never where the gateway looked: that is the log's.
+    public = f"the gateway has no usable {encoding} file (nothing is downloaded; its log says where it looked)"
     try:
         contents = path.read_bytes()
     except OSError as exc:
         where = "" if file else " (tiktoken's cache; nothing is downloaded: configure token_ids_file)"
-        raise EncodingUnavailable(f"no {encoding} file at {path}{where}: {exc.strerror}") from None
+        raise EncodingUnavailable(f"no {encoding} file at {path}{where}: {exc.strerror}", public) from None
     if expected_hash and hashlib.sha256(contents).hexdigest() != expected_hash:
-        raise EncodingUnavailable(f"{path} is not tiktoken's {encoding} file: its SHA-256 is not {expected_hash}")
+        raise EncodingUnavailable(f"{path} is not tiktoken's {encoding} file: its SHA-256 is not {expected_hash}",
+                                  public)
     ranks = {}
     for line in contents.splitlines():
         if line:

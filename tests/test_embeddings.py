@@ -7,6 +7,7 @@ token budget a 413 naming `max_batch_tokens`; `GET /v1/models/<m>` OpenAI's mode
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import numpy as np
@@ -222,12 +223,18 @@ def test_token_ids_are_decoded_back_to_their_texts_and_answered_as_the_texts():
                                [vector(text.encode()) for text in texts], rtol=1e-6)
 
 
-def test_token_ids_without_the_encoding_file_or_outside_it_are_refused_saying_why(tmp_path, monkeypatch):
+def test_token_ids_without_the_encoding_file_or_outside_it_are_refused_saying_why(tmp_path, monkeypatch, caplog):
+    """Without the file, the client is told what is missing and the gateway's log where it
+    was looked for. Before: the 400 named the gateway's cache path."""
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache: nothing is downloaded
-    with running_gateway(config_for(encoder())) as gw:
-        status, _, body = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": [[9906]]})
-        assert status == 400 and b"cannot read token ids: no cl100k_base file at" in body, body
-        assert b"nothing is downloaded" in body and b"send 'input' as texts" in body
+    with caplog.at_level(logging.WARNING, logger="gateway.embeddings"), running_gateway(config_for(encoder())) as gw:
+        for _ in range(3):
+            status, _, body = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": [[9906]]})
+            assert status == 400 and b"cannot read token ids: the gateway has no usable cl100k_base file" in body, body
+            assert b"nothing is downloaded" in body and b"send 'input' as texts" in body
+            assert str(tmp_path).encode() not in body and b"/" not in orjson.loads(body)["error"]["message"].encode()
+    logged = [r.getMessage() for r in caplog.records if "refuses token ids" in r.getMessage()]
+    assert len(logged) == 1 and f"no cl100k_base file at {tmp_path}/" in logged[0], logged  # once, with the path
     model = {**encoder(), "embeddings": {"token_ids_file": cl100k_file()}}
     with running_gateway(config_for(model)) as gw:
         status, _, body = http("POST", f"{gw.http_url}/v1/embeddings",

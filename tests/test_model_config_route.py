@@ -111,9 +111,11 @@ def test_clients_polling_the_configuration_never_reach_the_predictor(predictor):
     {"name": "m", "input": [{"name": "INPUT0", "dims": "2"}]},
     {"name": "m", "input": [{"name": "INPUT0", "dims": [2]}], "output": [7]},
     {"name": "m", "input": [{"name": "INPUT0", "dims": [2]}], "output": {"name": "OUTPUT0"}},
-], ids=["input-not-a-list", "dims-not-a-list", "output-not-objects", "output-an-object"])
+    {"name": "m", "input": [{"name": "INPUT0", "dims": [2]}], "output": None},
+], ids=["input-not-a-list", "dims-not-a-list", "output-not-objects", "output-an-object", "output-null"])
 def test_a_malformed_configuration_is_logged_and_reported_as_unknown(predictor, caplog, malformed):
-    """Before: 500 over HTTP and INTERNAL over gRPC at every poll."""
+    """Before: 500 over HTTP and INTERNAL over gRPC at every poll (`output` null: 500 still
+    after d5ff5ac, which took a null for an absent list)."""
     predictor.config = malformed
     with caplog.at_level(logging.WARNING, logger="gateway.models.base"), gateway_before(predictor) as gw:
         status, document = http_json("GET", f"{gw.http_url}/v2/models/m/config", timeout=10)

@@ -3,10 +3,15 @@ flight finishing normally; a broken file keeps the running config."""
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import hashlib
+import logging
 import signal
 import threading
 
-from tests.harness import http_json, scraped, wait_for
+from gateway import config as gateway_config
+from gateway.server import reload_models
+from tests.harness import http_json, running_gateway, scraped, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
 from tests.processes import predictor_calls, simulated_predictor
@@ -204,3 +209,36 @@ def test_a_hung_replica_taken_off_the_list_does_not_stall_its_model(tmp_path):
         process.kill()
         for predictor in (hung, healthy):
             predictor.stop()
+
+
+def test_a_reload_that_changes_only_tenants_says_which_by_name_and_never_a_key(tmp_path, caplog):
+    """Tenants added, removed, changed (a weight) and rekeyed (a key file rotated), with the
+    models as they were: the reload's line names each, and holds no key nor digest.
+    Before: "reload: no changes"."""
+    keys = {"a": "sk-a-0123456789abcdef", "b": "sk-b-0123456789abcdef", "b2": "sk-b-rotated-9876543210",
+            "c": "sk-c-0123456789abcdef", "d": "sk-d-0123456789abcdef"}
+    digest = {name: hashlib.sha256(key.encode()).hexdigest() for name, key in keys.items()}
+    key_file = tmp_path / "b.key"
+    key_file.write_text(keys["b"] + "\n")
+
+    def tenants(*tables: str) -> str:
+        return DEMO + "".join(f"[[tenants]]\n{table}\n" for table in tables)
+
+    a = f'name = "a"\nkey_sha256 = ["{digest["a"]}"]'
+    b = f'name = "b"\nkey_file = "{key_file}"'
+    c = f'name = "c"\nkey_sha256 = ["{digest["c"]}"]'
+    path = tmp_path / "gateway.toml"
+    path.write_text(tenants(a, b, c))
+    started = gateway_config.load(path)
+    with running_gateway(dataclasses.replace(started, server=dataclasses.replace(started.server, http_port=0,
+                                                                                 grpc_port=0))) as gw:
+        key_file.write_text(keys["b2"] + "\n")
+        path.write_text(tenants(b, c + "\nweight = 3", f'name = "d"\nkey_sha256 = ["{digest["d"]}"]'))
+        with caplog.at_level(logging.INFO, logger="gateway.server"):
+            assert gw.call(reload_models(gw.gateway.service, str(path))) is not None
+            assert gw.call(reload_models(gw.gateway.service, str(path))) is not None  # the same again
+    lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("reload: ")]
+    assert lines == ["reload: tenants added ['d'], tenants removed ['a'], tenants changed ['c'], "
+                     "tenant keys changed ['b']", "reload: no changes"], lines
+    for secret in (*keys.values(), *digest.values()):
+        assert all(secret not in line for line in lines)

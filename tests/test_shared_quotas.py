@@ -86,6 +86,28 @@ async def test_three_replicas_hold_one_requests_per_second_between_them(redis, p
     assert admitted >= 30 - slices  # the bucket was full: what no slice stranded was let in
 
 
+async def test_a_shared_rate_below_one_a_second_admits_one_request_every_one_over_the_rate(redis, prefix):
+    """requests_per_second = 0.5 over two replicas: a shared bucket of one request, so the
+    first is let in, and a refusal tells at most the 2 s one request takes to refill. Before:
+    a bucket of half a request, which Redis never granted a whole one from: 0 let in."""
+    policy = TenantPolicy("t", requests_per_second=0.5)
+    async with replicas(redis.url, prefix, [policy], 2) as two:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        admitted, waits = 0, []
+        for n in range(6):
+            try:
+                got = two[n % 2].tenants.admit("t", 1, loop.time())
+                if not isinstance(got, bool):
+                    await got
+                admitted += 1
+            except RateLimited as refused:
+                waits.append(int(refused.http_headers["retry-after-ms"]))
+        elapsed = loop.time() - started
+    assert 1 <= admitted <= 1 + 0.5 * elapsed + 2 * 1, (admitted, elapsed)  # + a slice (one) per replica
+    assert waits and all(1 <= wait <= 2000 for wait in waits), waits
+
+
 async def test_64_concurrent_requests_never_take_more_tokens_than_the_bucket(redis, prefix):
     """tokens_per_minute = 600 and 64 requests of 50 tokens at once, spread over two replicas:
     the tokens let in stay within the bucket (600 + 10 a second of refill), overshoot 0."""

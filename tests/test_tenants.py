@@ -11,6 +11,7 @@ import base64
 import concurrent.futures
 import contextlib
 import hashlib
+import os
 import signal
 import subprocess
 import sys
@@ -25,17 +26,22 @@ import numpy as np
 import openai
 import orjson
 import pytest
+import tornado.httputil
 import tritonclient.grpc as triton_grpc
 from tritonclient.utils import InferenceServerException
 
 from gateway import cli
 from gateway import config as gateway_config
+from gateway.auth import FrontDoor
 from gateway.lifecycle import Call
+from gateway.rest import intake
+from gateway.tenants import KeySource, Tenant, directory
 from tests.harness import http, http_json, running_gateway, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.predictors.torchserve_clients import CURL, CURL_ENV
 from tests.processes import gateway as gateway_process
 from tools.otlp_receiver import grpc_receiver
+from wire.errors import Unauthenticated
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.tensors import Tensor
@@ -242,6 +248,87 @@ def test_bad_keys_are_refused_each_in_its_protocols_shape_while_good_requests_fl
     assert outcomes and all(outcomes)
 
 
+UNICODE_KEYS = {"by-variable": "ключ-é-🔑-7f3a9c21e4b8", "by-file": "clé-fichier-ß-1b2c3d4e",
+                "by-digest": "鍵-日本語-5a5a5a5a5a5a"}
+
+
+def grpc_infer_over_curl(address: str, header: bytes) -> bytes:
+    """One ModelInfer call sent by curl over HTTP/2 with `header` as the client wrote its
+    bytes (gRPC's own clients send no metadata value past ASCII; other clients may); its
+    head and trailers as curl prints them."""
+    request = pb.ModelInferRequest(model_name="demo")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2]).contents.fp32_contents.extend([1, 2])
+    payload = request.SerializeToString()
+    frame = b"\x00" + len(payload).to_bytes(4, "big") + payload
+    return subprocess.run(
+        [CURL, "-sS", "-i", "--http2-prior-knowledge", "-H", "content-type: application/grpc", "-H", "te: trailers",
+         "-H", header, "--data-binary", "@-", f"http://{address}/inference.GRPCInferenceService/ModelInfer"],
+        input=frame, capture_output=True, check=True, timeout=30, env=CURL_ENV).stdout
+
+
+def test_a_key_past_ascii_is_the_utf8_its_client_sends_over_http_and_grpc(tmp_path, monkeypatch):
+    """Keys with characters past ASCII, declared by a variable, a file and a digest, match
+    the UTF-8 bytes a client sends: over HTTP (which Tornado reads as latin-1), in
+    `authorization` metadata from a client that sends it (curl over HTTP/2) and in
+    `authorization-bin` from gRPC's own clients (whose metadata values are ASCII). The same
+    characters sent as latin-1 are another key. Before: 401 over HTTP for every one of them."""
+    key_file = tmp_path / "unicode.key"
+    key_file.write_text(UNICODE_KEYS["by-file"] + "\n", encoding="utf-8")
+    monkeypatch.setenv("UNICODE_API_KEY", UNICODE_KEYS["by-variable"])
+    digest = hashlib.sha256(UNICODE_KEYS["by-digest"].encode()).hexdigest()
+    document = {"models": [DEMO], "server": {"http_port": 0, "grpc_port": 0},
+                "tenants": [{"name": "by-variable", "key_env": "UNICODE_API_KEY"},
+                            {"name": "by-file", "key_file": str(key_file)},
+                            {"name": "by-digest", "key_sha256": [digest]}]}
+    with running_gateway(gateway_config.parse(document)) as gw:
+        def curl(path: str, header: bytes, body: bytes | None = None) -> int:
+            command: list[str | bytes] = [CURL, "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", header,
+                                          f"{gw.http_url}{path}"]
+            if body is not None:
+                command += ["-H", "Content-Type: application/json", "--data-binary", body]
+            return int(subprocess.run(command, capture_output=True, check=True, timeout=30, env=CURL_ENV).stdout)
+
+        body = orjson.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]})
+        with grpc.insecure_channel(gw.grpc_address) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            for name, key in UNICODE_KEYS.items():
+                sent = key.encode("utf-8")
+                assert curl("/v2/models/demo/infer", b"Authorization: Bearer " + sent, body) == 200, name
+                assert curl("/v1/models/demo:predict", b"x-api-key: " + sent, b'{"instances": [[1, 2]]}') == 200
+                assert curl("/metrics", b"Authorization: Bearer " + sent) == 200, name  # the Application's path
+                assert curl("/v2/models/demo/infer", b"Authorization: Bearer " + sent[:-1] + b"X", body) == 401
+                latin = key.encode("latin-1", "replace")  # where latin-1 has the characters, another key
+                assert curl("/v2/models/demo/infer", b"Authorization: Bearer " + latin, body) == 401, name
+                answer = grpc_infer_over_curl(gw.grpc_address, b"authorization: Bearer " + sent)
+                assert b"grpc-status: 0" in answer and b"grpc-status: 16" not in answer, (name, answer)
+                request = pb.ModelInferRequest(model_name="demo")
+                request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2]).contents.fp32_contents.extend([1, 2])
+                answered = stub.ModelInfer(request, timeout=30, metadata=(("authorization-bin", b"Bearer " + sent),))
+                assert answered.model_name == "demo", name
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.ModelInfer(request, timeout=30, metadata=(("authorization-bin", b"Bearer " + sent + b"X"),))
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            refused_answer = grpc_infer_over_curl(gw.grpc_address, "authorization: Bearer ключ-другой".encode())
+            assert b"grpc-status: 16" in refused_answer, refused_answer
+
+
+def test_the_token_and_keys_that_are_not_utf8_are_compared_as_the_bytes_sent(monkeypatch):
+    """The head as Tornado reads it (latin-1): `[server] auth_token_env`'s token past ASCII
+    matches its UTF-8, and a variable holding bytes that are not UTF-8 (which os.environ
+    keeps as surrogates) matches those bytes. Before: the token was refused, and the
+    variable's key could not even be hashed."""
+    def head(value: bytes) -> tornado.httputil.HTTPHeaders:
+        return tornado.httputil.HTTPHeaders.parse((b"Authorization: Bearer " + value + b"\r\n").decode("latin-1"))
+
+    token = "jéton-🔑-0123456789"
+    assert intake.admit(FrontDoor(token=token), head(token.encode())) == ""
+    with pytest.raises(Unauthenticated):
+        intake.admit(FrontDoor(token=token), head(token.encode("latin-1", "replace")))
+    monkeypatch.setenv("RAW_API_KEY", os.fsdecode(b"k\xff\xfe-raw"))  # as os.environ reads such bytes
+    door = FrontDoor(tenants=directory([(Tenant("raw"), KeySource(env="RAW_API_KEY"))]))
+    assert intake.admit(door, head(b"k\xff\xfe-raw")) == "raw"
+
+
 def test_a_calls_tenant_is_its_batch_requests():
     call = Call("oip_http", "demo", tenant="search")
     request = call.batch_request("demo", [Tensor("INPUT0", "FP32", np.ones((1, 1), np.float32))])
@@ -271,6 +358,10 @@ MALFORMED = [
      "tenants[0].requests_per_second"),
     ("a zero token quota", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "tokens_per_minute = 0"),
      "tenants[0].tokens_per_minute"),
+    ("a rate of one request in ages", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "requests_per_second = 1e-300"),
+     "tenants[0].requests_per_second: must be >= 0.001"),
+    ("a token quota below one token", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "tokens_per_minute = 0.5"),
+     "tenants[0].tokens_per_minute: must be >= 1"),
     ("a zero weight", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "weight = 0"), "tenants[0].weight"),
     ("an infinite weight", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "weight = inf"), "tenants[0].weight"),
     ("a zero max_concurrent", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "max_concurrent = 0"),
@@ -317,6 +408,59 @@ def test_check_config_refuses_a_malformed_tenants_table_naming_the_key(tmp_path,
     assert error.count("\n") == 1 and error.startswith("batching-gateway: config error: ") and named in error, error
     for secret in ("secret-a", "secret-b", sha256("secret-a"), sha256("secret-b")):
         assert secret not in error.lower()
+
+
+# A key as an operator might paste it, in every field of a table but its own.
+PASTED = "sk-live-Q2hhbmdlTWU/7f3a9c21+e4b8=="
+MISPLACED = [
+    ("name", tenant(f'name = "{PASTED}"', 'key_env = "TENANT_KEY_A"'), "tenants[0].name: must be 1 to 64"),
+    ("name twice", tenant('name = "sk-live-7f3a9c21e4b8"', 'key_env = "TENANT_KEY_A"')
+     + tenant('name = "sk-live-7f3a9c21e4b8"', 'key_env = "TENANT_KEY_B"'), "tenants[1].name: the same name as "
+                                                                            "tenants[0]'s"),
+    ("key_env", tenant('name = "a"', f'key_env = "{PASTED}"'),
+     "tenants[0].key_env: (tenant 'a') the environment variable it names is unset or empty"),
+    ("key_env as a list", tenant('name = "a"', f'key_env = ["{PASTED}"]'),
+     "tenants[0].key_env: must be a non-empty string, got an array"),
+    ("key_file", tenant('name = "a"', f'key_file = "{PASTED}"'),
+     "tenants[0].key_file: (tenant 'a') cannot read the file it names: FileNotFoundError"),
+    ("key_file a directory", tenant('name = "a"', 'key_file = "{directory}"'),
+     "tenants[0].key_file: (tenant 'a') the file it names is not a regular file"),
+    ("models", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'models = ["embed", "{PASTED}"]'),
+     "tenants[0].models[1]: is not the name of one of the [[models]]"),
+    ("key_sha256", tenant('name = "a"', f'key_sha256 = ["{PASTED}"]'), "tenants[0].key_sha256[0]: is not a SHA-256"),
+    ("weight", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'weight = "{PASTED}"'),
+     "tenants[0].weight: must be a number, got a string"),
+    ("priority", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'priority = "{PASTED}"'),
+     "tenants[0].priority: must be an integer, got a string"),
+    ("requests_per_second", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'requests_per_second = "{PASTED}"'),
+     "tenants[0].requests_per_second: must be a number, got a string"),
+    ("tokens_per_minute", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'tokens_per_minute = "{PASTED}"'),
+     "tenants[0].tokens_per_minute: must be a number, got a string"),
+    ("max_concurrent", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'max_concurrent = "{PASTED}"'),
+     "tenants[0].max_concurrent: must be an integer, got a string"),
+    ("a key of its own", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', f'"{PASTED}" = true'),
+     "tenants[0]: a key that is not one of its keys"),
+    ("a digit key as a number", tenant('name = "a"', 'key_env = "TENANT_KEY_A"', "weight = -73900412"),
+     "tenants[0].weight: must be a positive, finite number"),
+    ("the token's variable", '[server]\nauth_token_env = "sk-live-Q2hhbmdlTWU"\n' + tenant('name = "a"', 'key_env = "TENANT_KEY_A"'),
+     "server.auth_token_env: the environment variable it names is unset or empty"),
+]
+
+
+@pytest.mark.parametrize("case, table, said", MISPLACED, ids=[case for case, _, _ in MISPLACED])
+def test_a_key_written_into_the_wrong_field_is_never_repeated_by_the_config_error(tmp_path, monkeypatch, capsys,
+                                                                                  case, table, said):
+    """The error names the field and the tenant, never the value. Before: key_env, key_file,
+    models, a duplicate name and every number of the table repeated it."""
+    monkeypatch.setenv("TENANT_KEY_A", "secret-a")
+    monkeypatch.setenv("TENANT_KEY_B", "secret-b")
+    path = tmp_path / "gateway.toml"
+    path.write_text(BASE + table.replace("{directory}", str(tmp_path)))
+    assert cli.main(["check-config", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert said in error, error
+    for secret in (PASTED, "Q2hhbmdlTWU", "7f3a9c21", "73900412", str(tmp_path)):
+        assert secret not in error, error
 
 
 def test_check_config_as_a_command_exits_2_in_one_line(tmp_path):
@@ -432,7 +576,7 @@ def test_sighup_rotates_keys_and_adds_and_removes_tenants_with_nothing_lost(tmp_
                     # Rotation, step 1: both keys; and a tenant joins.
                     path.write_text(config([old, new], tenant('name = "newcomer"', 'key_env = "STEADY_API_KEY_2"')))
                     process.signal(signal.SIGHUP)
-                    wait_for(lambda: "environment variable STEADY_API_KEY_2" in process.log_text(),
+                    wait_for(lambda: "(tenant 'newcomer') the environment variable it names is unset" in process.log_text(),
                              "a reload naming a variable the gateway lacks to be refused")
                     assert predict(new) == 401  # refused whole: nothing of it applied
                     path.write_text(config([old, new], tenant('name = "newcomer"',

@@ -124,12 +124,18 @@ class Overloaded(GatewayError):
     http_headers = {"Retry-After": "1", "retry-after-ms": "1000"}
 
 
+# The longest Retry-After a refusal says. A quota's own wait is shorter (the config's minimum
+# requests_per_second, 0.001, waits 1,000 s at most); this only keeps a header a number a client reads.
+MAX_RETRY_AFTER_S = 3600.0
+
+
 class RateLimited(GatewayError):
     """The request's tenant is over a quota (requests per second, tokens per minute, or
     requests at once): refused before it is queued, with when to try again: `Retry-After`
-    (whole seconds, at least 1: what every HTTP client reads) and `retry-after-ms` (the
-    same in milliseconds, at least 1: what the `openai` client reads first, so that it
-    retries when the bucket holds the request and not a whole second later); and the
+    (whole seconds, at least 1 and at most 3,600, `MAX_RETRY_AFTER_S`: what every HTTP client
+    reads) and `retry-after-ms` (the same in milliseconds, at least 1: what the `openai`
+    client reads first, so that it retries when the bucket holds the request and not a
+    whole second later); and the
     tenant's buckets when it was refused (`quota`), as OpenAI's `x-ratelimit-*` headers
     (`wire.ratelimits`), which its clients read on any answer."""
     http_status = 429
@@ -137,6 +143,8 @@ class RateLimited(GatewayError):
 
     def __init__(self, message: str, retry_after_s: float = 1.0, quota: QuotaState | None = None) -> None:
         super().__init__(message)
+        if not retry_after_s <= MAX_RETRY_AFTER_S:  # NaN too: never a header of hundreds of digits
+            retry_after_s = MAX_RETRY_AFTER_S
         self.http_headers = {"Retry-After": str(max(1, math.ceil(retry_after_s))),
                              "retry-after-ms": str(max(1, math.ceil(retry_after_s * 1000))),
                              **openai_headers(quota)}

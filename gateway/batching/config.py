@@ -94,6 +94,8 @@ class PaddingConfig:
 
 # A tenant's weight and quotas: a positive, finite number, held as a float.
 _POSITIVE: dict[str, Any] = {"positive": "must be a positive number, got {value}", "finite": True, "per": 1}
+# The lowest requests_per_second: one request every 1,000 s (a 429's Retry-After is at most that).
+MIN_REQUESTS_PER_SECOND = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +109,16 @@ class TenantPolicy:
                                          "highest); a request may ask for a lower level, never a higher one.",
                         shown="the model's default", minimum=1)
     weight: float = key(Kind.NUMBER, 1.0, "Its share among the tenants queued at one level.", **_POSITIVE)
-    # A bucket of at most this many requests, refilled at this rate.
-    requests_per_second: float | None = key(Kind.NUMBER, None, "Its quota of requests: a bucket of at most this many, "
-                                                               "refilled at this rate; over it, 429 with Retry-After.",
-                                            **_POSITIVE)
+    # A bucket of at most this many requests (at least one, so a rate below 1 still admits one
+    # request every 1/rate s), refilled at this rate. The minimum bounds the wait a 429 tells.
+    requests_per_second: float | None = key(Kind.NUMBER, None, "Its quota of requests: a bucket of at most this many "
+                                                               "(at least 1), refilled at this rate (0.5: one request "
+                                                               "every 2 s); at least 0.001 (one every 1,000 s); over "
+                                                               "it, 429 with Retry-After.",
+                                            minimum=MIN_REQUESTS_PER_SECOND, **_POSITIVE)
+    # Below one token a minute, no request that counts a token could ever pass.
     tokens_per_minute: float | None = key(Kind.NUMBER, None, "Its quota of tokens (text models; rows for tensor "
-                                                             "models), a bucket of at most this many.", **_POSITIVE)
+                                                             "models), a bucket of at most this many; at least 1.",
+                                          minimum=1, **_POSITIVE)
     max_concurrent: int | None = key(Kind.INTEGER, None, "Its requests in the gateway at once; beyond, 429.",
                                      minimum=1)

@@ -7,7 +7,9 @@ Semantics
   request of no tenant ("", when none are declared) or of one no longer declared has no
   quota and weight 1.
 * **Quotas** are token buckets, each holding at most one period's worth:
-  `requests_per_second` a bucket of that many requests refilled at that rate, and
+  `requests_per_second` a bucket of that many requests (at least one: a rate of 0.5 lets
+  one request in every 2 s, and a refusal says how long until the next) refilled at that
+  rate, and
   `tokens_per_minute` one of that many tokens refilled at a sixtieth of it per second. A
   request costs one request and its tokens: a text model's tokens as the gateway counts
   them, a tensor model's rows (its row layout says which: `layouts`). `max_concurrent` is
@@ -149,8 +151,9 @@ class _Quota:
 
     def __init__(self, policy: TenantPolicy, now: float, before: _Quota | None = None) -> None:
         self.policy = policy
+        # A bucket smaller than one request would never hold one: it holds one, refilled at its rate.
         self.requests: TokenBucket | None = self._bucket(policy.requests_per_second, 1.0, now,
-                                                         before.requests if before is not None else None)
+                                                         before.requests if before is not None else None, minimum=1.0)
         self.tokens: TokenBucket | None = self._bucket(policy.tokens_per_minute, 60.0, now,
                                                        before.tokens if before is not None else None)
         self.concurrent: int = before.concurrent if before is not None else 0
@@ -167,12 +170,13 @@ class _Quota:
 
     @staticmethod
     def _bucket(per_period: float | None, period_s: float, now: float,
-                before: TokenBucket | None) -> TokenBucket | None:
+                before: TokenBucket | None, minimum: float = 0.0) -> TokenBucket | None:
         if per_period is None:
             return None
+        capacity = max(per_period, minimum)
         if before is None:
-            return TokenBucket(per_period, per_period / period_s, now)
-        return before.resized(per_period, per_period / period_s, now)
+            return TokenBucket(capacity, per_period / period_s, now)
+        return before.resized(capacity, per_period / period_s, now)
 
 
 class Tenants:

@@ -88,7 +88,8 @@ def server(document: dict) -> ServerConfig:
     if token_env:
         token = os.environ.get(token_env, "")
         if not token:
-            raise ConfigError("server.auth_token_env", f"environment variable {token_env} is unset or empty")
+            # Unnamed: a token written where its variable's name belongs stays unsaid.
+            raise ConfigError("server.auth_token_env", "the environment variable it names is unset or empty")
     count = workers(raw.get("workers", SERVER["workers"].default), "server.workers")
     return ServerConfig(**fields(ServerConfig, values), **tls, auth_token=token, workers=count)
 

@@ -4,7 +4,9 @@ come from, and what the scheduler knows of it.
 A tenant's level, weight and quotas are declared once, on TenantPolicy's fields
 (`gateway.batching.config`); its name, key sources and models here. The rules between keys
 (exactly one key source, models that exist, the token's tenant) are the functions here. Its
-keys are read by `gateway.tenants`, never held or said here.
+keys are read by `gateway.tenants`, never held or said here. No error of a tenant's table
+repeats a value of it (any could be a key written in the wrong field): it names the key, the
+table and, once its name is read, the tenant.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ TENANTS = Table("tenants[]", "[[tenants]]", (
     Key("models", Kind.STRINGS, "The models it may call; another is refused 403. [] for a key that only reads "
                                 "/metrics and the live page.", shown="all"),
     *declared(TenantPolicy),
-))
+), echo=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +70,14 @@ def tenants(raw: Any, token_env: str, models: Set[str]) -> tuple[TenantConfig, .
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise ConfigError("tenants", "must be an array of tables: [[tenants]]")
+        raise ConfigError("tenants", "must be an array of tables: [[tenants]]")  # (its value unsaid)
     found: list[TenantConfig] = []
     seen: dict[str, int] = {}
     for index, item in enumerate(raw):
         tenant = _tenant(item, f"tenants[{index}]", models)
         if tenant.name in seen:
-            raise ConfigError(f"tenants[{index}].name",
-                              f"duplicate tenant name '{tenant.name}' (also tenants[{seen[tenant.name]}])")
+            raise ConfigError(f"tenants[{index}].name", f"the same name as tenants[{seen[tenant.name]}]'s: "
+                                                        f"each tenant's name is its own")
         if tenant.name == DEFAULT_TENANT and token_env:
             raise ConfigError(f"tenants[{index}].name", f"'{DEFAULT_TENANT}' is the tenant whose key is [server] "
                                                         f"auth_token_env's: name this one otherwise")
@@ -104,9 +106,9 @@ def _tenant(raw: Any, key: str, models: Set[str]) -> TenantConfig:
 def _key_source(raw: dict, key: str, source: str) -> KeySource:
     # What is wrong is said without the value: a key pasted where its digest belongs stays unsaid.
     if source == "key_env":
-        return KeySource(env=value(TENANTS["key_env"], raw, key))
+        return KeySource(env=value(TENANTS["key_env"], raw, key, echo=False))
     if source == "key_file":
-        return KeySource(file=value(TENANTS["key_file"], raw, key))
+        return KeySource(file=value(TENANTS["key_file"], raw, key, echo=False))
     digests = raw["key_sha256"]
     if not isinstance(digests, list) or not digests:
         raise ConfigError(f"{key}.key_sha256", "must be a list of SHA-256 digests, 64 hex digits each")
@@ -123,20 +125,22 @@ def _tenant_models(raw: dict, key: str, models: Set[str]) -> tuple[str, ...] | N
     names = raw["models"]
     if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
         raise ConfigError(f"{key}.models", "must be a list of model names")
-    for name in names:
+    for index, name in enumerate(names):
         if name not in models:
-            raise ConfigError(f"{key}.models", f"no model '{name}' among the [[models]]")
+            raise ConfigError(f"{key}.models[{index}]", "is not the name of one of the [[models]]")
     return tuple(names)
 
 
 def tenant_directory(tenants: tuple[TenantConfig, ...]) -> Directory:
     """The tenants' keys read now (`gateway.tenants`): at the start, on every reload, and by
-    `check-config`. ConfigError naming the table's key when a source gives no key, or when
-    one key is given to two tenants (never saying the key)."""
+    `check-config`. ConfigError naming the table's key and its tenant when a source gives no
+    key, or when one key is given to two tenants (never saying the key, nor the variable or
+    file it names: either could be the key)."""
     try:
         return directory((tenant.tenant, tenant.key) for tenant in tenants)
     except KeyUnavailable as error:
-        raise ConfigError(tenants[error.index].key_setting, error.problem) from None
+        tenant = tenants[error.index]
+        raise ConfigError(tenant.key_setting, f"(tenant '{tenant.name}') {error.problem}") from None
     except KeyConflict as error:
         first = tenants[error.first]
         raise ConfigError(tenants[error.second].key_setting, f"gives the same key as {first.key_setting} (tenant "

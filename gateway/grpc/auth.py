@@ -1,7 +1,9 @@
 """A grpc.aio interceptor applying the front door (gateway.auth) to every call except the
 health probes: a call without a key the door admits is refused UNAUTHENTICATED before its
 method runs; an admitted inference call runs with its tenant's name in `rpc.TENANT`, which
-its Call takes (`rpc.read_client`).
+its Call takes (`rpc.read_client`). A key is read from `authorization` (or `x-api-key`,
+`api-key`) metadata, or from its binary twin (`authorization-bin`), which carries a key
+past ASCII.
 
 The probes open without a token are the same over both protocols: server liveness and
 readiness (HTTP `/v2/health/live`, `/v2/health/ready`, `/ping`; gRPC `ServerLive`,
@@ -14,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from gateway.auth import API_KEY_HEADERS
 from gateway.grpc.rpc import TENANT, refuse
 from gateway.service import InferenceService
 from wire.errors import Unauthenticated
@@ -42,10 +45,13 @@ class KeyInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or details.method.startswith(EXEMPT_PREFIX) or details.method in EXEMPT_METHODS:
             return handler
         metadata = dict(details.invocation_metadata or ())
-        authorization = metadata.get("authorization")
+        authorization = _text(metadata, "authorization")
+        api_key = None
+        if authorization is None:
+            api_key = next((value for value in (_text(metadata, name) for name in API_KEY_HEADERS)
+                            if value is not None), None)
         try:
-            tenant = self.service.door.admit(authorization, None if authorization is not None else
-                                             metadata.get("x-api-key", metadata.get("api-key")))
+            tenant = self.service.door.admit(authorization, api_key)
         except Unauthenticated as error:
             return self._refusal(handler, error)
         if _front_end(handler) is None:
@@ -62,6 +68,19 @@ class KeyInterceptor(grpc.aio.ServerInterceptor):
         async def refusal(request: Any, context: grpc.aio.ServicerContext) -> None:
             await refuse(service, front_end, request, context, error)
         return _same_kind(handler, refusal)
+
+
+def _text(metadata: dict[str, Any], name: str) -> str | None:
+    """The metadata `name` as text: its ASCII value, else its binary twin `<name>-bin` read as
+    UTF-8 (gRPC's metadata values are printable ASCII: a key past it travels as bytes, e.g.
+    `authorization-bin: Bearer <key>`). A value sent past ASCII all the same reaches here as
+    grpc decoded it, UTF-8."""
+    value = metadata.get(name)
+    if value is None:
+        sent = metadata.get(name + "-bin")
+        if isinstance(sent, bytes):
+            return sent.decode("utf-8", "surrogateescape")
+    return value
 
 
 def _front_end(handler: grpc.RpcMethodHandler) -> str | None:

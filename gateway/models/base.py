@@ -319,13 +319,14 @@ def config_problem(predictor_config: Any) -> str | None:
     """What is wrong with a predictor's model configuration (Triton's JSON), as far as the
     gateway reads it and passes it on, or None: a JSON object whose `input` and `output`,
     when present, are lists of objects, each with a string `name` and a list of integer
-    `dims` (gRPC's JSON spells int64 as strings)."""
+    `dims` (gRPC's JSON spells int64 as strings). Present means present: a JSON null there
+    is not a list."""
     if not isinstance(predictor_config, dict):
         return f"not an object but {type(predictor_config).__name__}"
     for side in ("input", "output"):
-        tensors = predictor_config.get(side)
-        if tensors is None:
+        if side not in predictor_config:
             continue
+        tensors = predictor_config[side]
         if not isinstance(tensors, list):
             return f"'{side}' is not a list"
         for index, tensor in enumerate(tensors):

@@ -52,13 +52,27 @@ def header(headers: tornado.httputil.HTTPHeaders, name: str) -> str | None:
 
 def admit(door: FrontDoor, headers: tornado.httputil.HTTPHeaders) -> str:
     """The tenant whose key the request presents (`FrontDoor.admit`): Authorization, else an
-    API-key header (`gateway.auth`)."""
-    authorization = header(headers, "Authorization")
+    API-key header (`gateway.auth`), as the text the client sent (`as_sent`)."""
+    authorization = as_sent(header(headers, "Authorization"))
     api_key = None
     if authorization is None:
         api_key = next((value for value in (header(headers, name) for name in API_KEY_HEADERS) if value is not None),
                        None)
-    return door.admit(authorization, api_key)
+    return door.admit(authorization, as_sent(api_key))
+
+
+def as_sent(value: str | None) -> str | None:
+    """A header's value as the text its client sent. Tornado decodes a head's bytes as
+    latin-1, one character a byte; clients send a key past ASCII as its UTF-8 bytes (curl,
+    and any client handed bytes), so those bytes are read again as UTF-8. Bytes that are not
+    UTF-8 are kept as they came (surrogateescape: a key's digest is over them)."""
+    if value is None or value.isascii():
+        return value
+    try:
+        sent = value.encode("latin-1")
+    except UnicodeEncodeError:  # not latin-1's: already text (not a head Tornado parsed)
+        return value
+    return sent.decode("utf-8", "surrogateescape")
 
 
 class Intake:

@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from gateway.batching.config import BatchingConfig, PaddingConfig, TenantPolicy
+from gateway.batching.config import MIN_REQUESTS_PER_SECOND, BatchingConfig, PaddingConfig, TenantPolicy
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.tenants import Tenants, TokenBucket
@@ -36,6 +36,41 @@ def test_requests_per_second_allows_a_burst_of_that_many_then_says_when_to_retry
         "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1s"}
     tenants.admit("t", 1, now=0.34)  # a third of a second refills one request
     assert tenants.snapshot()[0].refusals == {"requests_per_second": 1}
+
+
+def test_a_rate_below_one_a_second_admits_one_request_every_one_over_the_rate_and_says_how_long():
+    """requests_per_second = 0.5 is one request every 2 s: a bucket of one request (never
+    less), refilled at half a request a second. Before: a bucket of half a request, which
+    never held one; every request was refused, each told to retry in 1 s."""
+    tenants = Tenants()
+    tenants.update([TenantPolicy("t", requests_per_second=0.5)], now=0.0)
+    tenants.admit("t", 1, now=0.0)
+    with pytest.raises(RateLimited, match=r"requests_per_second = 0.5\); try again in 2 s") as refused:
+        tenants.admit("t", 1, now=0.5)
+    assert refused.value.http_headers == {
+        "Retry-After": "2", "retry-after-ms": "1500", "x-ratelimit-limit-requests": "1",
+        "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"}
+    with pytest.raises(RateLimited) as refused:
+        tenants.admit("t", 1, now=1.5)
+    assert refused.value.http_headers["retry-after-ms"] == "500"
+    tenants.admit("t", 1, now=2.0)  # as the first refusal said: 1.5 s after it
+    with pytest.raises(RateLimited):
+        tenants.admit("t", 1, now=2.0)
+    tenants.admit("t", 1, now=4.0)
+    assert tenants.snapshot()[0].refusals == {"requests_per_second": 3}
+
+
+def test_the_slowest_rate_the_config_takes_tells_a_retry_within_its_thousand_seconds():
+    """The config's minimum (0.001) bounds the wait a 429 tells: 1,000 s. Before: a rate of
+    1e-300 was taken and told clients to retry in a number of 301 digits."""
+    tenants = Tenants()
+    tenants.update([TenantPolicy("t", requests_per_second=MIN_REQUESTS_PER_SECOND)], now=0.0)
+    tenants.admit("t", 1, now=0.0)
+    with pytest.raises(RateLimited) as refused:
+        tenants.admit("t", 1, now=0.0)
+    assert refused.value.http_headers["Retry-After"] == "1000"
+    assert RateLimited("over", 1e300).http_headers["Retry-After"] == "3600"  # any longer wait: an hour, said
+    assert RateLimited("over", float("nan")).http_headers["retry-after-ms"] == "3600000"
 
 
 def test_tokens_per_minute_counts_tokens_and_a_request_over_a_whole_minute_is_413():
