@@ -6,9 +6,12 @@ never mid-word."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 from tools import gen_docs
 from tools.mkdocs_hooks import with_break_points
@@ -42,3 +45,28 @@ def test_inline_code_breaks_after_underscores_dots_and_slashes_and_code_blocks_a
         '<p><code>models[].<wbr>batching.<wbr>max_<wbr>batch_<wbr>cost</code> and <code>_<wbr>s</code>, '
         '<code>a/<wbr>b</code></p><pre><span></span><code>serve --config /tmp/x_y.toml</code></pre>'
         '<code>x_<wbr>y</code>')
+
+
+def listed_pages() -> set[str]:
+    """The nav's pages a reader finds from the README's and the home page's lists: each
+    section's pages, a nested group by its first page (its overview, which links the rest);
+    the benchmark result pages are there as "one page per run", the home page is the list."""
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    pages: set[str] = set()
+    for section in nav:
+        [(_, entries)] = section.items()
+        for entry in entries if isinstance(entries, list) else []:
+            [(_, target)] = entry.items()
+            first = target if isinstance(target, str) else next(iter(target[0].values()))
+            pages.add(first)
+    return {page for page in pages if not page.startswith("bench/")}
+
+
+def test_the_readme_and_the_home_page_list_every_page_of_the_nav():
+    readme = (ROOT / "README.md").read_text()
+    documentation = readme[readme.index("## Documentation"):]
+    home = (ROOT / "docs/index.md").read_text()
+    pages = listed_pages()
+    assert {"tenants.md", "rerank.md", "autoscaling.md", "performance.md", "protocols.md"} <= pages
+    assert pages - set(re.findall(r"\]\(docs/([^)#]+)", documentation)) == set(), "missing from the README"
+    assert pages - set(re.findall(r"\]\(([^)#:]+)", home)) == set(), "missing from docs/index.md"

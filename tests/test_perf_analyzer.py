@@ -2,9 +2,19 @@
 gateway as Triton users run it: HTTP and gRPC, sync, --async and gRPC --streaming, by
 concurrency and by request rate; in front of the simulated predictor and the real Triton.
 Every run must finish cleanly (exit 0, its report printed), and the gateway's statistics,
-which perf_analyzer reads and checks, must show no failed request."""
+which perf_analyzer reads and checks, must count every request it sent as a success and
+none as failed.
+
+Each run sends a fixed number of requests (`--request-count`) at one concurrency or rate,
+which perf_analyzer measures as one window, without its stability test. The runs used to
+sweep a range in 500 ms windows until three in a row agreed within 50% (at most 10): that
+assumed the machine gave the load, the gateway and the predictor steady shares of its two
+cores, which a parallel run of the suite does not (gRPC --async failed it once). How
+steady a shared machine's throughput is belongs to the machine; what the gateway owns is
+that it answers every request and counts each one in the statistics perf_analyzer reads."""
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -15,8 +25,7 @@ from tests.processes import gateway
 from tools.client_tools import perf_analyzer
 
 RUN_TIMEOUT_S = 120  # perf_analyzer can wait forever on a broken stream: always bounded
-# Short windows, and a looser stability test than the default 10%: CI machines are noisy.
-QUICK = ["--measurement-interval", "500", "--stability-percentage", "50", "--max-trials", "10"]
+REQUESTS = 200  # per run: counted, not timed
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +43,24 @@ def simulated_gateway(tmp_path_factory, request):
         yield process
 
 
-def run(tool, *args: str) -> str:
-    result = subprocess.run(tool.argv(*args), env=tool.env(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+def requests(http_url: str, model: str) -> tuple[int, int]:
+    """The model's (succeeded, failed) requests in the gateway's statistics."""
+    stats = http_json("GET", f"{http_url}/v2/models/{model}/stats")[1]["model_stats"][0]["inference_stats"]
+    return stats["success"]["count"], stats["fail"]["count"]
+
+
+def run(tool, http_url: str, model: str, *args: str) -> str:
+    """perf_analyzer sending REQUESTS requests; the gateway's statistics count each one a
+    success (counted before it is answered, so before perf_analyzer has its last answer)."""
+    before = requests(http_url, model)
+    result = subprocess.run(tool.argv("-m", model, *args, "--request-count", str(REQUESTS)), env=tool.env(),
+                            capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-2000:]}"
     assert "Inferences/Second vs. Client" in result.stdout, result.stdout[-3000:]
+    assert f"Request count: {REQUESTS}\n" in result.stdout, result.stdout[-3000:]
+    after = requests(http_url, model)
+    assert (after[0] - before[0], after[1] - before[1]) == (REQUESTS, 0)
     return result.stdout
-
-
-def failed_requests(http_url: str, model: str) -> int:
-    return http_json("GET", f"{http_url}/v2/models/{model}/stats")[1]["model_stats"][0]["inference_stats"]["fail"]["count"]
 
 
 @pytest.mark.parametrize("mode", [
@@ -54,19 +72,19 @@ def failed_requests(http_url: str, model: str) -> int:
 ])
 def test_by_concurrency_in_front_of_the_simulated_predictor(tool, simulated_gateway, mode):
     address = simulated_gateway.http_address if mode[1] == "http" else simulated_gateway.grpc_address
-    before = failed_requests(simulated_gateway.http_url, "demo")
-    report = run(tool, "-m", "demo", "-u", address, *mode, "--shape", "INPUT0:4",
-                 "--concurrency-range", "1:8:7", *QUICK)
-    assert "Concurrency: 8" in report
-    assert failed_requests(simulated_gateway.http_url, "demo") == before
+    for concurrency in (1, 8):
+        report = run(tool, simulated_gateway.http_url, "demo", "-u", address, *mode, "--shape", "INPUT0:4",
+                     "--concurrency-range", str(concurrency))
+        assert f"Concurrency: {concurrency}," in report
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_by_request_rate(tool, simulated_gateway, protocol):
     address = simulated_gateway.http_address if protocol == "http" else simulated_gateway.grpc_address
-    report = run(tool, "-m", "demo", "-u", address, "-i", protocol, "--shape", "INPUT0:4",
-                 "--request-rate-range", "50:200:150", *QUICK)
-    assert "Request Rate: 200" in report
+    for rate in (50, 200):
+        report = run(tool, simulated_gateway.http_url, "demo", "-u", address, "-i", protocol, "--shape", "INPUT0:4",
+                     "--request-rate-range", str(rate))
+        assert re.search(rf"^Request Rate: {rate}(\.0+)?, ", report, re.M), report[-500:]  # "200" or "200.00"
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -76,7 +94,6 @@ def test_in_front_of_the_real_triton(tool, triton_server, tmp_path: Path, protoc
     config.write_text(f'[[models]]\nname = "double"\nbackend = "triton"\nprotocol = "{protocol}"\nurl = "{url}"\n')
     with gateway(config) as process:
         address = process.http_address if protocol == "http" else process.grpc_address
-        report = run(tool, "-m", "double", "-u", address, "-i", protocol, "--shape", "INPUT0:4",
-                     "--concurrency-range", "4", *QUICK)
+        report = run(tool, process.http_url, "double", "-u", address, "-i", protocol, "--shape", "INPUT0:4",
+                     "--concurrency-range", "4")
         assert "Server:" in report  # its statistics were read and accepted
-        assert failed_requests(process.http_url, "double") == 0
