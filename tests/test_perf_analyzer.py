@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import http_json
+from tests.harness import http_json, wait_for
 from tests.processes import gateway
 from tools.client_tools import perf_analyzer
 
@@ -93,6 +93,12 @@ def test_in_front_of_the_real_triton(tool, triton_server, tmp_path: Path, protoc
     config = tmp_path / "gateway.toml"
     config.write_text(f'[[models]]\nname = "double"\nbackend = "triton"\nprotocol = "{protocol}"\nurl = "{url}"\n')
     with gateway(config) as process:
+        # The gateway listens before it has read the model's metadata from Triton; until then it
+        # describes no inputs, and perf_analyzer, which builds its requests from that metadata,
+        # sends none (once in a full run: "'inputs' must be a non-empty list"). A deployment waits
+        # for readiness the same way (its readiness probe).
+        wait_for(lambda: http_json("GET", f"{process.http_url}/v2/models/double/ready")[0] == 200,
+                 "the gateway to have read the model's metadata", timeout=60)
         address = process.http_address if protocol == "http" else process.grpc_address
         report = run(tool, process.http_url, "double", "-u", address, "-i", protocol, "--shape", "INPUT0:4",
                      "--concurrency-range", "4")
