@@ -222,7 +222,7 @@ class ModelQueue:
             return None
         batch = self._take_batch(now)
         self._woken = False  # only the first batch of a wake-up left because of it
-        slots.taken += 1
+        slots.take(self.queued_rows > 0)
         return batch
 
     def _wake_at(self, when: float) -> None:
@@ -330,7 +330,7 @@ class ModelQueue:
             raise
         finally:
             now = self._loop.time()
-            self.slots.given_back(now)
+            self.slots.given_back(now, rows)
             self.policy.on_delivery(now, len(requests), now - started)
         # Nothing awaits from here to the return: this batch's clients are answered (their
         # futures set: they wake in later turns), then the freed slot's next batch is taken,
