@@ -11,8 +11,10 @@ predictor) is a tensor model whose batch form is one BYTES tensor of texts, shap
   answered one vector per instance;
 - an OpenAI client's token ids (LangChain's default) are decoded back to their texts in the
   model's tiktoken encoding (`token_ids`, `gateway.tokens.TokenDecoder`) and batched as
-  texts; a model of an OpenAI-compatible predictor configured with `token_ids = "as_is"`
-  sends them on as they are instead, in batches of their own (`wire.embeddings.TOKEN_IDS_INPUT`);
+  texts (the rows a request declares are held against the queue's `max_queue` before a
+  single id is checked: `InferenceService.decode_embeddings`); a model of an
+  OpenAI-compatible predictor configured with `token_ids = "as_is"` sends them on as they
+  are instead, in batches of their own (`wire.embeddings.TOKEN_IDS_INPUT`);
 - every request's rows are measured in tokens (`gateway.tokens`), whatever its protocol,
   so that the scheduler can cap a batch by `max_batch_tokens` and group similar lengths
   by bucket (`gateway.batching.padding`: texts pad nothing in the gateway);

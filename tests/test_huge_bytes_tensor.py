@@ -254,3 +254,30 @@ def test_a_hostile_tensor_is_refused_before_its_payload_is_decoded(monkeypatch):
         assert status == 200 and orjson.loads(payload)["outputs"][0]["data"] == [2.0, 4.0], payload
         assert decoded == ["FP32"]
 
+
+
+def test_more_rows_than_the_queue_holds_are_refused_before_the_payload_is_decoded(monkeypatch):
+    """A request declaring more rows than `max_queue` could never be queued: refused (413) by
+    its header, its payload never decoded (before, it was decoded and then refused)."""
+    decoded: list[str] = []
+    to_array = raw.to_array
+
+    def recording(name, datatype, shape, count, data):
+        decoded.append(datatype)
+        return to_array(name, datatype, shape, count, data)
+
+    monkeypatch.setattr(raw, "to_array", recording)
+    demo = {"name": "demo", "backend": "simulated", "batching": {"max_queue": 8},
+            "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 1]}]}
+    with running_gateway(config_for(demo)) as gw:
+        for rows in (9, 8):
+            header = orjson.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [rows, 1],
+                                               "parameters": {"binary_data_size": 4 * rows}}]})
+            status, _, payload = http("POST", f"{gw.http_url}/v2/models/demo/infer", header + bytes(4 * rows),
+                                      headers={"Inference-Header-Content-Length": str(len(header))})
+            if rows == 9:
+                assert status == 413 and b"9 instances but model 'demo' queues at most 8" in payload, payload
+                assert decoded == []
+            else:
+                assert status == 200, payload
+                assert decoded == ["FP32"]

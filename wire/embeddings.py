@@ -9,7 +9,7 @@ the served embedding model (`gateway.embeddings`) reads it.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +33,16 @@ class EmbeddingsRequest:
     @property
     def rows(self) -> int:
         return len(self.token_ids) if self.token_ids is not None else len(self.texts)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingsHead:
+    """An embeddings request read as far as its model and the rows it declares: its inputs
+    (each text, or each token id, a Python step) are checked by `decode`, once the model has
+    room for that many rows."""
+    model: str
+    rows: int
+    decode: Callable[[], EmbeddingsRequest]  # raises InvalidInput for a malformed input
 
 
 def pack_token_ids(ids: Sequence[int]) -> bytes:

@@ -6,8 +6,16 @@ Semantics
 * A request's level is its own priority, else its tenant's, else the model's default
   (0 when the model has no levels), and never above its tenant's; a priority beyond the
   model's levels is InvalidInput.
+* With levels, a request's parts that begin beyond its first `long_request_rows` rows wait
+  one level lower (`parts`; from the lowest level, at a level of their own behind it): the
+  queue is FIFO within a level, and a single client's 4,096-text list held a 1-text client
+  of its level for up to 477 ms. They still fill the room the higher levels leave in a
+  batch, and the request is counted, refused and made room for at its own level.
 * More rows than `max_queue` is PayloadTooLarge, not Overloaded: no wait would ever let
-  it in, so a retrying client must not loop.
+  it in, so a retrying client must not loop. The rule is `fits_queue`, which a served model
+  also asks with the rows a request declares before it spends anything on them (an
+  embeddings request's token ids before they are decoded): refused there, the request
+  never reaches the queue and is not counted in its stats.
 * The deadline counts from the request's arrival at the gateway, not from its queueing: a
   request whose deadline passed while its body was read and decoded is DeadlineExceeded.
 * The policy may refuse a request it predicts to finish late (`policies`).
@@ -23,10 +31,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from gateway.batching.request import BatchRequest
+from gateway.batching.config import BatchingConfig
+from gateway.batching.request import BatchRequest, Part, QueuedRequest
 from wire.errors import DeadlineExceeded, InvalidInput, Overloaded, PayloadTooLarge, format_ms
 
 if TYPE_CHECKING:
+    from gateway.batching.layouts import Cut
     from gateway.batching.queue import ModelQueue
 
 
@@ -43,16 +53,34 @@ def level(queue: ModelQueue, priority: int, tenant: str) -> int:
     return max(priority or floor or queue.config.default_priority_level, floor)
 
 
+def parts(config: BatchingConfig, request: QueuedRequest, cut: Cut, now: float) -> list[Part]:
+    """`request`'s parts as they wait, each at its level (see Semantics): its own, or, for
+    a part that begins beyond the first `long_request_rows` of its rows, one lower."""
+    share = config.long_request_rows if request.level else 0
+    waiting, first_row = [], 0
+    for index, (piece, shape, signature) in enumerate(zip(cut.pieces, cut.shapes, cut.signatures, strict=True)):
+        size = len(piece[0].data)
+        level = request.level + 1 if share and first_row >= share else request.level
+        waiting.append(Part(request, index, piece, size, now, shape, signature, level))
+        first_row += size
+    return waiting
+
+
+def fits_queue(model: str, config: BatchingConfig, size: int) -> None:
+    """Raises PayloadTooLarge if `size` rows could never join `model`'s queue (`max_queue`)."""
+    if size > config.max_queue:
+        # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
+        raise PayloadTooLarge(
+            f"the request has {size} instances but model '{model}' queues at most {config.max_queue} "
+            f"(batching.max_queue): split it into smaller requests"
+        )
+
+
 def admit(queue: ModelQueue, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
     """Whether `size` rows of `level` may join the queue now: their deadline on the loop's
     clock and the budget it was counted from; raises the refusal (counted) otherwise."""
     config = queue.config
-    if size > config.max_queue:
-        # Not Overloaded: no wait would ever let it in, so a retrying client must not loop.
-        raise PayloadTooLarge(
-            f"the request has {size} instances but model '{queue.name}' queues at most {config.max_queue} "
-            f"(batching.max_queue): split it into smaller requests"
-        )
+    fits_queue(queue.name, config, size)
     # The deadline counts from the request's arrival at the gateway (a monotonic instant,
     # moved onto this loop's clock), not from now.
     monotonic_now = time.monotonic()

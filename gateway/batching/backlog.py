@@ -36,21 +36,41 @@ class Backlog:
         self.rows_by_tenant: dict[str, int] = {}  # the same, by tenant (kept only for requests of a tenant)
 
     def push(self, request: QueuedRequest, parts: Iterable[Part]) -> None:
-        """`request`'s parts join the back of the queue."""
+        """`request`'s parts join the back of the queue, each counted at its own level."""
         if request.level:
-            self.rows_by_level[request.level] = self.rows_by_level.get(request.level, 0) + request.size
+            by_level = self.rows_by_level
+            for part in parts:
+                by_level[part.level] = by_level.get(part.level, 0) + part.size
+                if part.level != request.level:
+                    request.demoted_rows += part.size
+                self.pending.append(part)
+        else:
+            self.pending.extend(parts)
         if request.tenant:
             self.rows_by_tenant[request.tenant] = self.rows_by_tenant.get(request.tenant, 0) + request.size
-        self.pending.extend(parts)
         self.queued_rows += request.size
 
-    def unqueue(self, request: QueuedRequest, rows: int) -> None:
-        """`rows` of `request` no longer count as queued: taken into a batch, or the request
-        ended (answered, expired, cancelled, refused)."""
+    def took(self, part: Part) -> None:
+        """`part` was taken into a batch: its rows no longer count as queued."""
+        request = part.request
+        demoted = part.size if part.level != request.level else 0
+        request.demoted_rows -= demoted
+        self._count_out(request, part.size, demoted)
+
+    def unqueue(self, request: QueuedRequest) -> None:
+        """The rows `request` still has queued no longer count: it ended (answered, expired,
+        cancelled, refused), and its parts left are skipped when met."""
+        demoted, request.demoted_rows = request.demoted_rows, 0
+        self._count_out(request, request.queued_rows, demoted)
+
+    def _count_out(self, request: QueuedRequest, rows: int, demoted: int) -> None:
+        """`rows` of `request` leave the counts, `demoted` of them from the level below its own."""
         request.queued_rows -= rows
         self.queued_rows -= rows
         if request.level:
-            self.rows_by_level[request.level] -= rows
+            self.rows_by_level[request.level] -= rows - demoted
+            if demoted:
+                self.rows_by_level[request.level + 1] -= demoted
         if request.tenant:
             self.rows_by_tenant[request.tenant] -= rows
 
@@ -105,7 +125,7 @@ class Backlog:
             return False
         for request in victims:
             refused(request)
-            self.unqueue(request, request.queued_rows)  # accounted now: the room is needed now
+            self.unqueue(request)  # accounted now: the room is needed now
             why = "one of a higher priority level" if request.level > level else "a tenant further under its share"
             request.fail(Overloaded(f"model '{model}': its queue is full and this request gave its place to "
                                     f"{why}; try again later"))

@@ -37,6 +37,10 @@ class BatchingConfig:
     # Its bounds are the levels' (Triton's rule), so the config reads it apart.
     default_priority_level: int = key(Kind.INTEGER, 0, "The level of a request that names none.",
                                       shown="the lowest level", apart=True)
+    # A request's rows past this share wait a level lower (see batching.admission.parts).
+    long_request_rows: int = key(Kind.INTEGER, 64, "With priority_levels: a request's rows beyond this many wait one "
+                                                   "level lower (below the lowest: behind it), so one long list "
+                                                   "cannot hold everyone; 0: never.", minimum=0)
     max_latency_s: float = key(Kind.NUMBER, 500, "window: the most the oldest request waits for a full batch; "
                                                  "adaptive: caps the learned hold.",
                                name="max_latency_ms", per=1000, minimum=0)  # see policies.adaptive

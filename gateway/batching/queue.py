@@ -6,7 +6,8 @@ Semantics
   (see `merge.take_oldest_group` for the one exception: a part too big for the room left
   in a batch lets a smaller, later one of its group go first). With priority levels, a
   batch forms around the oldest part of the highest level queued and is filled in
-  priority order, oldest first within a level.
+  priority order, oldest first within a level; a long request's parts beyond its share
+  (`long_request_rows`) wait a level lower (`admission.parts`).
 * At most as many batches as the model's `slots` allow are at the executor at once
   (`max_inflight`, or learned, per predictor replica in rotation). Whenever a slot is
   free and a live request waits, the policy decides: ship now, or wait until a given time.
@@ -150,9 +151,7 @@ class ModelQueue:
         queued = QueuedRequest(cut.signatures[0], size, deadline, loop.create_future(), len(cut.pieces), layout,
                                request.client, now, parameters, level, cut.restore, tenant)
         self.stats.admitted(level, size, now)
-        self.backlog.push(queued, (Part(queued, index, piece, len(piece[0].data), now, shape, signature)
-                                   for index, (piece, shape, signature)
-                                   in enumerate(zip(cut.pieces, cut.shapes, cut.signatures, strict=True))))
+        self.backlog.push(queued, admission.parts(self.config, queued, cut, now))  # each at its level
         queued.timer = loop.call_at(deadline, self._expire, queued, budget)
         queued.future.add_done_callback(lambda _f: self._finished(queued))
         self.policy.on_arrival(now)
@@ -196,7 +195,7 @@ class ModelQueue:
         if succeeded:
             self.slots.answered(request.arrived, now)
         if request.queued_rows:
-            self.backlog.unqueue(request, request.queued_rows)  # its queued parts are skipped lazily
+            self.backlog.unqueue(request)  # its queued parts are skipped lazily
 
     # -- shipping ----------------------------------------------------------------------
 
@@ -222,7 +221,7 @@ class ModelQueue:
             return None
         batch = self._take_batch(now)
         self._woken = False  # only the first batch of a wake-up left because of it
-        slots.taken += 1
+        slots.take(self.queued_rows > 0)
         return batch
 
     def _wake_at(self, when: float) -> None:
@@ -254,7 +253,7 @@ class ModelQueue:
                                            self.fair if self.tenants.shared else None)
         for part in parts:
             part.request.sent = True
-            self.backlog.unqueue(part.request, part.size)
+            self.backlog.took(part)
         return parts, self._departure(sum(part.size for part in parts), policy_limit)
 
     def _departure(self, rows: int, policy_limit: int) -> str:
@@ -330,7 +329,7 @@ class ModelQueue:
             raise
         finally:
             now = self._loop.time()
-            self.slots.given_back(now)
+            self.slots.given_back(now, rows)
             self.policy.on_delivery(now, len(requests), now - started)
         # Nothing awaits from here to the return: this batch's clients are answered (their
         # futures set: they wake in later turns), then the freed slot's next batch is taken,

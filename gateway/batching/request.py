@@ -16,7 +16,9 @@ Semantics
   results (a `BatchResult`), or with an error. Whatever answers first wins; later answers
   (a batch returning after the deadline, say) are dropped.
 * A request of at most `max_batch_size` rows travels as one part; a larger one as several
-  (see `gateway.batching.merge`), whose answers are joined in order once all are in.
+  (see `gateway.batching.merge`), whose answers are joined in order once all are in. A
+  part waits at its request's priority level, or, beyond a long request's share, one lower
+  (`admission.parts`).
 
 This module must not know queues, policies or executors, nor where a request came from.
 """
@@ -93,7 +95,7 @@ class BatchResult:
 class QueuedRequest:
     __slots__ = ("signature", "size", "deadline", "future", "timer", "queued_rows", "answers", "batch_ids",
                  "departures", "sent", "client", "arrived", "parameters", "start_timer", "level", "layout", "restore",
-                 "tenant")
+                 "tenant", "demoted_rows")
 
     def __init__(self, signature: Hashable, size: int, deadline: float, future: asyncio.Future[BatchResult],
                  parts: int, layout: RowLayout, client: ClientContext = NO_CONTEXT, arrived: float = 0.0,
@@ -110,6 +112,7 @@ class QueuedRequest:
         self.start_timer: asyncio.Handle | None = None  # its latest start (policy deadline), likewise
         self.level = level  # its priority level: 1 is the highest; 0 when the model has no levels
         self.queued_rows = size  # rows not yet taken into a batch
+        self.demoted_rows = 0  # those of them in parts that wait a level lower (beyond long_request_rows)
         self.answers = Reassembly(parts)
         self.batch_ids: list[str] = []  # in the order its parts were answered
         self.departures: list[int] = []  # when each of those batches left (wall clock, ns)
@@ -145,11 +148,14 @@ class QueuedRequest:
 class Part:
     """A whole request, or one max_batch_size slice of a larger one, as it waits in a queue."""
 
-    __slots__ = ("request", "index", "inputs", "size", "enqueued_at", "shape", "signature")
+    __slots__ = ("request", "index", "inputs", "size", "enqueued_at", "shape", "signature", "level")
 
     def __init__(self, request: QueuedRequest, index: int, inputs: list[Tensor], size: int, now: float,
-                 shape: RowShape | None = None, signature: Hashable | None = None) -> None:
+                 shape: RowShape | None = None, signature: Hashable | None = None, level: int | None = None) -> None:
         self.request = request
+        # The level it waits at: its request's, or one lower for rows beyond a long request's
+        # share (see batching.admission.parts).
+        self.level = request.level if level is None else level
         self.index = index
         self.inputs = inputs
         self.size = size
@@ -175,10 +181,6 @@ class Part:
     @property
     def deadline(self) -> float:
         return self.request.deadline
-
-    @property
-    def level(self) -> int:
-        return self.request.level
 
     @property
     def tenant(self) -> str:

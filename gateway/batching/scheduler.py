@@ -166,7 +166,9 @@ class BatchScheduler:
         queue = self._queues[name]
         stats = queue.stats.snapshot(self._loop.time())
         config = queue.config
-        capacity = replica_capacity(stats.profile, config.max_batch_size, queue.slots.per_replica, config.slo_s)
+        capacity = queue.slots.measured_capacity()  # saturated: what the fleet returned, else its cost's
+        if capacity is None:
+            capacity = replica_capacity(stats.profile, config.max_batch_size, queue.slots.per_replica, config.slo_s)
         # A request split into parts is one request; parts of answered requests wait to be skipped.
         requests = len({id(part.request) for part in queue.pending if part.live})
         return ModelView(name, config, stats, queue.queued_rows, requests, queue.inflight, queue.inflight_limit,

@@ -12,6 +12,11 @@ Semantics
   what it has learned while "auto" stays, with the new ceiling.
 * Each batch runs in a task the slots hold by reference until it ends; abandoning the
   model cancels them all and waits for them to wind up.
+* They measure the capacity while saturated (`load.SaturatedThroughput`): a batch that
+  returns with every slot busy until then extends the spell; one taken that leaves no row
+  waiting (the queue tells `take`), or a slot still free once the loop's turn in which it
+  was given back is over (the queue takes the freed slot's next batch in that very turn
+  when one waits), ends it.
 
 Both the replica counts are read on every check of the limit, so they must be cheap (see
 `executor.Replicas`). This module must not know requests, queues or policies: the queue
@@ -26,6 +31,7 @@ from typing import Any
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Replicas
 from gateway.batching.inflight import InflightTuner
+from gateway.batching.load import SaturatedThroughput
 
 
 class Slots:
@@ -36,6 +42,8 @@ class Slots:
         self.max_inflight = config.max_inflight
         self.tuner = InflightTuner(config.inflight_ceiling, loop.time()) if config.auto_inflight else None
         self.tasks: set[asyncio.Task] = set()  # the batches' tasks, held by reference
+        self.saturated = SaturatedThroughput(config.demand_smoothing_s)  # the capacity, measured
+        self._idle_check: asyncio.Handle | None = None  # at the end of a turn a slot was given back in
 
     @property
     def per_replica(self) -> int:
@@ -57,12 +65,39 @@ class Slots:
         else:
             self.tuner.set_ceiling(config.inflight_ceiling)
         self.max_inflight, self.replicas = config.max_inflight, replicas
+        self.saturated.time_constant_s = config.demand_smoothing_s
 
-    def given_back(self, now: float) -> None:
-        """A batch returned from the executor (answered, failed or given up) at `now`."""
+    def take(self, backlogged: bool) -> None:
+        """A batch took a slot; `backlogged`: rows still wait behind it (the queue did not
+        empty into it)."""
+        self.taken += 1
+        if not backlogged:
+            self.saturated.broke()
+
+    def given_back(self, now: float, rows: int) -> None:
+        """A batch of `rows` returned from the executor (answered, failed or given up) at `now`."""
+        limit = self.limit
+        if self.taken >= limit:
+            self.saturated.returned(now, rows, limit)
+        else:
+            self.saturated.broke()
         self.taken -= 1
+        if self.saturated.open and self._idle_check is None:
+            self._idle_check = self._loop.call_soon(self._idled)
         if self.tuner is not None:
             self.tuner.on_batch_returned(now)
+
+    def _idled(self) -> None:
+        """The turn a slot was given back in is over: if it is free still, the slots idle."""
+        self._idle_check = None
+        if self.taken < self.limit:
+            self.saturated.broke()
+
+    def measured_capacity(self) -> float | None:
+        """One replica's rows per second as the saturated slots returned them (see `load`);
+        None while they are not saturated, or not for long enough."""
+        fleet = self.saturated.per_second(self.limit)
+        return None if fleet is None else fleet / max(self.replicas.in_rotation(), 1)
 
     def answered(self, arrived: float, now: float) -> None:
         """A request that arrived at `arrived` got its answer at `now` (what auto learns from)."""

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from backends.base import Backend
+from gateway.batching.admission import fits_queue
 from gateway.batching.config import BatchingConfig, PaddingConfig
 from gateway.batching.executor import Executor
 from gateway.batching.request import NO_PARAMETERS
@@ -160,11 +161,19 @@ class ServedModel(ABC):
     def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
         """Refuse an OIP request by its inputs' headers (name, datatype, shape as sent):
         called before any payload is decoded, and again on the decoded tensors. Every
-        model: each input has the same, non-zero, number of rows."""
+        model: each input has the same, non-zero, number of rows, which its queue can hold."""
         rows = {spec.shape[0] if spec.shape else 0 for spec in inputs}
         if len(rows) > 1 or 0 in rows:
             raise InvalidInput("every input must have the same, non-zero, batch dimension; got shapes "
                                + ", ".join(f"{list(spec.shape)} ('{spec.name}')" for spec in inputs))
+        if rows:
+            self.check_rows(rows.pop())
+
+    def check_rows(self, rows: int) -> None:
+        """Refuse a request by the rows it declares, before anything is spent on them (its
+        payloads decoded, its token ids checked): more than the model's queue holds
+        (`max_queue`) could never be queued (PayloadTooLarge, the queue's own rule)."""
+        fits_queue(self.name, self.batching, rows)
 
     @abstractmethod
     def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:

@@ -49,10 +49,12 @@ class Embeddings(Endpoint):
         return openai.error_document(message, status)
 
     async def answer(self, intake: Intake, model: str, version: str | None) -> Reply:
-        request = openai.decode_request(intake.body, intake.limits)
-        intake.call.model = request.model
+        head = openai.read_request(intake.body, intake.limits)
+        intake.call.model = head.model
         service = intake.service
-        answer = await service.infer(service.model(request.model), request, intake.call)  # refused there unless it embeds texts
+        served = service.model(head.model)
+        request = service.decode_embeddings(served, head)  # its inputs checked once its rows fit the queue
+        answer = await service.infer(served, request, intake.call)  # refused there unless it embeds texts
         body = openai.encode_answer(request.model, answer.embeddings(), request.encoding_format, answer.tokens)
         return Reply(body, {"Content-Type": "application/json", "X-Batch-Id": answer.batch_id,
                             **openai_headers(answer.result.quota)})  # its tenant's quotas (wire.ratelimits)

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import json
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -13,12 +14,14 @@ import pytest
 from backends.oip_grpc import OipGrpcBackend
 from backends.oip_http import OipHttpBackend
 from gateway.batching.config import BatchingConfig
-from gateway.batching.load import LoadSignal, batch_within, replica_capacity
+from gateway.batching.load import SATURATED_RETURNS_PER_SLOT, LoadSignal, batch_within, replica_capacity
 from gateway.batching.scheduler import BatchRequest, BatchScheduler
+from gateway.batching.slots import Slots
 from tests.harness import config_for, running_gateway, scraped
 from tests.processes import simulated_predictor
 from tools import loadgen
 from wire.tensors import Tensor
+from wire.tracing import current_batch
 
 SIGNATURE = {"inputs": [{"name": "INPUT0", "datatype": "FP32"}], "outputs": [{"name": "OUTPUT0", "datatype": "FP32"}]}
 
@@ -103,6 +106,109 @@ async def test_the_demand_follows_the_arrivals_within_a_few_of_its_time_constant
     await asyncio.sleep(0.5)  # five time constants with nothing arriving: under 1% is left
     assert scheduler.view("m").load.demand_rows_per_second < busy * 0.01
     await scheduler.close()
+
+
+class FakeLoop:
+    """The loop as the slots use it: a clock the test moves, and callbacks run when the test
+    ends a turn."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.soon: list[Callable[[], None]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_soon(self, callback: Callable[[], None]) -> _Handle:
+        self.soon.append(callback)
+        return _Handle()
+
+    def end_turn(self) -> None:
+        soon, self.soon = self.soon, []
+        for callback in soon:
+            callback()
+
+
+class _Handle:
+    def cancel(self) -> None:
+        pass
+
+
+def saturate(slots: Slots, loop: FakeLoop, returns: int, call_s: float, rows: int, backlogged: bool = True) -> None:
+    """`returns` batches of `rows` returning from slots that never idle: each of the two
+    slots' calls takes `call_s`, the second started half a call after the first; the freed
+    slot takes the next batch in the turn it returned in (as the queue does)."""
+    for _ in range(returns):
+        loop.now += call_s / 2
+        slots.given_back(loop.now, rows)
+        slots.take(backlogged)
+        loop.end_turn()
+
+
+def test_while_the_slots_never_idle_the_capacity_is_the_throughput_they_returned_and_the_load_offered_over_it():
+    """Deep in overload the time per call inflates with the gateway's busy loop (the profile
+    read 363 rows/s against 444): slots that never idle, every batch leaving rows waiting,
+    return the fleet's capacity itself, which the signal reads instead."""
+    loop = FakeLoop()
+    slots = Slots(BatchingConfig(max_inflight=2, max_batch_size=16), Fleet(), loop)  # type: ignore[arg-type]
+    slots.take(True)
+    slots.take(True)  # both slots busy, rows waiting
+    throughput = 2 * 16 / 0.050  # two slots, 16 rows every 50 ms each: 640 rows/s
+    saturate(slots, loop, SATURATED_RETURNS_PER_SLOT * 2, 0.050, 16)  # the first return starts the spell's clock
+    assert slots.measured_capacity() is None  # not long enough yet: the profile's figure stands
+    saturate(slots, loop, 1, 0.050, 16)
+    assert slots.measured_capacity() == pytest.approx(throughput)
+    offered = 1.5 * throughput
+    assert LoadSignal(slots.measured_capacity(), offered, 1).load == pytest.approx(1.5)
+    saturate(slots, loop, 400, 0.100, 16)  # the predictor slowed to half: four time constants on, so does the figure
+    assert slots.measured_capacity() == pytest.approx(throughput / 2, rel=0.01)
+
+
+def test_a_slot_left_free_or_a_batch_that_empties_the_queue_ends_the_measure():
+    loop = FakeLoop()
+    slots = Slots(BatchingConfig(max_inflight=1), Fleet(), loop)  # type: ignore[arg-type]
+    slots.take(True)
+    saturate(slots, loop, 3 * SATURATED_RETURNS_PER_SLOT, 0.050, 8)
+    assert slots.measured_capacity() == pytest.approx(8 / 0.025)
+    loop.now += 0.025
+    slots.given_back(loop.now, 8)
+    loop.end_turn()  # nothing took the slot in its turn: it idles, and the rows returned are the demand's
+    assert slots.measured_capacity() is None
+    slots.take(True)
+    saturate(slots, loop, 3 * SATURATED_RETURNS_PER_SLOT, 0.050, 8, backlogged=False)
+    assert slots.measured_capacity() is None  # the queue emptied into each batch: not saturated
+
+
+async def test_the_view_reads_the_measured_capacity_when_the_slots_stay_saturated():
+    """The executor stamps 1 ms per call (the profile's figure: 8,000 rows/s), but each call
+    holds its slot at least 20 ms: at most 400 rows/s come back, and that is the capacity
+    the view reads while the queue stays full (no assumption on speed: a call cannot take
+    less than its sleep)."""
+    views = []
+    calls = 0
+
+    async def executor(inputs: list[Tensor]) -> list[Tensor]:
+        nonlocal calls
+        calls += 1
+        if calls == 3 * SATURATED_RETURNS_PER_SLOT:  # well inside a queue that stays full
+            views.append(scheduler.view("m"))
+        batch = current_batch.get()
+        assert batch is not None
+        await asyncio.sleep(0.020)
+        batch.clock.sent = time.monotonic() - 0.001
+        batch.clock.answered = time.monotonic()  # the transport's stamp: 1 ms at the predictor
+        return inputs
+
+    scheduler = BatchScheduler(asyncio.get_running_loop())
+    scheduler.add_model("m", executor, BatchingConfig(max_batch_size=8, max_queue=1000))
+    rows = np.ones((1, 1), dtype=np.float32)
+    await asyncio.gather(*(scheduler.submit(BatchRequest("m", [Tensor("x", "FP32", rows)])) for _ in range(400)))
+    await scheduler.close()
+    (view,) = views
+    profile_capacity = replica_capacity(view.stats.profile, 8, 1, None)
+    assert profile_capacity is not None and profile_capacity > 2000  # what the stamped time per call says
+    assert view.load.capacity_rows_per_second is not None and view.load.capacity_rows_per_second <= 8 / 0.020 * 1.01
+    assert view.load.load == pytest.approx(view.load.demand_rows_per_second / view.load.capacity_rows_per_second)
 
 
 BLOCKED_S = 0.2  # the loop held by other work on each side of a call: far beyond the predictor's 1 ms

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gateway.batching.request import BatchRequest
-from tests.batching.support import RecordingExecutor, rows, scheduler_with, stats_of
+from tests.batching.support import RecordingExecutor, rows, scheduler_with, stats_of, until_sent
 from wire.errors import InvalidInput, Unavailable
 
 
@@ -148,3 +148,38 @@ async def test_under_a_deadline_a_level_the_levels_above_leave_nothing_to_is_ref
             await asyncio.sleep(0.05)
     else:
         raise AssertionError("level 2 was still refused 5 s after level 1 stopped")
+
+
+@pytest.mark.parametrize(("levels", "share", "short_leaves_in"), [
+    (2, 8, 3),    # the long list's first 8 rows (two batches) at its level, the rest one lower: then the short one
+    (0, 8, 11),   # no levels: FIFO, behind the whole list (ten full batches)
+    (2, 0, 11),   # levels, but no share: FIFO within the level, as before
+])
+async def test_a_long_requests_rows_beyond_its_share_wait_a_level_lower_than_a_short_request_behind_it(
+        levels, share, short_leaves_in):
+    """A 1-text client waited up to 477 ms behind one client's 4,096-text list of its own
+    level: with levels, a request's parts that begin past `long_request_rows` of its rows
+    wait a level lower (from the lowest level, behind it), so a short request queued after
+    the list leaves as soon as the list's share has; the list still fills what room is left."""
+    executor = RecordingExecutor(delay_s=0.001)
+    scheduler = scheduler_with(executor, max_batch_size=4, priority_levels=levels, default_priority_level=levels,
+                               long_request_rows=share)  # every request at the lowest level, as the config reads it
+    executor.release = asyncio.Event()
+    blocker = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(500, 1))))
+    await until_sent(executor)  # at the predictor: everything else queues behind it
+    long = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(0, 40))))  # ten parts of 4
+    cancelled = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(200, 40))))
+    await asyncio.sleep(0)
+    short = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(100, 1))))
+    await asyncio.sleep(0)
+    cancelled.cancel()  # a long request gone before it was sent: its rows leave every count
+    executor.release.set()
+    assert (await long).outputs[0].data.tolist() == (rows(0, 40)[0].data * 2).tolist()
+    assert (await short).outputs[0].data.tolist() == [[400, 402]]
+    await blocker
+    batches = [[int(row[0]) // 2 for row in batch] for batch in executor.batches[1:]]
+    assert batches.index([100]) + 1 == short_leaves_in, batches
+    assert sum(len(batch) for batch in batches) == 41  # the cancelled request never reached the predictor
+    backlog = scheduler._queues["m"].backlog
+    assert backlog.queued_rows == 0 and set(backlog.rows_by_level.values()) <= {0}
+    await scheduler.close()

@@ -60,7 +60,7 @@ async def test_auto_starts_at_one_and_a_retune_keeps_what_it_learned():
 async def test_a_returned_batch_gives_its_slot_back():
     slots = Slots(BatchingConfig(max_inflight=1), Fleet(1), asyncio.get_running_loop())
     slots.taken = 1
-    slots.given_back(asyncio.get_running_loop().time())
+    slots.given_back(asyncio.get_running_loop().time(), 4)
     assert slots.taken == 0
 
 

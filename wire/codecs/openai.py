@@ -27,7 +27,7 @@ import orjson
 
 from wire.codecs.json_data import check_json_size, loads
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
-from wire.embeddings import ENCODING_FORMATS, EmbeddingsRequest
+from wire.embeddings import ENCODING_FORMATS, EmbeddingsHead, EmbeddingsRequest
 from wire.errors import InvalidInput
 
 SEND_FEWER_TEXTS = "send the texts in several requests"  # OpenAI's API has no binary form
@@ -47,6 +47,13 @@ _ERROR_CODES = {404: "model_not_found", 413: "request_too_large", 429: "rate_lim
 
 def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> EmbeddingsRequest:
     """A client's embeddings request, checked as OpenAI's API checks it."""
+    return read_request(body, limits).decode()
+
+
+def read_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> EmbeddingsHead:
+    """A client's embeddings request in two steps: all but its inputs checked now, with the
+    rows it declares (a string, or a flat list of token ids, is one row), and its inputs
+    checked by the head's `decode`."""
     check_json_size(body, limits, remedy=SEND_FEWER_TEXTS)
     document = loads(body)
     if not isinstance(document, dict):
@@ -71,12 +78,7 @@ def decode_request(body: bytes, limits: Limits = DEFAULT_LIMITS) -> EmbeddingsRe
         user = ""
     elif not isinstance(user, str):
         raise InvalidInput("'user' must be a string")
-    texts, token_ids = _inputs(document.get("input"), limits)
-    return EmbeddingsRequest(model, texts, token_ids, encoding_format, dimensions, user)
-
-
-def _inputs(value: Any, limits: Limits) -> tuple[list[str], list[list[int]] | None]:
-    """`input` as rows: texts, or token-id lists (a flat list of ids is one row)."""
+    value = document.get("input")
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not value:
@@ -84,6 +86,16 @@ def _inputs(value: Any, limits: Limits) -> tuple[list[str], list[list[int]] | No
                            "or a list of token ids")
     if len(value) > limits.max_instances:
         raise InvalidInput(f"'input' has {len(value)} items; at most {limits.max_instances} are taken in one request")
+
+    def decode() -> EmbeddingsRequest:
+        texts, token_ids = _inputs(value)
+        return EmbeddingsRequest(model, texts, token_ids, encoding_format, dimensions, user)
+
+    return EmbeddingsHead(model, 1 if _is_number(value[0]) else len(value), decode)
+
+
+def _inputs(value: list[Any]) -> tuple[list[str], list[list[int]] | None]:
+    """`input` (a non-empty list) as rows: texts, or token-id lists (a flat list of ids is one row)."""
     if all(isinstance(item, str) for item in value):
         for index, text in enumerate(value):
             if not text:
@@ -102,6 +114,8 @@ def _is_number(value: Any) -> bool:
 
 def _token_ids(row: list[Any], where: str) -> list[int]:
     """One row of token ids, each an integer from 0 to MAX_TOKEN_ID."""
+    if row and all(type(token) is int for token in row) and min(row) >= 0 and max(row) <= MAX_TOKEN_ID:
+        return row  # the common case, without a string built per row (the codec took a third of the time)
     rule = f"'{where}' must be a non-empty list of non-negative integer token ids (at most {MAX_TOKEN_ID})"
     if not row:
         raise InvalidInput(rule)
