@@ -111,6 +111,8 @@ LIMITS = Table("limits", "[limits]", tuple(
     Key(name, Kind.INTEGER, meaning, default_of(Limits, name), minimum=1) for name, meaning in (
         ("max_body_bytes", "A request body's bytes, received and decompressed (413)."),
         ("max_json_bytes", "A JSON document's bytes, checked before it is parsed (413)."),
+        ("max_typed_bytes", "A gRPC inference message's bytes outside its `raw_input_contents` (typed contents, "
+                            "parameters, names), checked before it is parsed (RESOURCE_EXHAUSTED)."),
         ("max_instances", "Rows (the batch dimension) in one request."),
         ("max_tensor_elements", "Elements of one tensor."),
     )))

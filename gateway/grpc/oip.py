@@ -7,6 +7,7 @@ cancelled call is dropped from the scheduler's queue.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -247,6 +248,8 @@ def _cancelling() -> bool:
 
 
 def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server, streams: OpenStreams) -> None:
-    """Register the OIP servicer (malformed messages answered INVALID_ARGUMENT, see rpc)."""
+    """Register the OIP servicer (malformed messages answered INVALID_ARGUMENT, see rpc; an
+    inference message's typed part measured before it is parsed, see oip_grpc)."""
     add_servicer(server, InferenceServicer(service, limits, streams), pb.DESCRIPTOR.services_by_name["GRPCInferenceService"],
-                 limits.max_body_bytes)
+                 limits.max_body_bytes,
+                 {pb.ModelInferRequest.DESCRIPTOR.full_name: functools.partial(oip_grpc.check_typed_size, limits=limits)})

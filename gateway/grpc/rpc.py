@@ -230,7 +230,7 @@ class Compressed:
         return await asyncio.to_thread(self._parse, self._data)
 
 
-def _tolerant(message_class: Any, max_bytes: int) -> Callable[[bytes], Any]:
+def _tolerant(message_class: Any, max_bytes: int, check: Callable[[bytes], None] | None) -> Callable[[bytes], Any]:
     def deserialize(data: bytes) -> Any:
         if len(data) >= content_encoding.SMALL_COMPRESSED_BYTES and content_encoding.sniff(data) is not None:
             return Compressed(parse, data)
@@ -243,10 +243,14 @@ def _tolerant(message_class: Any, max_bytes: int) -> Callable[[bytes], Any]:
                 # Compressed by the client: inflated here, never past the limit (grpc itself
                 # would inflate it whole before checking its size: a zip bomb).
                 data = content_encoding.decode(coding, [data], max_bytes)
+            if check is not None:
+                check(data)  # before protobuf parses it, holding the GIL, whatever the thread
             return message_class.FromString(data)
         except DecodeError as error:
             return Malformed(InvalidInput(f"the request is not a valid {message_class.DESCRIPTOR.name} message: "
                                           f"{error}"))
+        except MessageTooLarge as error:
+            return Malformed(error)
         except PayloadTooLarge as error:
             return Malformed(MessageTooLarge(f"the message is larger than max_body_bytes: {error.message}"))
         except GatewayError as error:
@@ -262,16 +266,19 @@ _HANDLER_KINDS = {
 }
 
 
-def add_servicer(server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor, max_bytes: int) -> None:
+def add_servicer(server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor, max_bytes: int,
+                 checks: Mapping[str, Callable[[bytes], None]] | None = None) -> None:
     """Register `servicer`'s methods for `service`, as the generated `add_*_to_server` does,
     but with deserializers that decompress within `max_bytes` and hand a malformed message
-    to the method (see Malformed)."""
+    to the method (see Malformed). `checks` maps a request message's full name to what
+    judges its bytes before they are parsed (raising a GatewayError: the method gets it)."""
     handlers = {}
     for method in service.methods:
         request_class = message_factory.GetMessageClass(method.input_type)
         response_class = message_factory.GetMessageClass(method.output_type)
         make = _HANDLER_KINDS[(method.client_streaming, method.server_streaming)]
-        handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=_tolerant(request_class, max_bytes),
+        deserialize = _tolerant(request_class, max_bytes, (checks or {}).get(method.input_type.full_name))
+        handlers[method.name] = make(getattr(servicer, method.name), request_deserializer=deserialize,
                                      response_serializer=response_class.SerializeToString)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     server.add_registered_method_handlers(service.full_name, handlers)
