@@ -87,11 +87,12 @@ def _connection(version, method, fields, read_finished):
 
 
 def _state(conn):
-    """The connection's attributes, a future by whether it is done, the stream by whether it is closed."""
+    """The connection's attributes, a future by whether it is done, the stream by what Tornado's write changes."""
     state = {}
     for name, value in vars(conn).items():
-        if name == "stream":
-            state[name] = value.closed()
+        if name == "stream":  # closed or not, and its write accounting and interest in events
+            state[name] = (value.closed(), value._total_write_index, value._total_write_done_index,
+                           len(value._write_buffer or ()), len(value._write_futures or ()), value._state)
         elif isinstance(value, asyncio.Future):
             state[name] = ("future", value.done())
         else:
