@@ -33,7 +33,7 @@ import tornado.httputil
 import tornado.web
 
 from gateway import metrics
-from gateway.rest import answers, errors
+from gateway.rest import answers, errors, tornado_internals
 from gateway.rest.endpoint import Endpoint, Reply
 from gateway.rest.intake import Intake, header
 from gateway.service import InferenceService
@@ -169,14 +169,8 @@ class _Exchange(tornado.httputil.HTTPMessageDelegate):
                 encoded, encoding_fields = answers.compressed(body, accept)
                 assert isinstance(encoded, bytes)
                 body, fields = encoded, {**fields, **encoding_fields}
-        head = tornado.httputil.HTTPHeaders()
-        for name, value in fields.items():  # not HTTPHeaders(fields): Mapping.update's generic path costs more
-            head[name] = value
-        head["Date"] = answers.http_date()
-        head["Content-Length"] = str(len(body))
-        reason = tornado.httputil.responses.get(code, "Unknown")
-        self.connection.write_headers(tornado.httputil.ResponseStartLine("HTTP/1.1", code, reason), head, body)
-        self.connection.finish()
+        # Head and body in one prebuilt write, the connection left as Tornado's own answer leaves it.
+        tornado_internals.write_whole_answer(self.connection, code, fields, answers.http_date(), body)
         self._close(code)
 
     def _close(self, code: int) -> None:
