@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from tests.harness import config_for, http, http_json, running_gateway
+from tests.harness import config_for, http, http_json, running_gateway, wait_for
 
 MODEL = "slow_double"
 CODE = """
@@ -73,10 +73,17 @@ def test_a_request_that_cannot_make_its_deadline_is_refused_at_once_and_never_re
 
 
 def test_under_overload_each_request_is_answered_in_time_or_refused_and_none_is_lost(slow_model):
+    at_start = triton_inferences(slow_model)
     with running_gateway(config_for(gateway_model(slow_model, "slo", slo_ms=150, max_inflight="auto"))) as gw:
+        # Five one at a time, for the profile to learn Triton's ~30 ms. Each is due in 150 ms too,
+        # and on a loaded machine one may be late (504 once in a full run, at 152 ms): that is the
+        # policy working, not a failure. What was sent is then counted from the gateway's own
+        # statistics, once Triton has run all of it, not assumed to be the five.
         for i in range(5):
-            assert infer(gw, "slo", i)[0] == 200
-        before = triton_inferences(slow_model)
+            assert infer(gw, "slo", i)[0] in (200, 504)
+        wait_for(lambda: triton_inferences(slow_model) - at_start == gw.stats("slo").instances,
+                 "Triton to have run what the gateway sent of the warm-up")
+        before, sent_before = triton_inferences(slow_model), gw.stats("slo").instances
         # 64 requests at once, each due in 150 ms; Triton runs 8 rows per 30 ms: not all can make it.
         with concurrent.futures.ThreadPoolExecutor(64) as pool:
             outcomes = list(pool.map(lambda i: (i, *infer(gw, "slo", float(i))), range(64)))
@@ -88,8 +95,10 @@ def test_under_overload_each_request_is_answered_in_time_or_refused_and_none_is_
         stats = gw.stats("slo")
         refused = sum(1 for _, status, _ in outcomes if status == 503)
         assert stats.refused_late == refused
-        # What Triton ran is exactly what the gateway sent: the answered, and any dropped in flight.
-        assert triton_inferences(slow_model) - before == stats.instances - 5
+        # What Triton ran is exactly what the gateway sent: the answered, and any dropped in flight
+        # (a request answered 504 at its deadline may still be running there: waited for, bounded).
+        wait_for(lambda: triton_inferences(slow_model) - before == gw.stats("slo").instances - sent_before,
+                 "Triton to have run exactly what the gateway sent")
         metrics = http("GET", f"{gw.http_url}/metrics")[2].decode()
         assert 'gateway_batches_in_flight_limit{model="slo"}' in metrics
 
