@@ -219,17 +219,23 @@ def test_a_huge_raw_bytes_message_for_an_fp32_model_is_refused_while_every_proce
 
 # -- the order itself, in process ---------------------------------------------------------------------
 
-def test_a_hostile_tensor_is_refused_before_its_payload_is_decoded(monkeypatch):
-    """The model's check comes before the payload is decoded, over both front ends: the
-    hostile tensor's elements are never read. Scaled down: the order is what is asserted."""
-    decoded: list[str] = []
+@pytest.fixture
+def decoded(monkeypatch) -> list[str]:
+    """The datatype of each payload decoded (`raw.to_array`), in order, while the test runs."""
+    seen: list[str] = []
     to_array = raw.to_array
 
     def recording(name, datatype, shape, count, data):
-        decoded.append(datatype)
+        seen.append(datatype)
         return to_array(name, datatype, shape, count, data)
 
     monkeypatch.setattr(raw, "to_array", recording)
+    return seen
+
+
+def test_a_hostile_tensor_is_refused_before_its_payload_is_decoded(decoded):
+    """The model's check comes before the payload is decoded, over both front ends: the
+    hostile tensor's elements are never read. Scaled down: the order is what is asserted."""
     count = 100_000
     demo = {"name": "demo", "backend": "simulated",
             "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}]}
@@ -255,18 +261,9 @@ def test_a_hostile_tensor_is_refused_before_its_payload_is_decoded(monkeypatch):
         assert decoded == ["FP32"]
 
 
-
-def test_more_rows_than_the_queue_holds_are_refused_before_the_payload_is_decoded(monkeypatch):
+def test_more_rows_than_the_queue_holds_are_refused_before_the_payload_is_decoded(decoded):
     """A request declaring more rows than `max_queue` could never be queued: refused (413) by
     its header, its payload never decoded (before, it was decoded and then refused)."""
-    decoded: list[str] = []
-    to_array = raw.to_array
-
-    def recording(name, datatype, shape, count, data):
-        decoded.append(datatype)
-        return to_array(name, datatype, shape, count, data)
-
-    monkeypatch.setattr(raw, "to_array", recording)
     demo = {"name": "demo", "backend": "simulated", "batching": {"max_queue": 8},
             "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 1]}]}
     with running_gateway(config_for(demo)) as gw:
