@@ -27,24 +27,22 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from backends.base import Backend
 from gateway import __version__, triton
 from gateway.auth import FrontDoor
 from gateway.batching.request import BatchResult
 from gateway.batching.scheduler import Scheduler
 from gateway.config import ConfigError, GatewayConfig, ModelConfig, tenant_directory
+from gateway.kinds import BatchInputs
 from gateway.lifecycle import Call
 from gateway.metrics import Metrics
-from gateway.model_kinds import served_model
-from gateway.models.base import SERVER_NAME, BatchInputs, ClientRequest, ServedModel
+from gateway.models.base import SERVER_NAME, ServedModel
+from gateway.models.forms import served_model
 from gateway.telemetry.spans import Telemetry
 from gateway.views import Views
 from wire.embeddings import EmbeddingsHead, EmbeddingsRequest
 from wire.errors import GatewayError, ModelNotFound
 from wire.request import OipRequest, RequestHead
-from wire.tensors import Tensor
 
 log = logging.getLogger(__name__)
 EXTENSIONS = ("binary_tensor_data", "model_batching", *triton.EXTENSIONS)
@@ -56,8 +54,10 @@ BYTES_ON_LOOP = 65_536
 
 @dataclass(slots=True)
 class Answer:
-    """A request's rows of its batch's result, readable as either of the shapes clients read (tensors, predictions)."""
+    """A request's rows of its batch's result, as its model's kind answers the client of its
+    request's type (`for_client`: OIP tensors, v1 predictions, vectors, scores)."""
     served: ServedModel
+    request_type: type
     batch: BatchInputs
     result: BatchResult
 
@@ -66,27 +66,14 @@ class Answer:
         """The id of its batch (comma-separated, if it was split across several)."""
         return ",".join(self.result.batch_ids)
 
-    def tensors(self) -> list[Tensor]:
-        """As OIP output tensors: those the client asked for, in its order (all if none)."""
-        served = self.served
-        return served.select_outputs(served.tensors_from_outputs(self.result.outputs), self.batch.requested)
-
-    def predictions(self) -> list[Any]:
-        """As KServe v1 predictions, one per instance (TorchServe's too)."""
-        return self.served.predictions_from_outputs(self.result.outputs, self.batch.lengths)
-
-    def embeddings(self) -> np.ndarray:
-        """As vectors, float32 [rows, dims] (an embedding model's: `gateway.embeddings`)."""
-        return self.served.embeddings_from_outputs(self.result.outputs)
-
-    def scores(self) -> np.ndarray:
-        """As scores, float32 [rows], in the request's order (a rerank model's: `gateway.rerank`)."""
-        return self.served.scores_from_outputs(self.result.outputs)
+    def for_client(self) -> Any:
+        """The rows as its client reads them: its kind's answer to its request's type."""
+        return self.served.kind.answer(self.request_type, self.result.outputs, self.batch)
 
     @property
     def tokens(self) -> int:
-        """The tokens its rows were measured at (an embedding or rerank model's; 0 for others)."""
-        measured = self.served.embeds_texts or self.served.reranks
+        """The tokens its rows were measured at (a kind that measures them; 0 for others)."""
+        measured = self.served.kind.measures_tokens
         return int(self.batch.lengths.sum()) if self.batch.lengths is not None and measured else 0
 
 
@@ -179,13 +166,13 @@ class InferenceService:
             same_predictor = dataclasses.replace(before.predictor, addresses=after.predictor.addresses)
             if (dataclasses.replace(before, predictor=same_predictor, batching=after.batching) == after
                     and before.predictor.addresses != after.predictor.addresses
-                    and before.batching.padding == after.batching.padding
+                    and before.batching.rows == after.batching.rows
                     and await served.backend.update_replicas(after.predictor.addresses)):
                 before = dataclasses.replace(before, predictor=after.predictor)
                 changes["replicas"].append(name)
-            # A change of padding may change the model's form (PaddedInstanceModel): replace it.
+            # A change of its rows may change the model's form (PaddedInstanceModel): replace it.
             if dataclasses.replace(before, batching=after.batching) == after and \
-                    before.batching.padding == after.batching.padding:
+                    before.batching.rows == after.batching.rows:
                 served.config = after
                 self._retune(served)
                 if before.batching != after.batching:
@@ -285,13 +272,13 @@ class InferenceService:
         queue (`ServedModel.check_rows`): 65,536 rows of token ids were checked and decoded,
         holding the loop 0.6-1.1 s, before the queue refused them. A model that embeds no
         texts refuses the request in `infer`, as any other."""
-        if served.embeds_texts:
+        if served.kind.reads_request(EmbeddingsRequest):
             served.check_rows(head.rows)
         return head.decode()
 
-    async def infer(self, served: ServedModel, request: ClientRequest, call: Call) -> Answer:
-        """Any client's request (OIP, KServe v1 instances, TorchServe), decoded by its front
-        end: put in the model's batch form, submitted as one `BatchRequest` (its deadline
+    async def infer(self, served: ServedModel, request: Any, call: Call) -> Answer:
+        """Any client's request (OIP, KServe v1 instances, TorchServe, embeddings, rerank),
+        decoded by its front end: put in the model's batch form by its kind, submitted as one `BatchRequest` (its deadline
         and priority settled by the call), answered with its rows of the batch."""
         # A counter, not a context manager: a queued request would hold its generator frame.
         self.active_requests += 1
@@ -308,7 +295,7 @@ class InferenceService:
             except GatewayError as error:
                 raise named_as_served(error, served) from None
             self.telemetry.request_batched(call, result)
-            return Answer(served, batch, result)
+            return Answer(served, type(request), batch, result)
         finally:
             self.active_requests -= 1
 

@@ -5,6 +5,7 @@ import pytest
 
 from backends.settings import PredictorProtocol
 from gateway import config
+from gateway.batching.config import PairSpec, PlainSpec
 
 
 def test_embedded_default_serves_demo_on_the_simulated_predictor():
@@ -161,14 +162,14 @@ SEQUENCE = {"name": "m", "backend": "triton", "protocol": "grpc", "url": "127.0.
 
 
 def test_padded_inputs_buckets_generated_inputs_and_cost_are_read_into_batching():
-    from gateway.batching.config import GeneratedInput, PaddedInput, PaddingConfig
+    from gateway.batching.config import GeneratedInput, PaddedInput, PaddedSpec
 
     batching = config.parse({"models": [SEQUENCE]}).models[0].batching
     assert batching.max_batch_cost == 4096
-    assert batching.padding == PaddingConfig(inputs=(PaddedInput("IDS", 1, 0),), buckets=(32, 64, 128),
+    assert batching.rows == PaddedSpec(inputs=(PaddedInput("IDS", 1, 0),), buckets=(32, 64, 128),
                                              outputs=(("HIDDEN", 1),), generated=(GeneratedInput("LEN", "INT32", "length"),))
-    assert config.parse({"models": [{**SEQUENCE, "batching": {}}]}).models[0].batching.padding.buckets == ()
-    assert config.parse({"models": [{"name": "m"}]}).models[0].batching.padding is None
+    assert config.parse({"models": [{**SEQUENCE, "batching": {}}]}).models[0].batching.rows.buckets == ()
+    assert config.parse({"models": [{"name": "m"}]}).models[0].batching.rows == PlainSpec()
 
 
 def _with(inputs=None, outputs=None, **batching):
@@ -228,14 +229,14 @@ OPENAI = {"name": "e", "backend": "kserve", "api": "openai", "url": "http://127.
 
 def test_a_model_of_an_openai_predictor_embeds_texts_with_a_token_budget_by_default():
     from backends.settings import PredictorProtocol
-    from gateway.batching.config import PaddingConfig
+    from gateway.batching.config import TextSpec
 
     model = config.parse({"models": [OPENAI]}).models[0]
     assert model.predictor.protocol is PredictorProtocol.OPENAI_HTTP and model.predictor.base_path == "/openai/v1"
-    assert model.embeddings == config.EmbeddingsConfig()
+    assert model.kind == config.EmbeddingsConfig()
     assert model.batching.max_batch_cost == config.DEFAULT_MAX_BATCH_TOKENS
-    assert model.batching.padding == PaddingConfig(inputs=())
-    assert config.parse({"models": [{"name": "m"}]}).models[0].embeddings is None
+    assert model.batching.rows == TextSpec()
+    assert config.parse({"models": [{"name": "m"}]}).models[0].kind is None
 
 
 def test_embedding_keys_are_read(tmp_path):
@@ -247,25 +248,25 @@ def test_embedding_keys_are_read(tmp_path):
         "embeddings": {"tokenizer": tokenizer, "deduplicate": False},
         "batching": {"max_batch_tokens": 8192, "token_cost": "sum", "buckets": [64, 512]}}]}).models[0]
     assert model.predictor.base_path == "/v1"
-    assert model.embeddings == config.EmbeddingsConfig(tokenizer=tokenizer, deduplicate=False)
+    assert model.kind == config.EmbeddingsConfig(tokenizer=tokenizer, deduplicate=False)
     assert model.batching.max_batch_cost == 8192
-    assert model.batching.padding.summed and model.batching.padding.buckets == (64, 512)
+    assert model.batching.rows.summed and model.batching.rows.buckets == (64, 512)
     triton = config.parse({"models": [{"name": "t", "backend": "triton", "url": "127.0.0.1:1", "protocol": "grpc",
                                        "embeddings": {"input": "TEXT", "output": "EMBEDDING"}}]}).models[0]
-    assert (triton.embeddings.input, triton.embeddings.output) == ("TEXT", "EMBEDDING")
+    assert (triton.kind.input, triton.kind.output) == ("TEXT", "EMBEDDING")
     simulated = config.parse({"models": [{"name": "s", "simulated": {"task": "embed"}}]}).models[0]
-    assert simulated.embeddings is not None and simulated.predictor.simulated_task == "embed"
+    assert isinstance(simulated.kind, config.EmbeddingsConfig) and simulated.predictor.simulated_task == "embed"
 
 
 def test_token_ids_keys_are_read_and_an_encoding_named_is_read_at_once():
     from tests.test_tokens import cl100k_file
 
-    default = config.parse({"models": [OPENAI]}).models[0].embeddings
+    default = config.parse({"models": [OPENAI]}).models[0].kind
     assert (default.token_ids, default.token_ids_file) == ("cl100k_base", "")  # looked for when it starts
     named = config.parse({"models": [{**OPENAI, "embeddings": {"token_ids_file": cl100k_file()}}]}).models[0]
-    assert (named.embeddings.token_ids, named.embeddings.token_ids_file) == ("cl100k_base", cl100k_file())
+    assert (named.kind.token_ids, named.kind.token_ids_file) == ("cl100k_base", cl100k_file())
     as_is = config.parse({"models": [{**OPENAI, "embeddings": {"token_ids": "as_is"}}]}).models[0]
-    assert as_is.embeddings.token_ids == "as_is"
+    assert as_is.kind.token_ids == "as_is"
 
 
 def test_token_ids_errors_name_the_key(tmp_path, monkeypatch):
@@ -324,19 +325,20 @@ def test_the_demand_smoothing_is_read_in_milliseconds_and_must_be_positive():
 SCORE = {"name": "r", "backend": "kserve", "api": "score", "url": "http://127.0.0.1:1", "base_path": "/v1"}
 
 
-def test_a_rerank_model_batches_pairs_held_to_one_query_only_for_a_cohere_shaped_predictor():
+def test_a_rerank_model_batches_pairs_by_their_tokens_whatever_its_predictor():
     parsed = config.parse({"models": [
         SCORE, {**SCORE, "name": "c", "api": "rerank", "base_path": ""},
         {"name": "t", "backend": "triton", "url": "127.0.0.1:1", "protocol": "grpc",
          "rerank": {"query_input": "q", "document_input": "d", "output": "s"}},
         {"name": "s", "simulated": {"task": "rerank"}, "batching": {"max_batch_tokens": 4096, "token_cost": "sum"}}]})
     score, cohere, triton, simulated = parsed.models
-    assert score.rerank is not None and score.predictor.protocol.value == "score-http"
+    assert isinstance(score.kind, config.RerankConfig) and score.predictor.protocol.value == "score-http"
     assert score.predictor.base_path == "/v1" and cohere.predictor.base_path == ""
-    assert [m.batching.padding.one_query for m in parsed.models] == [False, True, False, False]
-    assert triton.batching.padding.query_input == "q" and triton.rerank.document_input == "d"
-    assert score.batching.padding.query_input == "query" and score.batching.max_batch_cost == 16384
-    assert simulated.batching.max_batch_cost == 4096 and simulated.batching.padding.summed
+    # One query a batch is the predictor's to say (Backend.one_query_per_call: tests/kinds/test_rerank.py).
+    assert all(type(m.batching.rows) is PairSpec and not m.batching.rows.one_query for m in parsed.models)
+    assert triton.batching.rows.query_input == "q" and triton.kind.document_input == "d"
+    assert score.batching.rows.query_input == "query" and score.batching.max_batch_cost == 16384
+    assert simulated.batching.max_batch_cost == 4096 and simulated.batching.rows.summed
 
 
 @pytest.mark.parametrize("model, key, problem", [

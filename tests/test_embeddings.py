@@ -18,7 +18,9 @@ from backends.base import Backend
 from backends.settings import PredictorProtocol, PredictorSettings
 from backends.simulated.encoder import vector
 from gateway.config import EmbeddingsConfig, ModelConfig
-from gateway.embeddings import EmbeddingModel
+from gateway.kinds.embeddings import Embeddings
+from gateway.models.base import ServedModel
+from gateway.models.forms import served_model
 from tests.harness import config_for, held_slot, http, queued, running_gateway, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.test_tokens import cl100k, cl100k_file, wordpiece_file
@@ -144,9 +146,9 @@ class Answering(Backend):
         return True
 
 
-def served(outputs: list[Tensor], **settings) -> EmbeddingModel:
+def served(outputs: list[Tensor], **settings) -> ServedModel:
     predictor = PredictorSettings(PredictorProtocol.OIP_GRPC, server="triton", model="m")
-    return EmbeddingModel(ModelConfig("m", predictor, embeddings=EmbeddingsConfig(**settings)), Answering(outputs))
+    return served_model(ModelConfig("m", predictor, kind=EmbeddingsConfig(**settings)), Answering(outputs))
 
 
 VECTORS = Tensor("EMBEDDING", "FP32", np.ones((2, 3), np.float32))
@@ -154,15 +156,15 @@ IDS = Tensor("TOKENS", "INT64", np.ones((2, 3), np.int64))
 
 
 def test_the_vectors_are_the_only_fp32_output_or_the_one_named():
-    assert served([IDS, VECTORS]).embeddings_from_outputs([IDS, VECTORS]).shape == (2, 3)
+    assert served([IDS, VECTORS]).kind.vectors([IDS, VECTORS]).shape == (2, 3)
     other = Tensor("POOLED", "FP32", np.zeros((2, 3), np.float32))
-    assert not served([], output="POOLED").embeddings_from_outputs([VECTORS, other]).any()
+    assert not served([], output="POOLED").kind.vectors([VECTORS, other]).any()
     with pytest.raises(BadPredictorAnswer, match="cannot tell which output"):
-        served([]).embeddings_from_outputs([VECTORS, other])
+        served([]).kind.vectors([VECTORS, other])
     with pytest.raises(BadPredictorAnswer, match="no output 'POOLED'"):
-        served([], output="POOLED").embeddings_from_outputs([VECTORS])
+        served([], output="POOLED").kind.vectors([VECTORS])
     with pytest.raises(BadPredictorAnswer, match="not one vector per row"):
-        served([]).embeddings_from_outputs([Tensor("E", "FP32", np.ones((2, 3, 4), np.float32))])
+        served([]).kind.vectors([Tensor("E", "FP32", np.ones((2, 3, 4), np.float32))])
 
 
 def test_texts_travel_in_the_named_input_and_an_oip_request_must_send_them_there():
@@ -189,7 +191,7 @@ def test_the_predictor_sees_each_distinct_text_once_and_every_row_is_answered():
             return [Tensor("E", "FP32", np.array([[len(t)] for t in inputs[0].data[:, 0]], np.float32))]
 
     predictor = PredictorSettings(PredictorProtocol.SIMULATED, server="simulated", model="m")
-    model = EmbeddingModel(ModelConfig("m", predictor, embeddings=EmbeddingsConfig()), Echo([]))
+    model = served_model(ModelConfig("m", predictor, kind=EmbeddingsConfig()), Echo([]))
     texts = np.array([[b"a"], [b"bbb"], [b"a"], [b"cc"], [b"bbb"]], dtype=object)
     outputs = asyncio.run(model.executor([Tensor("text", "BYTES", texts)]))
     assert sent == [[b"a", b"bbb", b"cc"]]
@@ -228,7 +230,7 @@ def test_token_ids_without_the_encoding_file_or_outside_it_are_refused_saying_wh
     """Without the file, the client is told what is missing and the gateway's log where it
     was looked for. Before: the 400 named the gateway's cache path."""
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache: nothing is downloaded
-    with caplog.at_level(logging.WARNING, logger="gateway.embeddings"), running_gateway(config_for(encoder())) as gw:
+    with caplog.at_level(logging.WARNING, logger="gateway.kinds.embeddings"), running_gateway(config_for(encoder())) as gw:
         for _ in range(3):
             status, _, body = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": [[9906]]})
             assert status == 400 and b"cannot read token ids: the gateway has no usable cl100k_base file" in body, body
@@ -249,18 +251,18 @@ def test_token_ids_beyond_max_queue_are_refused_before_a_single_id_is_checked_or
     refused them: the rows a request declares are held against `max_queue` first."""
     checked: list[str] = []
     decoded: list[int] = []
-    check, decode = openai_codec._token_ids, EmbeddingModel._decode
+    check, decode = openai_codec._token_ids, Embeddings._decode
 
     def checking(row: list[int], where: str) -> list[int]:
         checked.append(where)
         return check(row, where)
 
-    def decoding(self: EmbeddingModel, rows: list[list[int]]) -> list[str]:
+    def decoding(self: Embeddings, rows: list[list[int]]) -> list[str]:
         decoded.append(len(rows))
         return decode(self, rows)
 
     monkeypatch.setattr(openai_codec, "_token_ids", checking)
-    monkeypatch.setattr(EmbeddingModel, "_decode", decoding)
+    monkeypatch.setattr(Embeddings, "_decode", decoding)
     model = {**encoder(max_queue=8), "embeddings": {"token_ids": "cl100k_base", "token_ids_file": cl100k_file()}}
     with running_gateway(config_for(model)) as gw:
         status, _, body = http("POST", f"{gw.http_url}/v1/embeddings", {"model": "encoder", "input": [[9906]] * 9})
@@ -324,7 +326,7 @@ def test_a_vector_with_nan_or_infinity_is_the_predictors_bad_answer_never_a_json
     vectors = Tensor("EMBEDDING", "FP32", np.array([[1, 2, 3], [4, bad, 6]], np.float32))
     with pytest.raises(BadPredictorAnswer, match=r"model 'm': its predictor \(triton\) answered a vector with NaN "
                                                  r"or infinite values \(row 1 of the request\)"):
-        served([]).embeddings_from_outputs([vectors])
+        served([]).kind.vectors([vectors])
 
 
 def test_get_v1_models_id_is_openais_model_object_for_an_embedding_model_and_kserves_status_too():

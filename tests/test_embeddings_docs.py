@@ -54,4 +54,4 @@ def test_every_predictor_config_on_the_page_is_valid():
             if "token_ids_file" in embeddings:
                 embeddings["token_ids_file"] = cl100k_file()  # the same file, as a package ships it
         parsed = config.parse(document)
-        assert all(model.embeddings is not None for model in parsed.models)
+        assert all(isinstance(model.kind, config.EmbeddingsConfig) for model in parsed.models)

@@ -23,7 +23,7 @@ from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import USAGE_CHUNK, BatchScheduler
 from gateway.config import parse
 from gateway.metrics import Metrics
-from gateway.model_kinds import served_model
+from gateway.models.forms import served_model
 from gateway.views import LocalViews
 from gateway.workers import batcher as batcher_module
 from gateway.workers.batcher import BatcherViews

@@ -1,4 +1,4 @@
-"""Served models (gateway/models/, each chosen by gateway/model_kinds.py): a model that
+"""Served models (gateway/models/, each form chosen by gateway/models/forms.py): a model that
 describes nothing is served all the same, and what the predictor describes is followed when
 it changes."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ from backends.base import Backend
 from backends.settings import PredictorProtocol, PredictorSettings
 from gateway.batching.config import BatchingConfig
 from gateway.config import ModelConfig
-from gateway.model_kinds import served_model
 from gateway.models import base as models
+from gateway.models.forms import served_model
 from wire.errors import InvalidInput
 from wire.tensors import ModelSignature, Tensor, TensorSpec
 
@@ -107,11 +107,13 @@ def test_a_tensor_model_is_ready_once_its_predictor_has_answered_metadata_even_w
 
 
 class TritonLike(FakePredictor):
-    """A predictor with a model configuration (Triton's extension) the test changes."""
+    """A predictor with a model configuration (Triton's extension) the test changes; one that
+    says it has none (`reads_model_config` False: KServe's) would answer 404 to it."""
 
-    def __init__(self, config: dict | None) -> None:
+    def __init__(self, config: dict | None, reads_model_config: bool = True) -> None:
         super().__init__((DESCRIBED, ["1"]))
         self.config = config
+        self.reads_model_config = reads_model_config
         self.asked = 0
 
     async def model_config(self) -> dict | None:
@@ -165,9 +167,9 @@ def test_the_batch_limit_is_known_before_the_model_is_ready():
     asyncio.run(asyncio.wait_for(scenario(), 5))
 
 
-def test_only_a_triton_predictor_is_asked_for_its_configuration():
+def test_only_a_predictor_that_says_it_has_a_model_configuration_is_asked_for_it():
     async def scenario() -> None:
-        predictor = TritonLike({"max_batch_size": 4})
+        predictor = TritonLike({"max_batch_size": 4}, reads_model_config=False)
         settings = PredictorSettings(PredictorProtocol.OIP_HTTP, server="kserve", model="m")
         model = served_model(ModelConfig("m", settings), predictor)
         await settled(model)

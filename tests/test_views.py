@@ -13,7 +13,7 @@ from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.config import parse
 from gateway.metrics import Metrics
-from gateway.model_kinds import served_model
+from gateway.models.forms import served_model
 from gateway.views import LocalViews
 from tests.batching.support import RecordingExecutor, rows
 from wire.errors import ModelNotFound, RateLimited

@@ -13,6 +13,66 @@ from typing import Any
 
 from gateway.config_keys import Kind, key
 
+# -- variable-length inputs (see gateway.batching.padding for what they mean) ------------------
+
+@dataclass(frozen=True, slots=True)
+class PaddedInput:
+    """An input whose dimension `dim` (never 0, the batch) may differ between requests."""
+    name: str
+    dim: int
+    value: int | float | bool = 0  # what the gateway fills the padding with
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedInput:
+    """An input the gateway fills for the model, never sent by a client: each row's real
+    length (`kind` "length", shape [rows, 1]) or a 0/1 mask of it ("mask", [rows, padded])."""
+    name: str
+    datatype: str
+    kind: str
+
+
+# -- what a row is (see gateway.batching.layouts: each spec chooses its layout) ----------------
+
+@dataclass(frozen=True, slots=True)
+class PlainSpec:
+    """Fixed-shape rows (and KServe v1 instances): every length is its own signature."""
+
+
+@dataclass(frozen=True, slots=True)
+class PaddedSpec:
+    """Rows with a variable dimension, padded per batch: every padded input shares one
+    length per row."""
+    inputs: tuple[PaddedInput, ...]
+    buckets: tuple[int, ...] = ()                  # ascending; () = pad to the longest member of the batch
+    outputs: tuple[tuple[str, int], ...] = ()      # (output, its dim that follows the padded length)
+    generated: tuple[GeneratedInput, ...] = ()
+    # A batch's cost: rows x its longest padded length (a predictor that pads), or, `summed`,
+    # the sum of its rows' own lengths (one that does not, e.g. packed sequences).
+    summed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TextSpec:
+    """One text a row, whose length is its tokens, measured by its model's kind and carried
+    by the request (the gateway pads nothing): bucketed and costed as padded rows are."""
+    buckets: tuple[int, ...] = ()
+    summed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PairSpec(TextSpec):
+    """One (query, document) pair a row: a text row (its lengths the query's and the
+    document's tokens) whose query travels in `query_input`; `one_query`: a batch holds the
+    pairs of one query only (a predictor that takes one query per call)."""
+    query_input: str = ""
+    one_query: bool = False
+
+
+# What one row of a model's batch is: the one choice `layouts.layout_for` makes by type.
+RowsSpec = PlainSpec | PaddedSpec | TextSpec | PairSpec
+PLAIN = PlainSpec()
+
 
 @dataclass(frozen=True, slots=True)
 class BatchingConfig:
@@ -54,44 +114,7 @@ class BatchingConfig:
     max_batch_cost: int = key(Kind.INTEGER, 0, "Padded elements (rows x padded length) per batch; 0: no limit.",
                               apart=True)
     auto_inflight: bool = False  # max_inflight = "auto"
-    padding: PaddingConfig | None = None  # variable-length inputs: None = every length is its own signature
-
-
-# -- variable-length inputs (see gateway.batching.padding for what they mean) ------------------
-
-@dataclass(frozen=True, slots=True)
-class PaddedInput:
-    """An input whose dimension `dim` (never 0, the batch) may differ between requests."""
-    name: str
-    dim: int
-    value: int | float | bool = 0  # what the gateway fills the padding with
-
-
-@dataclass(frozen=True, slots=True)
-class GeneratedInput:
-    """An input the gateway fills for the model, never sent by a client: each row's real
-    length (`kind` "length", shape [rows, 1]) or a 0/1 mask of it ("mask", [rows, padded])."""
-    name: str
-    datatype: str
-    kind: str
-
-
-@dataclass(frozen=True, slots=True)
-class PaddingConfig:
-    # Every padded input shares one length per row. None at all: the rows are texts, whose lengths
-    # (tokens) the model layer measures and the request carries (gateway.embeddings).
-    inputs: tuple[PaddedInput, ...]
-    buckets: tuple[int, ...] = ()                  # ascending; () = pad to the longest member of the batch
-    outputs: tuple[tuple[str, int], ...] = ()      # (output, its dim that follows the padded length)
-    generated: tuple[GeneratedInput, ...] = ()
-    # A batch's cost: rows x its longest padded length (a predictor that pads), or, `summed`,
-    # the sum of its rows' own lengths (one that does not, e.g. packed sequences).
-    summed: bool = False
-    # Rows that are (query, document) pairs (a rerank model, gateway.batching.layouts.pairs):
-    # the input holding each row's query ("" = not pairs), and whether a batch holds the pairs
-    # of one query only (a predictor that takes one query per call).
-    query_input: str = ""
-    one_query: bool = False
+    rows: RowsSpec = PLAIN  # what a row is: fixed-shape, padded, a text or a pair (set with the model's kind)
 
 
 # -- tenants (see gateway.batching.tenants for what the scheduler does with them) -------------

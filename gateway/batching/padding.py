@@ -26,7 +26,7 @@ Semantics
   `max_batch_cost // padded length` rows; a single row that costs more than
   `max_batch_cost` can never be sent and is refused (PayloadTooLarge, 413).
 * Padding waste is padded elements / real elements (1.0 = none), counted per batch.
-* *Texts* (an embedding model: `PaddingConfig.inputs` is empty) pad nothing here: each row
+* *Texts* (an embedding or rerank model: `TextSpec`) pad nothing here: each row
   is one text whose length, its tokens, the model layer measured and the request carries.
   A request's length is its longest text; buckets, the cost cap and the waste count work
   on those lengths as on padded ones, and the predictor's tokenizer pads (or packs) the
@@ -34,7 +34,7 @@ Semantics
   x the longest: the cost of a predictor that packs sequences instead of padding them.
 
 Plain data in, plain data out, as `merge`: this module must not know futures, queues,
-policies, executors, or anything beyond the tensors and the `PaddingConfig`.
+policies, executors, or anything beyond the tensors and the rows spec (`PaddedSpec`, `TextSpec`).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.batching.config import PaddingConfig
+from gateway.batching.config import PaddedSpec, TextSpec
 from wire.errors import BadPredictorAnswer, InvalidInput, PayloadTooLarge
 from wire.tensors import NUMPY_DTYPES, Tensor
 
@@ -68,10 +68,10 @@ class RowShape:
         return RowShape(self.length, self.padded, self.lengths[start:start + count], self.shared)
 
 
-def measure(inputs: list[Tensor], padding: PaddingConfig, lengths: np.ndarray | None = None) -> RowShape:
+def measure(inputs: list[Tensor], padding: PaddedSpec | TextSpec, lengths: np.ndarray | None = None) -> RowShape:
     """A request's length, padded length and rows' real lengths (`lengths`: each row's, when
     they are not all the request's length). Raises InvalidInput for what cannot be padded."""
-    if not padding.inputs:  # texts: the lengths are their tokens, measured by the model layer
+    if isinstance(padding, TextSpec):  # texts: the lengths are their tokens, measured by the model's kind
         if lengths is None or len(lengths) != len(inputs[0].data) or not len(lengths):
             raise InvalidInput("the request's texts were not measured in tokens")
         length = int(lengths.max())
@@ -109,13 +109,14 @@ def padded_length(length: int, buckets: Sequence[int]) -> int:
     return buckets[index]
 
 
-def signature(inputs: list[Tensor], padding: PaddingConfig, shape: RowShape) -> tuple:
+def signature(inputs: list[Tensor], padding: PaddedSpec | TextSpec, shape: RowShape) -> tuple:
     """What must agree for padded requests to share a batch: `wire.tensors.signature_key`
     with each padded dimension replaced by the bucket (any length: -1, without buckets)."""
-    dims = {spec.name: spec.dim - 1 for spec in padding.inputs}  # in the shape without the batch
+    padded = padding.inputs if isinstance(padding, PaddedSpec) else ()
+    dims = {spec.name: spec.dim - 1 for spec in padded}  # in the shape without the batch
     key = shape.padded if padding.buckets else -1
     tensors = tuple((t.name, t.datatype, _with(t.data.shape[1:], dims.get(t.name), key)) for t in inputs)
-    return tensors if padding.inputs else (*tensors, key)  # texts: the bucket joins the key
+    return tensors if padded else (*tensors, key)  # texts: the bucket joins the key
 
 
 def _with(shape: tuple[int, ...], index: int | None, value: int) -> tuple[int, ...]:
@@ -133,7 +134,7 @@ def rows_per_part(padded: int, max_batch_size: int, max_batch_cost: int) -> int:
     return min(max_batch_size, rows)
 
 
-def text_parts(lengths: np.ndarray, padding: PaddingConfig, max_batch_size: int,
+def text_parts(lengths: np.ndarray, padding: TextSpec, max_batch_size: int,
                max_batch_cost: int) -> tuple[np.ndarray | None, list[RowShape]]:
     """A request of several texts cut into parts of similar length: the order that sorts
     its rows by length (None when they already are), and the consecutive parts of the
@@ -174,7 +175,7 @@ def batch_length(shapes: Sequence[RowShape]) -> int:
     return max(shape.padded for shape in shapes)
 
 
-def pad_batch(groups: Sequence[list[Tensor]], shapes: Sequence[RowShape], padding: PaddingConfig) -> list[Tensor]:
+def pad_batch(groups: Sequence[list[Tensor]], shapes: Sequence[RowShape], padding: PaddedSpec) -> list[Tensor]:
     """One tensor per input for the whole batch, each padded input filled with its pad value
     up to the batch length, then the generated inputs. Each padded input is one allocation
     and one copy per part; the others are concatenated as `merge.concatenate` does."""
@@ -211,7 +212,7 @@ def generated_input(name: str, datatype: str, kind: str, lengths: np.ndarray, pa
     return Tensor(name, datatype, (np.arange(padded) < lengths[:, None]).astype(dtype))
 
 
-def check_outputs(outputs: list[Tensor], padded: int, padding: PaddingConfig) -> None:
+def check_outputs(outputs: list[Tensor], padded: int, padding: PaddedSpec) -> None:
     """Every output that follows the padded length has the batch's padded length there."""
     follows = dict(padding.outputs)
     for tensor in outputs:
@@ -222,7 +223,7 @@ def check_outputs(outputs: list[Tensor], padded: int, padding: PaddingConfig) ->
                 f"have {padded} there; the predictor answered shape {list(tensor.data.shape)}")
 
 
-def trim(outputs: list[Tensor], length: int, padding: PaddingConfig) -> list[Tensor]:
+def trim(outputs: list[Tensor], length: int, padding: PaddedSpec) -> list[Tensor]:
     """A part's outputs with every output that follows the padded length cut back to the
     part's own `length` (numpy views); the others as they are."""
     follows = dict(padding.outputs)

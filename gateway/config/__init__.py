@@ -3,9 +3,10 @@
 Every key is declared once, as a typed field with its bounds, default and meaning
 (`gateway.config_keys`): on the field its value lands in, or in its table's module here
 (`server`: [server], [server.tls], [limits], [tracing]; `models`: [[models]] and
-[models.simulated]; `batching`; `tensors`: a model's inputs, outputs and padding; `texts`:
-[models.embeddings] and [models.rerank]; `tenants`; `shared`: the store quotas are held in
-across replicas). One reader (`read`) checks every
+[models.simulated]; `batching`; `tensors`: a model's inputs, outputs and padding; `tenants`;
+`shared`: the store quotas are held in across replicas; a model kind's table, such as
+[models.embeddings] and [models.rerank], in its kind's module, `gateway.kinds`). One reader
+(`gateway.config_keys.read`) checks every
 table by those declarations; each module adds only the rules between its keys. `TABLES`
 lists them in the reference page's order (`tools.gen_docs`).
 
@@ -33,7 +34,6 @@ from gateway.config.models import (
     ModelConfig,
     model,
 )
-from gateway.config.read import ConfigError, only, table, value
 from gateway.config.server import (
     LIMITS,
     OTLP_PROTOCOLS,
@@ -51,8 +51,8 @@ from gateway.config.server import (
 from gateway.config.shared import SHARED, SharedConfig, shared
 from gateway.config.tenants import DEFAULT_TENANT, TENANTS, TenantConfig, tenant_directory, tenants
 from gateway.config.tensors import INPUTS, OUTPUTS, PAD
-from gateway.config.texts import EMBEDDINGS, RERANK, TOKEN_IDS_AS_IS, EmbeddingsConfig, RerankConfig
-from gateway.config_keys import Key, Kind, Table
+from gateway.config_keys import ConfigError, Key, Kind, Table, only, table, value
+from gateway.kinds import TOKEN_IDS_AS_IS, Embeddings, EmbeddingsConfig, Rerank, RerankConfig
 from wire.codecs.limits import Limits
 
 __all__ = [
@@ -74,7 +74,7 @@ DOCUMENT = Table("", "The document", (
 ))
 # Every table, in the order the reference page gives them.
 TABLES: tuple[Table, ...] = (DOCUMENT, SERVER, SERVER_TLS, LIMITS, TRACING, MODELS, BATCHING, INPUTS, PAD, OUTPUTS,
-                             SIMULATED, EMBEDDINGS, RERANK, TENANTS, SHARED)
+                             SIMULATED, Embeddings.table(), Rerank.table(), TENANTS, SHARED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from gateway.batching import policies
-from gateway.batching.config import BatchingConfig, PaddingConfig
-from gateway.config.read import ConfigError, fields, read, value
-from gateway.config_keys import Key, Kind, Table, declared
+from gateway.batching.config import BatchingConfig, TextSpec
+from gateway.config_keys import ConfigError, Key, Kind, Table, declared, fields, read, value
 
 DEFAULT_MAX_BATCH_TOKENS = 16384  # TEI's default: 32 rows of 512 tokens
 TOKEN_COSTS = ("longest", "sum")
@@ -87,8 +86,7 @@ def token_budget(raw: dict, where: str, batching: BatchingConfig) -> BatchingCon
     lengths = buckets(raw, where)
     tokens = value(BATCHING["max_batch_tokens"], raw, where)
     summed = value(BATCHING["token_cost"], raw, where) == "sum"
-    padding = PaddingConfig(inputs=(), buckets=lengths, summed=summed)
-    return replace(batching, max_batch_cost=tokens, padding=padding)
+    return replace(batching, max_batch_cost=tokens, rows=TextSpec(buckets=lengths, summed=summed))
 
 
 def padded_cost(raw: dict, where: str, batching: BatchingConfig) -> int:

@@ -5,7 +5,8 @@ Each key is declared once, in its table here: its values land in backends' Predi
 and Cost, which know no config (a default of theirs is read from them). The rules between
 keys (backend, protocol and api naming one predictor protocol; replicas found by DNS; the
 base path of a JSON API) are the functions here; the model's other tables are read by their
-own modules. It knows no tenant and no server key.
+own modules, a kind's table by its kind (`gateway.kinds`: whichever kinds are defined). It knows no
+tenant and no server key.
 """
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from backends.settings import Cost, PredictorProtocol, PredictorSettings
-from gateway.batching.config import BatchingConfig
+from gateway.batching.config import BatchingConfig, TextSpec
 from gateway.config.batching import batching, token_budget
-from gateway.config.read import ConfigError, read, table, value
 from gateway.config.tensors import INPUTS, OUTPUTS, padding, tensor_specs
-from gateway.config.texts import EmbeddingsConfig, RerankConfig, embeddings, rerank
-from gateway.config_keys import Key, Kind, Table, default_of
+from gateway.config_keys import ConfigError, Key, Kind, Table, default_of, read, table, value
+from gateway.kinds import KINDS, Embeddings, Rerank, Tensors
+from gateway.kinds.base import ModelKind
 from wire.tensors import ModelSignature
 
 # The user-facing choices; `_predictor_protocol` resolves them into one PredictorProtocol.
@@ -64,10 +65,9 @@ MODELS = Table("models[]", "[[models]]", (
     Key("outputs", Kind.TABLES, "The model's outputs ([[models.outputs]]), with inputs."),
     Key("batching", Kind.TABLE, "How its requests are batched ([models.batching])."),
     Key("simulated", Kind.TABLE, "The simulated predictor's model and cost ([models.simulated])."),
-    Key("embeddings", Kind.TABLE, "A text-embedding model ([models.embeddings]): implied by api = \"openai\" and by "
-                                  "the simulated encoder."),
-    Key("rerank", Kind.TABLE, "A rerank model, (query, document) pairs scored ([models.rerank]): implied by api = "
-                              "\"score\" or \"rerank\" and by the simulated reranker."),
+    # The built-in kinds' tables ([models.embeddings], [models.rerank]); a kind defined later
+    # is read all the same (`model`), and shown on no reference page.
+    *(kind.table_key for kind in (Embeddings, Rerank) if kind.table_key is not None),
 ))
 SIMULATED = Table("models[].simulated", "[models.simulated]", (
     Key("task", Kind.STRING, "double (OUTPUT0 = 2 x INPUT0), embed (texts to unit vectors) or rerank ((query, "
@@ -87,8 +87,9 @@ class ModelConfig:
     name: str
     predictor: PredictorSettings     # how to reach the model's predictor (backends.settings)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
-    embeddings: EmbeddingsConfig | None = None  # a text-embedding model (None: tensors or instances)
-    rerank: RerankConfig | None = None  # a rerank model: (query, document) pairs scored
+    # Its kind's settings (gateway.kinds: EmbeddingsConfig, RerankConfig, ...); None: the default
+    # kind, tensors or instances as clients send them.
+    kind: Any = None
 
     @property
     def signature(self) -> ModelSignature | None:
@@ -101,30 +102,37 @@ def model(raw: Any, key: str) -> ModelConfig:
     """One `[[models]]` table (`key`: "models[0]")."""
     if not isinstance(raw, dict):
         raise ConfigError(key, "must be a table")
-    values = read(MODELS, raw, key)
+    kinds = [kind for kind in KINDS.values() if kind.table_key is not None]
+    values = read(MODELS, raw, key, also={kind.name for kind in kinds})
     inputs = tensor_specs(raw.get("inputs"), f"{key}.inputs", INPUTS)
     outputs = tensor_specs(raw.get("outputs"), f"{key}.outputs", OUTPUTS)
     if outputs and not inputs:
         raise ConfigError(f"{key}.inputs", "declare inputs too when declaring outputs")
     predictor = _predictor(raw, key, values, ModelSignature(inputs, outputs) if inputs else None)
-    protocol, task = predictor.protocol, predictor.simulated_task
-    texts = embeddings(raw, key, protocol, task)
-    pairs = rerank(raw, key, protocol, task)
-    if texts is not None and pairs is not None:
-        raise ConfigError(f"{key}.rerank", "a model embeds texts or scores pairs, not both: keep one of "
-                                           "[models.embeddings] and [models.rerank]")
+    kind, settings = _kind(raw, key, predictor, kinds)
     batching_raw = table(raw, "batching", f"{key}.batching")
     config = batching(batching_raw, f"{key}.batching")
-    if texts is not None:
-        config = token_budget(batching_raw, f"{key}.batching", config)
-    elif pairs is not None:
-        config = token_budget(batching_raw, f"{key}.batching", config)
-        assert config.padding is not None  # token_budget sets it
-        config = replace(config, padding=replace(config.padding, query_input=pairs.query_input,
-                                                 one_query=protocol is PredictorProtocol.RERANK_HTTP))
+    if issubclass(kind.rows, TextSpec):
+        texts = token_budget(batching_raw, f"{key}.batching", config)
+        assert isinstance(texts.rows, TextSpec)  # token_budget sets it
+        config = replace(texts, rows=kind.spec(settings, texts.rows))
     else:
         config = padding(raw, key, inputs, outputs, batching_raw, config)
-    return ModelConfig(name=values["name"], predictor=predictor, batching=config, embeddings=texts, rerank=pairs)
+    return ModelConfig(name=values["name"], predictor=predictor, batching=config, kind=settings)
+
+
+def _kind(raw: dict, key: str, predictor: PredictorSettings,
+          kinds: list[type[ModelKind]]) -> tuple[type[ModelKind], Any]:
+    """The one kind that claims the model (by its table, or by what its predictor implies),
+    and its settings; the default kind when none does."""
+    claimed = [(kind, settings) for kind in kinds if (settings := kind.configure(raw, key, predictor)) is not None]
+    if len(claimed) > 1:
+        tables = " and ".join(f"[models.{kind.name}]" for kind, _ in claimed)
+        both = "both" if len(claimed) == 2 else "all of"
+        raise ConfigError(f"{key}.{claimed[-1][0].name}", f"a model is of one kind, not {both} "
+                                                          f"{' and '.join(kind.what for kind, _ in claimed)}: "
+                                                          f"keep one of {tables}")
+    return claimed[0] if claimed else (Tensors, None)
 
 
 def _predictor(raw: dict, key: str, values: dict[str, Any], signature: ModelSignature | None) -> PredictorSettings:

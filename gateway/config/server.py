@@ -12,8 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.read import ConfigError, fields, read, table
-from gateway.config_keys import Key, Kind, Table, declared, default_of, key
+from gateway.config_keys import ConfigError, Key, Kind, Table, declared, default_of, fields, key, read, table
 from wire.codecs.limits import Limits
 
 MAX_WORKERS = 64

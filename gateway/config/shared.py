@@ -14,8 +14,7 @@ import urllib.parse
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.config.read import ConfigError, read, table
-from gateway.config_keys import Kind, Table, declared, key
+from gateway.config_keys import ConfigError, Kind, Table, declared, key, read, table
 
 SCHEMES = ("redis", "rediss")
 ON_UNAVAILABLE = ("local", "refuse")

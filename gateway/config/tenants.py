@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.batching.config import TenantPolicy
-from gateway.config.read import ConfigError, fields, read, value
-from gateway.config_keys import Key, Kind, Table, declared
+from gateway.config_keys import ConfigError, Key, Kind, Table, declared, fields, read, value
 from gateway.tenants import DIGEST, Directory, KeyConflict, KeySource, KeyUnavailable, Tenant, directory
 
 # With [server] auth_token_env and [[tenants]], the token is the key of one more tenant, this one.

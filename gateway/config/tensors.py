@@ -1,6 +1,6 @@
 """A model's declared tensors, `[[models.inputs]]` and `[[models.outputs]]`, and its
 variable-length inputs: `pad` and `generate` of an input, `follows_pad` of an output, with
-`buckets` and `max_batch_cost` of its `[models.batching]`, into `BatchingConfig.padding`
+`buckets` and `max_batch_cost` of its `[models.batching]`, into `BatchingConfig.rows` (a `PaddedSpec`)
 (gateway.batching.padding says what they mean).
 
 Each key is declared once, in its table here (their values land in wire's TensorSpec and
@@ -15,10 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
+from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddedSpec
 from gateway.config.batching import PADDING_KEYS, TOKEN_KEYS, buckets, padded_cost
-from gateway.config.read import ConfigError, read, value
-from gateway.config_keys import Key, Kind, Table, default_of
+from gateway.config_keys import ConfigError, Key, Kind, Table, default_of, read, value
 from wire.tensors import NUMPY_DTYPES, TensorSpec, is_wire_datatype
 
 GENERATED_KINDS = ("length", "mask")
@@ -71,7 +70,7 @@ def tensor_specs(raw: Any, where: str, table: Table) -> tuple[TensorSpec, ...]:
 def padding(raw: dict, key: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
             batching_raw: dict, batching: BatchingConfig) -> BatchingConfig:
     """`pad` and `generate` of [[models.inputs]], `follows_pad` of [[models.outputs]],
-    `buckets` and `max_batch_cost` of [models.batching], into `batching.padding`."""
+    `buckets` and `max_batch_cost` of [models.batching], into `batching.rows`."""
     padded, generated = [], []
     for index, (spec, item) in enumerate(zip(inputs, raw.get("inputs") or [], strict=True)):
         item_key = f"{key}.inputs[{index}]"
@@ -99,8 +98,8 @@ def padding(raw: dict, key: str, inputs: Sequence[TensorSpec], outputs: Sequence
         return batching
     lengths = buckets(batching_raw, f"{key}.batching")
     cost = padded_cost(batching_raw, f"{key}.batching", batching)
-    config = PaddingConfig(inputs=tuple(padded), buckets=lengths, outputs=tuple(follows), generated=tuple(generated))
-    return replace(batching, max_batch_cost=cost, padding=config)
+    rows = PaddedSpec(inputs=tuple(padded), buckets=lengths, outputs=tuple(follows), generated=tuple(generated))
+    return replace(batching, max_batch_cost=cost, rows=rows)
 
 
 def _padded_input(spec: TensorSpec, raw: Any, key: str) -> PaddedInput:

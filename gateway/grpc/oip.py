@@ -155,7 +155,7 @@ class InferenceServicer(Servicer, pb_grpc.GRPCInferenceServiceServicer):
         decoded = await self.service.decode(served, oip_grpc.read_request(request, self.limits))
         answer = await self.service.infer(served, decoded, call)
         return oip_grpc.encode_response(
-            request.model_name, request.model_version, request.id, answer.tensors(), {"batch_id": answer.batch_id})
+            request.model_name, request.model_version, request.id, answer.for_client(), {"batch_id": answer.batch_id})
 
 
 class _StreamAnswers:

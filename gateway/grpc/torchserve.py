@@ -43,7 +43,7 @@ class TorchServeServicer(Servicer, ts_grpc.InferenceAPIsServiceServicer):
         decoded = torchserve.decode_grpc(request.input, self.limits)
         answer = await self.service.infer(served, decoded, call)
         context.set_trailing_metadata((("batch-id", answer.batch_id),))
-        return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(answer.predictions(), decoded.single)[0])
+        return ts_pb.PredictionResponse(prediction=torchserve.encode_answer(answer.for_client(), decoded.single)[0])
 
 
 def add_to_server(service: InferenceService, limits: Limits, server: grpc.aio.Server) -> str:

@@ -1,16 +1,14 @@
-"""`ServedModel`, what every served model is, whatever its batch form: how any client's
-decoded request (`ClientRequest`) becomes the model's batch form (`batch_inputs`, the one
-place a request is told apart by its protocol, into `BatchInputs`), the checks every form
-shares (an OIP request's inputs by their headers, before any payload is decoded; the
-outputs asked for), the answer back (`select_outputs`, `predictions_from_outputs`), and
-what the predictor says of the model: its signature (from config, else learned from the
+"""`ServedModel`, what every served model is, whatever its batch form and kind: its kind
+(`kind`, `gateway.kinds`: what its rows mean, which reads each client's decoded request into
+`BatchInputs` and answers it), the checks every form shares (an OIP request's inputs by their
+headers, before any payload is decoded; the outputs asked for), the answer back in its form
+(`select_outputs`, `predictions_from_outputs`), and what the predictor says of the model: its signature (from config, else learned from the
 predictor's metadata and re-read every `METADATA_REFRESH_S`), versions, readiness, OIP
 metadata, and the most rows it takes in one call (`batch_limit`, from its own model
 configuration: Triton's `max_batch_size`), which caps the model's batches (`batching`).
 
 It must not know the forms themselves (`tensor.py`, `instance.py` implement the abstract
-methods), nor a kind of model built on them (`gateway.embeddings`, `gateway.rerank` answer
-their own clients): only that a model may or may not embed texts or score pairs.
+methods), nor any one kind: it asks its kind.
 """
 from __future__ import annotations
 
@@ -18,50 +16,27 @@ import asyncio
 import dataclasses
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from backends.base import Backend
 from gateway.batching.admission import fits_queue
-from gateway.batching.config import BatchingConfig, PaddingConfig
+from gateway.batching.config import BatchingConfig, PaddedSpec
 from gateway.batching.executor import Executor
-from gateway.batching.request import NO_PARAMETERS
 from gateway.config import ModelConfig
 from gateway.instances import outputs_to_predictions
-from wire.embeddings import EmbeddingsRequest
+from gateway.kinds import BatchInputs, ModelKind, kind_of
 from wire.errors import InvalidInput, ModelNotFound, echo
-from wire.request import OipRequest
-from wire.rerank import RerankRequest
 from wire.tensors import ModelSignature, Tensor, TensorSpec
-from wire.upload import TorchServeRequest, Upload
+from wire.upload import Upload
 
 log = logging.getLogger(__name__)
 METADATA_RETRY_S = 1.0     # until the predictor first answers
 METADATA_REFRESH_S = 10.0  # after that: a predictor may restart with another model
 SERVER_NAME = "batching-gateway"
 
-
-# What a front end decodes, whatever its protocol: an OIP request, a TorchServe request,
-# an OpenAI embeddings request, a Cohere rerank request, or KServe v1 instances.
-ClientRequest = OipRequest | TorchServeRequest | EmbeddingsRequest | RerankRequest | list[Any]
-
-
-@dataclass(slots=True)
-class BatchInputs:
-    """A request in its model's batch form, and each row's real length when its instances
-    were ragged along a padded dimension (None: every row is as long as the tensors); an
-    OIP request's outputs asked for and its parameters that travel with its batch; the
-    deadline and priority the request itself asks for in its body (an OIP request's
-    `timeout` and `priority` parameters), which win over its transport's (`Call`)."""
-    tensors: list[Tensor]
-    lengths: np.ndarray | None = None
-    requested: list[str] = field(default_factory=list)
-    parameters: Mapping[str, Any] = field(default_factory=lambda: NO_PARAMETERS)
-    timeout_s: float | None = None
-    priority: int | None = None
 
 
 class ServedModel(ABC):
@@ -84,17 +59,28 @@ class ServedModel(ABC):
         self._malformed_config: Any = None  # the last malformed configuration logged (logged once)
         self._metadata_task: asyncio.Task | None = None
         self._on_batch_limit: Callable[[], None] | None = None
+        # What its rows mean (gateway.kinds), as its config's kind settings say.
+        self.kind: ModelKind = kind_of(config.kind)(config.kind, self)
 
     @property
     def name(self) -> str:
         return self.config.name
 
     @property
+    def server(self) -> str:
+        """The predictor's server, as its errors name it ("triton", "kserve", ...)."""
+        return self.config.predictor.server
+
+    @property
     def batching(self) -> BatchingConfig:
-        """The model's batching as configured, its `max_batch_size` capped at the predictor's
-        `batch_limit`: a batch the predictor cannot take would be refused whole (Triton: 400,
-        "batch-size must be <= N"), and a larger request must be split to fit it."""
+        """The model's batching as configured, its rows as its kind has its predictor take
+        them, and its `max_batch_size` capped at the predictor's `batch_limit`: a batch the
+        predictor cannot take would be refused whole (Triton: 400, "batch-size must be <= N"),
+        and a larger request must be split to fit it."""
         configured = self.config.batching
+        rows = self.kind.rows_for(configured.rows)
+        if rows != configured.rows:
+            configured = dataclasses.replace(configured, rows=rows)
         if self.batch_limit is None or self.batch_limit >= configured.max_batch_size:
             return configured
         return dataclasses.replace(configured, max_batch_size=self.batch_limit)
@@ -103,71 +89,31 @@ class ServedModel(ABC):
     def form(self) -> str:
         """The name of this model's batch form: requests converted by another form (before a
         reload changed it) are told apart by it."""
-        return f"{type(self).__name__}/{self.backend.batch_form.value}"
+        return f"{type(self).__name__}/{type(self.kind).__name__}/{self.backend.batch_form.value}"
 
     # -- the batch form ----------------------------------------------------------------
 
-    def batch_inputs(self, request: ClientRequest) -> BatchInputs:
-        """Any client's request in this model's batch form: the one place a front end's
-        decoded request is told apart by its protocol."""
-        if isinstance(request, OipRequest):
-            requested = [output.name for output in request.outputs]
-            tensors = self.batch_inputs_from_tensors(request.inputs)
-            self.check_requested_outputs(requested)
-            return BatchInputs(tensors, requested=requested, parameters=request.forwarded_parameters(),
-                               timeout_s=request.timeout_s,
-                               priority=request.priority if "priority" in request.parameters else None)
-        if isinstance(request, TorchServeRequest):
-            if request.upload is not None:
-                return self.batch_inputs_from_upload(request.upload)
-            assert request.instances is not None  # the codec gives one or the other
-            return self.batch_inputs_from_instances(request.instances)
-        if isinstance(request, EmbeddingsRequest):
-            raise self.not_an_embedding_model()
-        if isinstance(request, RerankRequest):
-            raise self.not_a_rerank_model()
-        return self.batch_inputs_from_instances(request)
-
-    def not_an_embedding_model(self) -> ModelNotFound:
-        """What an OpenAI embeddings client is told of a model that embeds nothing
-        (`gateway.embeddings.EmbeddingModel` is the one that does)."""
-        return ModelNotFound(f"The model '{self.name}' is not an embedding model: its clients send tensors or "
-                             f"instances (a [models.embeddings] table makes a model embed texts)")
-
-    @property
-    def embeds_texts(self) -> bool:
-        """Whether OpenAI embeddings clients may name it (see gateway.embeddings)."""
-        return False
-
-    def embeddings_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
-        """A batch result (this request's rows) as vectors, float32 [rows, dims]."""
-        raise self.not_an_embedding_model()
-
-    def not_a_rerank_model(self) -> ModelNotFound:
-        """What a Cohere rerank client is told of a model that scores no pairs
-        (`gateway.rerank.RerankModel` is the one that does)."""
-        return ModelNotFound(f"The model '{self.name}' is not a rerank model: its clients send tensors or instances "
-                             f"(a [models.rerank] table makes a model score (query, document) pairs)")
-
-    @property
-    def reranks(self) -> bool:
-        """Whether Cohere rerank clients may name it (see gateway.rerank)."""
-        return False
-
-    def scores_from_outputs(self, outputs: list[Tensor]) -> np.ndarray:
-        """A batch result (this request's rows) as scores, float32 [rows]."""
-        raise self.not_a_rerank_model()
+    def batch_inputs(self, request: Any) -> BatchInputs:
+        """Any client's decoded request in this model's batch form, read by its kind."""
+        return self.kind.batch_inputs(request)
 
     def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
         """Refuse an OIP request by its inputs' headers (name, datatype, shape as sent):
-        called before any payload is decoded, and again on the decoded tensors. Every
-        model: each input has the same, non-zero, number of rows, which its queue can hold."""
+        called before any payload is decoded, and again on the decoded tensors. By its form's
+        signature first (`check_signature`), then every model's rule: each input has the same,
+        non-zero, number of rows, which its queue can hold; then by its kind's."""
+        self.check_signature(inputs)
         rows = {spec.shape[0] if spec.shape else 0 for spec in inputs}
         if len(rows) > 1 or 0 in rows:
             raise InvalidInput("every input must have the same, non-zero, batch dimension; got shapes "
                                + ", ".join(f"{list(spec.shape)} ('{spec.name}')" for spec in inputs))
         if rows:
             self.check_rows(rows.pop())
+        self.kind.check_inputs(inputs)
+
+    @abstractmethod
+    def check_signature(self, inputs: Sequence[TensorSpec]) -> None:
+        """An OIP request's inputs against the signature its form holds them to."""
 
     def check_rows(self, rows: int) -> None:
         """Refuse a request by the rows it declares, before anything is spent on them (its
@@ -201,12 +147,14 @@ class ServedModel(ABC):
 
     @property
     def executor(self) -> Executor:
-        """What the scheduler calls with each merged batch."""
-        return self.backend.infer
+        """What the scheduler calls with each merged batch (its kind's choice)."""
+        return self.kind.executor()
 
     @property
-    def padding(self) -> PaddingConfig | None:
-        return self.config.batching.padding
+    def padding(self) -> PaddedSpec | None:
+        """Its padded inputs, when its rows have a variable dimension."""
+        rows = self.config.batching.rows
+        return rows if isinstance(rows, PaddedSpec) else None
 
     @property
     def client_inputs(self) -> tuple[TensorSpec, ...]:
@@ -265,6 +213,7 @@ class ServedModel(ABC):
         is called when its `batch_limit` changes (and so, maybe, `batching`)."""
         self._on_batch_limit = on_batch_limit
         self._metadata_task = asyncio.get_running_loop().create_task(self._learn_metadata())
+        self.kind.start()
 
     async def close(self) -> None:
         if self._metadata_task is not None:
@@ -280,7 +229,7 @@ class ServedModel(ABC):
                 # Its batch limit first: a signature learned makes a tensor model ready, and no
                 # batch should be cut before the limit is known. Only Triton has a model
                 # configuration to ask (KServe would answer 404 every time).
-                if self.config.predictor.server == "triton":
+                if self.backend.reads_model_config:
                     self._learn_batch_limit(self._learn_config(await self.backend.model_config()))
                 signature, self.versions = described
                 if self.config.signature is None and signature != self.signature:

@@ -5,18 +5,20 @@ back as tensors by the declared outputs); and `PaddedInstanceModel`, for a model
 variable-length inputs: a `TensorModel` whose padded batches travel to the predictor as
 instances. Both read no metadata: v1 predictors have none, the config declares what is known.
 
-It must not know the kinds of model built on tensors (`gateway.embeddings`, `gateway.rerank`).
+It must not know any kind of model (`gateway.kinds`).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.batching.executor import Executor
 from gateway.instances import predictions_to_outputs, tensors_to_instances
-from gateway.models.base import BatchInputs, ServedModel
+from gateway.kinds import BatchInputs
+from gateway.models.base import ServedModel
 from gateway.models.tensor import TensorModel
 from gateway.uploads import upload_to_instance
-from wire.tensors import Tensor, rows_tensor
+from wire.tensors import Tensor, TensorSpec, rows_tensor
 from wire.upload import Upload
 
 
@@ -24,6 +26,9 @@ class InstanceModel(ServedModel):
     """A predictor that takes KServe v1 instances (KServe v1, TorchServe)."""
 
     retries_metadata = False  # v1 predictors have no metadata endpoint: the config says what it knows
+
+    def check_signature(self, inputs: Sequence[TensorSpec]) -> None:
+        """None: an OIP client's tensors become instances by their own names."""
 
     def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
         return [rows_tensor(tensors_to_instances(inputs))]

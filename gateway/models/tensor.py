@@ -1,12 +1,10 @@
 """`TensorModel`, the served model of a predictor that takes typed tensors (Open Inference
 Protocol): an OIP request's tensors checked against the signature and put in its input
 order, v1 instances converted by it (ragged ones padded, each row's length kept, for a
-model with padded inputs), a TorchServe upload as BYTES tensors; and the two helpers the
-kinds built on it share (`texts_of`, `output_holding`). Ready only once the predictor has
-described itself.
+model with padded inputs), a TorchServe upload as BYTES tensors. Ready only once the
+predictor has described itself.
 
-It must not know a predictor that takes instances (`instance.py`), nor the kinds built on
-it (`gateway.embeddings`, `gateway.rerank`).
+It must not know a predictor that takes instances (`instance.py`), nor any kind of model.
 """
 from __future__ import annotations
 
@@ -14,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.instances import instances_to_tensors, padded_instances_to_tensors, unnamed_instances_to_tensors
-from gateway.models.base import BatchInputs, ServedModel
+from gateway.kinds import BatchInputs
+from gateway.models.base import ServedModel
 from gateway.uploads import upload_to_tensors
-from wire.errors import BadPredictorAnswer, InvalidInput
+from wire.errors import InvalidInput
 from wire.tensors import Tensor, TensorSpec, shape_fits
 from wire.upload import Upload
 
@@ -24,35 +23,11 @@ from wire.upload import Upload
 class TensorModel(ServedModel):
     """A predictor that takes typed tensors (Open Inference Protocol)."""
 
-    def texts_of(self, tensor: Tensor) -> list[str]:
-        """A BYTES input of one text per row as the texts (InvalidInput if one is not UTF-8):
-        what an embedding or rerank model measures in tokens."""
-        rows = tensor.data.reshape(len(tensor.data), -1)
-        try:
-            return [value.decode("utf-8") if isinstance(value, bytes) else str(value) for value in rows[:, 0]]
-        except UnicodeDecodeError as exc:
-            raise InvalidInput(f"input '{tensor.name}' of model '{self.name}': a text is not UTF-8 ({exc.reason} at "
-                               f"byte {exc.start})") from None
-
-    def output_holding(self, outputs: list[Tensor], wanted: str, what: str, table: str) -> Tensor:
-        """The one output that holds `what` (the embeddings, the scores): the one named
-        `wanted` (the `output` key of [models.<table>]), else the only FP32 one, else the only one."""
-        candidates = [t for t in outputs if t.name == wanted] if wanted else \
-            [t for t in outputs if t.datatype == "FP32"] or outputs
-        if len(candidates) != 1:
-            names = [t.name for t in outputs]
-            raise BadPredictorAnswer(
-                f"model '{self.name}': cannot tell which output holds {what} among {names}; "
-                f"name it with [models.{table}] output" if not wanted else
-                f"model '{self.name}' answered no output '{wanted}' ([models.{table}] output); it has {names}")
-        return candidates[0]
-
-    def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
-        """Also, when the model describes its inputs: the same names, each of its datatype,
-        each row of its shape."""
+    def check_signature(self, inputs: Sequence[TensorSpec]) -> None:
+        """When the model describes its inputs: the same names, each of its datatype, each row
+        of its shape."""
         specs = self.client_inputs
         if not specs:
-            super().check_inputs(inputs)
             return
         by_name = {spec.name: spec for spec in inputs}
         expected = [spec.name for spec in specs]
@@ -71,7 +46,6 @@ class TensorModel(ServedModel):
                     f"input '{spec.name}' of model '{self.name}' has shape {list(spec.shape)} "
                     f"(-1 is any size); got {list(sent.shape)}"
                 )
-        super().check_inputs(inputs)
 
     def batch_inputs_from_tensors(self, inputs: list[Tensor]) -> list[Tensor]:
         """The tensors, checked against the signature and put in its input order (as sent

@@ -45,5 +45,5 @@ class Rerank(Endpoint):
             call.priority = request.priority
         service = intake.service
         answer = await service.infer(service.model(request.model), request, call)  # refused there unless it reranks
-        body = cohere.encode_answer(request, answer.scores(), answer.tokens)
+        body = cohere.encode_answer(request, answer.for_client(), answer.tokens)
         return Reply(body, {"Content-Type": "application/json", "X-Batch-Id": answer.batch_id})

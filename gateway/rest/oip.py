@@ -69,5 +69,5 @@ class Infer(Endpoint):
         intake.call.client = intake.client_context(request.id)
         answer = await service.infer(intake.served, request, intake.call)
         body, length = oip_json.encode_response(
-            model, version or "", request, answer.tensors(), {"batch_id": answer.batch_id})
+            model, version or "", request, answer.for_client(), {"batch_id": answer.batch_id})
         return Reply(body, oip_json.body_headers(length))

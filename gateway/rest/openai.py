@@ -23,8 +23,10 @@ from gateway.rest.endpoint import Endpoint, Reply
 from gateway.rest.intake import Intake
 from gateway.service import InferenceService
 from wire.codecs import openai
+from wire.embeddings import EmbeddingsRequest
 from wire.errors import GatewayError
 from wire.ratelimits import openai_headers
+from wire.rerank import RerankRequest
 
 OWNED_BY = "batching-gateway"
 _STARTED = int(time.time())  # `created` of every model: when this process began serving
@@ -55,7 +57,7 @@ class Embeddings(Endpoint):
         served = service.model(head.model)
         request = service.decode_embeddings(served, head)  # its inputs checked once its rows fit the queue
         answer = await service.infer(served, request, intake.call)  # refused there unless it embeds texts
-        body = openai.encode_answer(request.model, answer.embeddings(), request.encoding_format, answer.tokens)
+        body = openai.encode_answer(request.model, answer.for_client(), request.encoding_format, answer.tokens)
         return Reply(body, {"Content-Type": "application/json", "X-Batch-Id": answer.batch_id,
                             **openai_headers(answer.result.quota)})  # its tenant's quotas (wire.ratelimits)
 
@@ -67,8 +69,7 @@ embedding model (`.../models/<id>`)."""
     async def get(self, model: str | None = None) -> None:
         if model is not None:
             served = self.service.model(model)
-            if not served.embeds_texts:
-                raise served.not_an_embedding_model()
+            served.kind.require(EmbeddingsRequest)
             self.write_json(openai.model_document(model, _STARTED, OWNED_BY))
             return
         self.set_header("Content-Type", "application/json")
@@ -77,7 +78,8 @@ embedding model (`.../models/<id>`)."""
 
 def listed_models(service: InferenceService) -> list[str]:
     """The embedding and rerank models: those the OpenAI and Cohere front ends serve."""
-    return [name for name, served in service.models.items() if served.embeds_texts or served.reranks]
+    return [name for name, served in service.models.items()
+            if served.kind.reads_request(EmbeddingsRequest) or served.kind.reads_request(RerankRequest)]
 
 
 class SharedModelHandler(v1.V1ModelHandler):
@@ -87,7 +89,7 @@ class SharedModelHandler(v1.V1ModelHandler):
 
     async def get(self, model: str) -> None:
         served = self.service.model(model)
-        if not served.embeds_texts:
+        if not served.kind.reads_request(EmbeddingsRequest):
             await super().get(model)
             return
         ready = await served.ready()

@@ -32,7 +32,7 @@ class Predictions(Endpoint):
         request = torchserve.decode_http(intake.body, intake.header("Content-Type"), intake.query_arguments,
                                          intake.limits, parse_form)
         answer = await intake.service.infer(intake.served, request, intake.call)
-        body, content_type = torchserve.encode_answer(answer.predictions(), request.single)
+        body, content_type = torchserve.encode_answer(answer.for_client(), request.single)
         return Reply(body, {"Content-Type": content_type, BATCH_ID_HEADER: answer.batch_id})
 
     def error_document(self, message: str, status: int, error: GatewayError | None) -> dict[str, Any]:

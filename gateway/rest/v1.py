@@ -22,7 +22,7 @@ class V1Predict(Endpoint):
     async def answer(self, intake: Intake, model: str, version: str | None) -> Reply:
         instances = v1.decode_request(intake.body, intake.limits)
         answer = await intake.service.infer(intake.served, instances, intake.call)
-        return Reply(v1.encode_response(answer.predictions(), answer.batch_id), JSON_HEADERS)
+        return Reply(v1.encode_response(answer.for_client(), answer.batch_id), JSON_HEADERS)
 
 
 class V1ModelHandler(BaseHandler):

@@ -7,15 +7,15 @@ from collections import deque
 import numpy as np
 import pytest
 
-from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddingConfig
+from gateway.batching.config import BatchingConfig, GeneratedInput, PaddedInput, PaddedSpec, TextSpec
 from gateway.batching.layouts import PaddedRows, PlainRows, TextRows, layout_for
 from gateway.batching.request import Part, QueuedRequest
 from wire.errors import BadPredictorAnswer, InvalidInput, PayloadTooLarge
 from wire.tensors import Tensor
 
-TOKENS = PaddingConfig(inputs=(PaddedInput("IDS", dim=1),), outputs=(("HIDDEN", 1),),
+TOKENS = PaddedSpec(inputs=(PaddedInput("IDS", dim=1),), outputs=(("HIDDEN", 1),),
                        generated=(GeneratedInput("LEN", "INT32", "length"),))
-TEXTS = PaddingConfig(inputs=(), buckets=(16, 64))
+TEXTS = TextSpec(buckets=(16, 64))
 
 
 def ids(rows: int, length: int) -> list[Tensor]:
@@ -47,8 +47,8 @@ def parts_of(layout, inputs, lengths=None, agreed=()) -> list[Part]:
 
 def test_each_model_gets_the_layout_its_settings_call_for():
     assert isinstance(layout_for(BatchingConfig()), PlainRows)
-    assert isinstance(layout_for(BatchingConfig(padding=TOKENS)), PaddedRows)
-    assert isinstance(layout_for(BatchingConfig(padding=TEXTS, max_batch_cost=100)), TextRows)
+    assert isinstance(layout_for(BatchingConfig(rows=TOKENS)), PaddedRows)
+    assert isinstance(layout_for(BatchingConfig(rows=TEXTS, max_batch_cost=100)), TextRows)
 
 
 # -- plain rows ---------------------------------------------------------------------------
@@ -135,11 +135,11 @@ def test_one_text_is_one_part_and_a_batch_of_texts_is_concatenated():
     assert len(parts) == 2 and parts[0].request.restore is None
     assert layout.batch_inputs(parts)[0].data.tolist() == [b"a", b"b"]
     assert layout.elements(parts) == (2 * 16, 10)
-    summed = TextRows(PaddingConfig(inputs=(), summed=True), max_batch_size=32, max_batch_cost=1000)
+    summed = TextRows(TextSpec(summed=True), max_batch_size=32, max_batch_cost=1000)
     assert summed.elements(parts_of(summed, texts("a", "b"), np.array([3, 7]))) == (10, 10)
 
 
-@pytest.mark.parametrize("padding", [TEXTS, PaddingConfig(inputs=())], ids=["buckets", "no buckets"])
+@pytest.mark.parametrize("padding", [TEXTS, TextSpec()], ids=["buckets", "no buckets"])
 def test_a_text_over_the_token_budget_is_413_naming_max_batch_tokens(padding):
     layout = TextRows(padding, max_batch_size=32, max_batch_cost=50)
     for lengths in (np.array([51]), np.array([3, 51])):
@@ -153,8 +153,8 @@ def test_texts_must_have_been_measured():
 
 
 def test_take_respects_each_layouts_cost():
-    summed = TextRows(PaddingConfig(inputs=(), summed=True), max_batch_size=32, max_batch_cost=100)
-    longest = TextRows(PaddingConfig(inputs=()), max_batch_size=32, max_batch_cost=100)
+    summed = TextRows(TextSpec(summed=True), max_batch_size=32, max_batch_cost=100)
+    longest = TextRows(TextSpec(), max_batch_size=32, max_batch_cost=100)
     for layout, taken in ((summed, 3), (longest, 2)):  # 10 + 45 + 40 = 95 tokens; 3 x 45 = 135 padded
         pending = deque(p for n in (10, 45, 40) for p in parts_of(layout, texts("t"), np.array([n])))
         assert len(layout.take(pending, 32, pending[0], by_level=False)) == taken

@@ -1,27 +1,30 @@
 """gateway/batching/padding.py: how requests of different lengths share one batch."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.batching import padding as pad
-from gateway.batching.config import GeneratedInput, PaddedInput, PaddingConfig
+from gateway.batching.config import GeneratedInput, PaddedInput, PaddedSpec, TextSpec
+from gateway.batching.layouts import TextRows
 from gateway.batching.padding import RowShape
 from wire.errors import BadPredictorAnswer, InvalidInput, PayloadTooLarge
 from wire.tensors import Tensor
 
-TOKENS = PaddingConfig(inputs=(PaddedInput("IDS", 1, -1),), outputs=(("HIDDEN", 1),),
+TOKENS = PaddedSpec(inputs=(PaddedInput("IDS", 1, -1),), outputs=(("HIDDEN", 1),),
                        generated=(GeneratedInput("LEN", "INT32", "length"), GeneratedInput("MASK", "BOOL", "mask")))
-BUCKETED = PaddingConfig(inputs=(PaddedInput("IDS", 1, 0),), buckets=(4, 8, 16))
+BUCKETED = PaddedSpec(inputs=(PaddedInput("IDS", 1, 0),), buckets=(4, 8, 16))
 
 
 def ids(rows: int, length: int, start: int = 1) -> list[Tensor]:
     return [Tensor("IDS", "INT64", np.arange(start, start + rows * length, dtype=np.int64).reshape(rows, length))]
 
 
-TEXTS = PaddingConfig(inputs=(), buckets=(16, 64, 512))
+TEXTS = TextSpec(buckets=(16, 64, 512))
 
 
 def texts(*words: str) -> list[Tensor]:
@@ -43,7 +46,8 @@ def test_texts_share_a_batch_within_one_bucket_and_nothing_is_padded():
     short, longer = (pad.measure(texts("a"), TEXTS, np.array([n])) for n in (10, 30))
     assert pad.signature(texts("a"), TEXTS, short) != pad.signature(texts("b"), TEXTS, longer)  # 16 vs 64
     assert pad.signature(texts("a"), TEXTS, longer) == pad.signature(texts("bb"), TEXTS, longer)
-    batch = pad.pad_batch([texts("a"), texts("b", "c")], [short, longer], TEXTS)
+    layout = TextRows(TEXTS, max_batch_size=32, max_batch_cost=1000)
+    batch = layout.batch_inputs([SimpleNamespace(inputs=texts("a")), SimpleNamespace(inputs=texts("b", "c"))])
     assert [row[0] for row in batch[0].data] == [b"a", b"b", b"c"] and len(batch) == 1
 
 
@@ -55,7 +59,7 @@ def test_a_list_of_texts_is_sorted_by_length_and_cut_by_bucket_and_by_what_a_bat
         [(12, 16, [5, 9, 12]), (60, 64, [40, 60]), (300, 512, [300])]
     order, shapes = pad.text_parts(np.array([5, 6, 7, 8]), TEXTS, max_batch_size=3, max_batch_cost=0)
     assert order is None and [s.lengths.tolist() for s in shapes] == [[5, 6, 7], [8]]  # sorted already; 3 rows a batch
-    unbucketed = PaddingConfig(inputs=())
+    unbucketed = TextSpec()
     _, shapes = pad.text_parts(np.array([10, 20, 30, 40]), unbucketed, max_batch_size=32, max_batch_cost=70)
     # Without buckets, cut where rows x the longest would pass the cost: 3 x 30 = 90 and 2 x 40 = 80 > 70.
     assert [s.lengths.tolist() for s in shapes] == [[10, 20], [30], [40]]
@@ -92,7 +96,7 @@ def test_a_length_beyond_the_largest_bucket_is_refused_naming_the_key():
 
 
 def test_padded_inputs_must_agree_on_the_length_and_it_must_not_be_zero():
-    two = PaddingConfig(inputs=(PaddedInput("IDS", 1), PaddedInput("TYPES", 1)))
+    two = PaddedSpec(inputs=(PaddedInput("IDS", 1), PaddedInput("TYPES", 1)))
     request = [*ids(1, 3), Tensor("TYPES", "INT64", np.zeros((1, 4), dtype=np.int64))]
     with pytest.raises(InvalidInput, match="one length per request"):
         pad.measure(request, two)
@@ -105,7 +109,7 @@ def test_padded_inputs_must_agree_on_the_length_and_it_must_not_be_zero():
 # -- what merges ---------------------------------------------------------------------------------
 
 def test_without_buckets_any_length_shares_a_signature_and_with_buckets_only_within_one():
-    def key(length: int, config: PaddingConfig) -> tuple:
+    def key(length: int, config: PaddedSpec) -> tuple:
         inputs = ids(1, length)
         return pad.signature(inputs, config, pad.measure(inputs, config))
 
@@ -147,7 +151,7 @@ def test_a_bucketed_batch_is_padded_to_its_bucket():
 
 
 def test_inputs_that_are_not_padded_are_concatenated_and_inner_dims_are_kept():
-    config = PaddingConfig(inputs=(PaddedInput("X", 1, 0.5),))
+    config = PaddedSpec(inputs=(PaddedInput("X", 1, 0.5),))
     a = [Tensor("X", "FP32", np.ones((1, 1, 2), np.float32)), Tensor("S", "FP32", np.zeros((1, 2), np.float32))]
     b = [Tensor("X", "FP32", np.ones((1, 2, 2), np.float32)), Tensor("S", "FP32", np.ones((1, 2), np.float32))]
     x, s = pad.pad_batch([a, b], [pad.measure(a, config), pad.measure(b, config)], config)
@@ -169,7 +173,7 @@ def test_outputs_that_follow_the_padded_length_are_checked_and_cut_back_and_pool
 @given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=12),
        buckets=st.sampled_from([(), (8, 16, 32, 40), (40,)]))
 def test_padding_then_trimming_gives_every_part_back_exactly_its_rows(lengths, buckets):
-    config = PaddingConfig(inputs=(PaddedInput("IDS", 1, 0),), buckets=buckets, outputs=(("IDS", 1),))
+    config = PaddedSpec(inputs=(PaddedInput("IDS", 1, 0),), buckets=buckets, outputs=(("IDS", 1),))
     parts = [ids(1, n, start=100 * i) for i, n in enumerate(lengths)]
     shapes = [pad.measure(part, config) for part in parts]
     merged = pad.pad_batch(parts, shapes, config)[0]

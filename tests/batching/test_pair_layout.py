@@ -8,14 +8,14 @@ from collections import deque
 import numpy as np
 import pytest
 
-from gateway.batching.config import BatchingConfig, PaddingConfig
+from gateway.batching.config import BatchingConfig, PairSpec, TextSpec
 from gateway.batching.layouts import PairRows, TextRows, layout_for
 from tests.batching.test_layouts import parts_of
 from wire.errors import PayloadTooLarge
 from wire.tensors import Tensor
 
-PAIRS = PaddingConfig(inputs=(), query_input="query")
-ONE_QUERY = PaddingConfig(inputs=(), query_input="query", one_query=True)
+PAIRS = PairSpec(query_input="query")
+ONE_QUERY = PairSpec(query_input="query", one_query=True)
 
 
 def pairs(*rows: tuple[str, str]) -> list[Tensor]:
@@ -27,13 +27,13 @@ def pairs(*rows: tuple[str, str]) -> list[Tensor]:
 
 
 def test_a_rerank_model_gets_pair_rows_one_query_or_not():
-    assert type(layout_for(BatchingConfig(padding=PAIRS, max_batch_cost=100))) is PairRows
-    assert layout_for(BatchingConfig(padding=ONE_QUERY, max_batch_cost=100)).one_query
-    assert type(layout_for(BatchingConfig(padding=PaddingConfig(inputs=()), max_batch_cost=100))) is TextRows
+    assert type(layout_for(BatchingConfig(rows=PAIRS, max_batch_cost=100))) is PairRows
+    assert layout_for(BatchingConfig(rows=ONE_QUERY, max_batch_cost=100)).one_query
+    assert type(layout_for(BatchingConfig(rows=TextSpec(), max_batch_cost=100))) is TextRows
 
 
 def test_pairs_of_any_queries_share_a_batch_without_one_query():
-    layout = layout_for(BatchingConfig(padding=PAIRS, max_batch_cost=1000))
+    layout = layout_for(BatchingConfig(rows=PAIRS, max_batch_cost=1000))
     parts = parts_of(layout, pairs(("q1", "a")), np.array([4])) + parts_of(layout, pairs(("q2", "b")), np.array([4]))
     pending = deque(parts)
     taken = layout.take(pending, 32, pending[0], by_level=False)
@@ -43,7 +43,7 @@ def test_pairs_of_any_queries_share_a_batch_without_one_query():
 
 
 def test_with_one_query_only_requests_asking_the_same_query_merge():
-    layout = layout_for(BatchingConfig(padding=ONE_QUERY, max_batch_cost=1000))
+    layout = layout_for(BatchingConfig(rows=ONE_QUERY, max_batch_cost=1000))
     parts = [*parts_of(layout, pairs(("q1", "a")), np.array([4])), *parts_of(layout, pairs(("q2", "b")), np.array([4])),
              *parts_of(layout, pairs(("q1", "c")), np.array([4]))]
     pending = deque(parts)
@@ -53,7 +53,7 @@ def test_with_one_query_only_requests_asking_the_same_query_merge():
 
 
 def test_a_request_asking_several_queries_is_cut_by_query_and_answered_in_its_order():
-    layout = layout_for(BatchingConfig(padding=ONE_QUERY, max_batch_size=2, max_batch_cost=1000))
+    layout = layout_for(BatchingConfig(rows=ONE_QUERY, max_batch_size=2, max_batch_cost=1000))
     rows = [("q1", "long document"), ("q2", "b"), ("q1", "a"), ("q2", "c"), ("q1", "d")]
     parts = parts_of(layout, pairs(*rows), np.array([20, 3, 4, 5, 6]))
     for part in parts:
@@ -71,7 +71,7 @@ def measured(query_tokens: int, *document_tokens: int) -> np.ndarray:
 
 
 def test_with_one_query_a_batch_counts_its_query_once_and_its_documents_each():
-    layout = layout_for(BatchingConfig(padding=ONE_QUERY, max_batch_size=64, max_batch_cost=1000))
+    layout = layout_for(BatchingConfig(rows=ONE_QUERY, max_batch_size=64, max_batch_cost=1000))
     rows = [("long query", f"d{i}") for i in range(40)]
     parts = parts_of(layout, pairs(*rows), measured(600, *[10] * 40))  # 40 pairs of 610 tokens
     assert [len(part.inputs[0].data) for part in parts] == [40]  # 600 + 40 x 10 <= 1000: one call
@@ -83,13 +83,13 @@ def test_with_one_query_a_batch_counts_its_query_once_and_its_documents_each():
 
 
 def test_with_one_query_a_pair_over_the_budget_is_refused_naming_the_query_and_the_document():
-    layout = layout_for(BatchingConfig(padding=ONE_QUERY, max_batch_cost=1000))
+    layout = layout_for(BatchingConfig(rows=ONE_QUERY, max_batch_cost=1000))
     with pytest.raises(PayloadTooLarge, match=r"the query's 900 and the document's 200\) .*max_batch_tokens = 1000"):
         layout.cut(pairs(("q", "a"), ("q", "b")), measured(900, 10, 200), ())
 
 
 def test_without_one_query_each_pair_costs_its_query_and_its_document():
-    layout = layout_for(BatchingConfig(padding=PAIRS, max_batch_size=64, max_batch_cost=1000))
+    layout = layout_for(BatchingConfig(rows=PAIRS, max_batch_size=64, max_batch_cost=1000))
     rows = [("long query", f"d{i}") for i in range(4)]
     parts = parts_of(layout, pairs(*rows), measured(400, *[10] * 4))
     assert [len(part.inputs[0].data) for part in parts] == [2, 2]  # 2 x 410 <= 1000 < 3 x 410

@@ -88,9 +88,9 @@ def test_padded_requests_get_exactly_their_own_rows_within_the_caps(requests, ma
 
 
 async def _padded_scenario(requests, max_batch_size, max_batch_cost, buckets, max_inflight):
-    from gateway.batching.config import GeneratedInput, PaddedInput, PaddingConfig
+    from gateway.batching.config import GeneratedInput, PaddedInput, PaddedSpec
 
-    padding = PaddingConfig(inputs=(PaddedInput("IN", 1, -7),), buckets=buckets, outputs=(("TOKENS", 1),),
+    padding = PaddedSpec(inputs=(PaddedInput("IN", 1, -7),), buckets=buckets, outputs=(("TOKENS", 1),),
                             generated=(GeneratedInput("LEN", "INT64", "length"),))
     batches: list[tuple[int, int]] = []
 
@@ -104,7 +104,7 @@ async def _padded_scenario(requests, max_batch_size, max_batch_cost, buckets, ma
 
     scheduler = BatchScheduler(asyncio.get_running_loop())
     scheduler.add_model("m", executor, BatchingConfig(max_batch_size=max_batch_size, max_inflight=max_inflight,
-                                                      max_batch_cost=max_batch_cost, padding=padding))
+                                                      max_batch_cost=max_batch_cost, rows=padding))
     counter, sent, tasks = 0, [], []
     for rows, length, gap in requests:
         data = np.arange(counter, counter + rows * length, dtype=np.int64).reshape(rows, length)

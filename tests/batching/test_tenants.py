@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from gateway.batching.config import MIN_REQUESTS_PER_SECOND, BatchingConfig, PaddingConfig, TenantPolicy
+from gateway.batching.config import MIN_REQUESTS_PER_SECOND, BatchingConfig, TenantPolicy, TextSpec
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.tenants import Tenants, TokenBucket
@@ -144,7 +144,7 @@ async def test_a_text_models_quota_counts_tokens_and_a_tensor_models_rows():
     loop = asyncio.get_running_loop()
     scheduler = BatchScheduler(loop)
     scheduler.add_model("texts", RecordingExecutor(), BatchingConfig(max_batch_cost=1000,
-                                                                     padding=PaddingConfig(inputs=())))
+                                                                     rows=TextSpec()))
     scheduler.add_model("m", RecordingExecutor(), BatchingConfig())
     scheduler.set_tenants([TenantPolicy("t", tokens_per_minute=100)])
     texts = [Tensor("TEXT", "BYTES", np.array([b"a", b"b"], dtype=np.object_))]

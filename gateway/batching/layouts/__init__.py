@@ -28,15 +28,16 @@ instances; no padding work at all), `PaddedRows` (`padded`: inputs with a variab
 dimension, padded per batch, with buckets, generated inputs and outputs that follow the
 padded length), `TextRows` (`texts`: one text a row, measured in tokens, sorted and cut
 by bucket, costed by the longest or by the sum) and `PairRows` (`pairs`: one (query,
-document) pair a row, a text row whose batch may be held to one query). A new layout is a new module here and one
-branch in `layout_for`.
+document) pair a row, a text row whose batch may be held to one query). Which one is chosen by the type of the
+model's rows spec (`config.RowsSpec`, set by its kind): a new layout is a new module here, a
+new spec, and one branch in `layout_for`.
 
 Plain data in, plain data out: this package must not know futures, timers, slots or
 policies (the queue's), nor HTTP, gRPC or predictor protocols.
 """
 from __future__ import annotations
 
-from gateway.batching.config import BatchingConfig
+from gateway.batching.config import BatchingConfig, PaddedSpec, PairSpec, PlainSpec
 from gateway.batching.layouts.base import Cut, Restore, RowLayout
 from gateway.batching.layouts.padded import PaddedRows
 from gateway.batching.layouts.pairs import PairRows
@@ -47,13 +48,13 @@ __all__ = ["Cut", "PaddedRows", "PairRows", "PlainRows", "Restore", "RowLayout",
 
 
 def layout_for(config: BatchingConfig) -> RowLayout:
-    """The row layout a model's batching settings call for."""
-    padding = config.padding
-    if padding is None:
+    """The row layout of a model's rows spec."""
+    rows = config.rows
+    if isinstance(rows, PlainSpec):
         return PlainRows(config.max_batch_size)
-    if padding.inputs:
-        return PaddedRows(padding, config.max_batch_size, config.max_batch_cost)
-    texts = TextRows(padding, config.max_batch_size, config.max_batch_cost)
-    if padding.query_input:
-        return PairRows(texts, padding.query_input, padding.one_query)
+    if isinstance(rows, PaddedSpec):
+        return PaddedRows(rows, config.max_batch_size, config.max_batch_cost)
+    texts = TextRows(rows, config.max_batch_size, config.max_batch_cost)
+    if isinstance(rows, PairSpec):
+        return PairRows(texts, rows.query_input, rows.one_query)
     return texts

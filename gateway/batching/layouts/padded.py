@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.batching import padding as pad
-from gateway.batching.config import PaddingConfig
+from gateway.batching.config import PaddedSpec
 from gateway.batching.fairness import FairShare
 from gateway.batching.layouts.base import Cut, with_agreed
 from gateway.batching.merge import split_request, take_oldest_group
@@ -28,7 +28,7 @@ from wire.tensors import Tensor
 
 @dataclass(frozen=True, slots=True, eq=False)
 class PaddedRows:
-    padding: PaddingConfig
+    padding: PaddedSpec
     max_batch_size: int
     max_batch_cost: int
 

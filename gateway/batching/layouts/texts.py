@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gateway.batching import padding as pad
-from gateway.batching.config import PaddingConfig
+from gateway.batching.config import TextSpec
 from gateway.batching.fairness import FairShare
 from gateway.batching.layouts.base import Cut, Restore, with_agreed
 from gateway.batching.merge import concatenate, take_oldest_group
@@ -32,7 +32,7 @@ TOKENS_KEY = "batching.max_batch_tokens"
 
 @dataclass(frozen=True, slots=True, eq=False)
 class TextRows:
-    padding: PaddingConfig
+    padding: TextSpec
     max_batch_size: int
     max_batch_cost: int  # tokens (the model's max_batch_tokens)
 
