@@ -18,6 +18,11 @@ class BatchForm(enum.Enum):
     INSTANCES = "instances"  # one JSON tensor of KServe v1 instances, one per row
 
 
+# The flags of `Backend` that say what a client can do, forwarded as they are by whoever
+# stands for a client (`capabilities`, `Backend.take_capabilities`).
+CAPABILITIES = ("takes_dimensions", "reads_model_config", "one_query_per_call")
+
+
 class Backend(ABC):
     """A client for one model on one predictor.
 
@@ -27,11 +32,31 @@ class Backend(ABC):
     (an answer we cannot use), each made in `backends.errors`.
     """
 
-    # A class's constant for one client; ReplicaSet takes its replicas' as its own.
+    # What the client can do: each set by the client (from the settings the registry gives
+    # it), a `ReplicaSet` taking its replicas' as its own and a worker's stand-in the
+    # batcher's client's (`CAPABILITIES`). The gateway reads these, never a protocol or a
+    # server's name.
     batch_form: BatchForm = BatchForm.TENSORS
-    # Whether a batch's `dimensions` parameter shortens the vectors it answers (OpenAI's
-    # embeddings API); likewise.
+    """How a merged batch travels to the predictor."""
     takes_dimensions: bool = False
+    """A batch's `dimensions` parameter shortens the vectors it answers (OpenAI's
+    embeddings API)."""
+    reads_model_config: bool = False
+    """The predictor has a model configuration to ask (`model_config`: Triton's); one
+    without would answer 404 every time."""
+    one_query_per_call: bool = False
+    """A call holds one query's documents (a Cohere-shaped rerank server): a batch of
+    (query, document) pairs must not mix queries."""
+
+    def capabilities(self) -> dict[str, bool]:
+        """Every flag of `CAPABILITIES`, by its name (what a stand-in takes as its own)."""
+        return {name: getattr(self, name) for name in CAPABILITIES}
+
+    def take_capabilities(self, capabilities: dict[str, bool]) -> None:
+        """Say what another client says (a replica set its replicas'; a worker's stand-in
+        the batcher's client's)."""
+        for name in CAPABILITIES:
+            setattr(self, name, bool(capabilities[name]))
 
     async def start(self) -> None:  # noqa: B027 (optional: a client may have nothing to open)
         """Open connections. Must not fail if the predictor is not up yet."""

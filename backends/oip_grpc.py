@@ -37,13 +37,15 @@ TORCHSERVE_OIP_SERVICE = "org.pytorch.serve.grpc.openinference.GRPCInferenceServ
 class OipGrpcBackend(Backend):
     def __init__(self, address: str, model: str, tls: bool = False, ca_file: str = "", *,
                  service: str = OIP_SERVICE, typed_contents: bool = False,
-                 restore_outputs: bool = False, signature: ModelSignature | None = None) -> None:
+                 restore_outputs: bool = False, signature: ModelSignature | None = None,
+                 reads_model_config: bool = False) -> None:
         self.grpc = GrpcPredictor(address, model, lambda channel: _stub(channel, service), tls=tls, ca_file=ca_file)
         self.model = model
         self.service = service                   # the OIP service's full gRPC name
         self.typed_contents = typed_contents     # send typed `contents`, not raw_input_contents
         self.restore_outputs = restore_outputs   # un-flatten outputs, cast to the signature's types
         self._signature = signature              # from config, else learned from metadata()
+        self.reads_model_config = reads_model_config  # Triton's model configuration; KServe and TorchServe have none
 
     async def start(self) -> None:
         self.grpc.open()

@@ -18,7 +18,8 @@ from wire.tracing import current_batch
 
 
 class OipHttpBackend(Backend):
-    def __init__(self, base_url: str, model: str, binary: bool = False, ca_file: str = "") -> None:
+    def __init__(self, base_url: str, model: str, binary: bool = False, ca_file: str = "", *,
+                 reads_model_config: bool = False) -> None:
         self.http = HttpPredictor(base_url, model, ca_file=ca_file)
         self.model = model
         prefix = f"/v2/models/{model}"
@@ -26,6 +27,7 @@ class OipHttpBackend(Backend):
         self._ready_path = prefix + "/ready"
         self._metadata_path = prefix
         self.binary = binary
+        self.reads_model_config = reads_model_config  # Triton's model configuration; KServe v2 has none
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         batch = current_batch.get()

@@ -31,6 +31,7 @@ SIGNATURE = ModelSignature(inputs=(TensorSpec(TEXT_INPUT, "BYTES", (-1, 1)),),
 
 class OpenAIEmbeddingsBackend(Backend):
     takes_dimensions = True
+
     def __init__(self, base_url: str, model: str, base_path: str = "/openai/v1", ca_file: str = "") -> None:
         self.http = HttpPredictor(base_url, model, ca_file=ca_file)
         self.model = model

@@ -41,6 +41,9 @@ def create_backend(settings: PredictorSettings) -> Backend:
 
 def _create_one(settings: PredictorSettings) -> Backend:
     url, model, ca_file = settings.url, settings.model, settings.ca_file
+    # Of the servers speaking OIP, only Triton has a model configuration to ask (KServe v2
+    # would answer 404 every time).
+    reads_model_config = settings.server == "triton"
     match settings.protocol:
         case PredictorProtocol.SIMULATED:
             if settings.simulated_task == "embed":
@@ -55,9 +58,10 @@ def _create_one(settings: PredictorSettings) -> Backend:
         case PredictorProtocol.RERANK_HTTP:
             return CohereRerankBackend(url, model, base_path=settings.base_path, ca_file=ca_file)
         case PredictorProtocol.OIP_HTTP:
-            return OipHttpBackend(url, model, binary=settings.binary_data, ca_file=ca_file)
+            return OipHttpBackend(url, model, binary=settings.binary_data, ca_file=ca_file,
+                                  reads_model_config=reads_model_config)
         case PredictorProtocol.OIP_GRPC:
-            return OipGrpcBackend(url, model, tls=settings.tls, ca_file=ca_file)
+            return OipGrpcBackend(url, model, tls=settings.tls, ca_file=ca_file, reads_model_config=reads_model_config)
         case PredictorProtocol.KSERVE_V1_HTTP:
             return KServeV1Backend(url, model, ca_file=ca_file)
         case PredictorProtocol.TORCHSERVE_KSERVE_HTTP:

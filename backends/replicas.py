@@ -68,17 +68,18 @@ class ReplicaSet(Backend):
                  refresh_s: float = 0.0, probe_interval_s: float = PROBE_INTERVAL_S, seed: str = "") -> None:
         """`make`: a replica's client from its address; `addresses`: the replicas listed now;
         `resolve` and `refresh_s`: discovery (see the module docstring); `seed`: an address
-        whose client (never started) tells the protocol's constants when none is listed yet."""
+        whose client (never started) tells the batch form and capabilities when none is listed yet."""
         self._make = make
         self.replicas: list[Replica] = []  # in the order they joined; leaving ones until they are closed
         for address in addresses:
             self.replicas.append(Replica(address, make(address), healthy=True))
         if not self.replicas and resolve is None:
             raise ValueError("a replica set needs at least one replica or a way to find them")
-        # Every replica speaks the same protocol: the form and the dimensions flag are the client class's.
+        # Every replica is made alike (one protocol, one server): the form and what it can do
+        # are its client's, read from the first one made.
         probe_client = self.replicas[0].backend if self.replicas else make(seed)
         self.batch_form = probe_client.batch_form
-        self.takes_dimensions = probe_client.takes_dimensions
+        self.take_capabilities(probe_client.capabilities())
         self._resolve = resolve
         self._refresh_s = refresh_s
         self._probe_interval_s = probe_interval_s

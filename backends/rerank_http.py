@@ -74,6 +74,8 @@ class ScoreBackend(_RerankHttp):
 class CohereRerankBackend(_RerankHttp):
     """Cohere's `POST <base path>/rerank`: one query per call."""
 
+    one_query_per_call = True
+
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         queries, documents = self.pairs(inputs)
         if len(set(queries)) != 1:

@@ -163,8 +163,8 @@ class Batcher:
         served = self.views.local.models.get(model)
         if served is None:
             raise ModelNotFound.unknown(model)
-        if what == "form":  # how its batches travel
-            return {"form": served.backend.batch_form.value, "takes_dimensions": served.backend.takes_dimensions}
+        if what == "form":  # how its batches travel, and what its client can do
+            return {"form": served.backend.batch_form.value, **served.backend.capabilities()}
         if what == "metadata":
             return None if served.signature is None else {**served.signature.describe(), "versions": served.versions}
         if what == "ready":

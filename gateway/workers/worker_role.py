@@ -194,20 +194,22 @@ class RemoteScheduler:
 class RemoteBackend(Backend):
     """A worker's stand-in for a model's predictor client: the batcher's client sends every
     batch, so this one never does; what the served model learns of its predictor (its
-    batch form, signature and versions, readiness, Triton configuration) it asks of the
-    batcher, whose client knows it. A worker builds no predictor client and polls no
-    predictor."""
+    batch form and capabilities, signature and versions, readiness, Triton configuration)
+    it asks of the batcher, whose client knows it. A worker builds no predictor client and
+    polls no predictor."""
 
-    def __init__(self, model: str, batcher: BatcherClient, batch_form: BatchForm, takes_dimensions: bool = False) -> None:
+    def __init__(self, model: str, batcher: BatcherClient, batch_form: BatchForm,
+                 capabilities: dict[str, bool] | None = None) -> None:
         self.model = model
         self.batcher = batcher
         self.batch_form = batch_form
-        self.takes_dimensions = takes_dimensions
+        if capabilities is not None:
+            self.take_capabilities(capabilities)
 
     @classmethod
     async def of(cls, model: str, batcher: BatcherClient) -> RemoteBackend:
         travels = await cls._ask(batcher, model, "form")
-        return cls(model, batcher, BatchForm(travels["form"]), travels["takes_dimensions"])
+        return cls(model, batcher, BatchForm(travels["form"]), travels)
 
     @staticmethod
     async def _ask(batcher: BatcherClient, model: str, what: str) -> Any:

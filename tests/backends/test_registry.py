@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.base import BatchForm
+from backends.base import CAPABILITIES, Backend, BatchForm
 from backends.kserve_v1 import KServeV1Backend
 from backends.oip_grpc import OIP_SERVICE, TORCHSERVE_OIP_SERVICE, OipGrpcBackend
 from backends.oip_http import OipHttpBackend
@@ -88,6 +88,50 @@ def test_several_addresses_become_a_replica_set_of_the_protocol_s_clients():
     rows = create_backend(model(backend="kserve", url=["http://a:1", "http://b:2"]).predictor)
     assert isinstance(rows, ReplicaSet) and rows.batch_form is BatchForm.INSTANCES
     assert [r.backend.http.base_url for r in rows.replicas] == ["http://a:1", "http://b:2"]
+
+
+@pytest.mark.parametrize("fields, capabilities", [
+    ({}, ()),
+    ({"simulated": {"task": "embed"}}, ()),
+    ({"simulated": {"task": "rerank"}}, ()),
+    ({"backend": "triton", "url": HTTP}, ("reads_model_config",)),
+    ({"backend": "triton", "protocol": "grpc", "url": GRPC}, ("reads_model_config",)),
+    ({"backend": "kserve", "url": HTTP}, ()),
+    ({"backend": "kserve", "url": HTTP, "api": "v2"}, ()),
+    ({"backend": "kserve", "protocol": "grpc", "url": GRPC}, ()),
+    ({"backend": "torchserve", "url": HTTP}, ()),
+    ({"backend": "torchserve", "protocol": "grpc", "url": GRPC}, ()),
+    ({"backend": "torchserve", "protocol": "grpc", "api": "v2", "url": GRPC, **SIGNATURE}, ()),
+    ({"backend": "kserve", "api": "openai", "url": HTTP}, ("takes_dimensions",)),
+    ({"backend": "kserve", "api": "score", "url": HTTP}, ()),
+    ({"backend": "kserve", "api": "rerank", "url": HTTP}, ("one_query_per_call",)),
+])
+def test_each_client_says_what_it_can_do(fields, capabilities):
+    """A Triton client reads its model configuration and a KServe v2 one (same protocol) does
+    not; only an OpenAI-compatible client shortens vectors; only a Cohere-shaped rerank
+    client takes one query per call."""
+    client = create_backend(model(**fields).predictor)
+    assert client.capabilities() == {name: name in capabilities for name in CAPABILITIES}
+
+
+def test_every_capability_is_a_flag_every_client_has_by_default():
+    assert set(CAPABILITIES) == {"takes_dimensions", "reads_model_config", "one_query_per_call"}
+    assert all(getattr(Backend, name) is False for name in CAPABILITIES)
+
+
+@pytest.mark.parametrize("fields, capability", [
+    ({"backend": "triton", "protocol": "grpc", "url": ["127.0.0.1:1", "127.0.0.1:2"]}, "reads_model_config"),
+    ({"backend": "kserve", "api": "rerank", "url": ["http://a:1", "http://b:2"]}, "one_query_per_call"),
+    ({"backend": "kserve", "api": "openai", "url": ["http://a:1", "http://b:2"]}, "takes_dimensions"),
+    # No replica is known before the name is looked up: the unstarted client of the url says it.
+    ({"backend": "kserve", "api": "rerank", "url": "http://rerank.svc:80", "dns_replicas": True}, "one_query_per_call"),
+    ({"backend": "triton", "url": "http://triton.svc:8000", "dns_replicas": True}, "reads_model_config"),
+])
+def test_a_replica_set_says_what_its_replicas_say(fields, capability):
+    replicas = create_backend(model(**fields).predictor)
+    assert isinstance(replicas, ReplicaSet)
+    assert replicas.capabilities() == {name: name == capability for name in CAPABILITIES}
+    assert all(replica.backend.capabilities() == replicas.capabilities() for replica in replicas.replicas)
 
 
 def test_dns_replicas_become_a_replica_set_that_finds_its_replicas_by_the_url_s_name():
