@@ -10,14 +10,15 @@
   batch is one call with every document, each scored by its `index`.
 
 Either answers the FP32 tensor `score` [rows, 1]. Readiness is the model's presence in
-`<base path>/models`. Bodies are `wire.codecs.cohere`'s; it knows nothing of the gateway.
+`<base path>/models`. Bodies are `wire.codecs.score`'s (vLLM's) and `wire.codecs.cohere`'s
+(Cohere's shape); it knows nothing of the gateway.
 """
 from __future__ import annotations
 
 from backends import errors
 from backends.base import Backend
 from backends.http import HttpPredictor
-from wire.codecs import cohere
+from wire.codecs import cohere, score
 from wire.errors import PredictorRejected
 from wire.rerank import DOCUMENT_INPUT, QUERY_INPUT, SCORE_OUTPUT
 from wire.tensors import ModelSignature, Tensor, TensorSpec
@@ -64,10 +65,10 @@ class ScoreBackend(_RerankHttp):
 
     async def infer(self, inputs: list[Tensor]) -> list[Tensor]:
         queries, documents = self.pairs(inputs)
-        body = cohere.encode_score_request(self.model, queries, documents)
+        body = score.encode_request(self.model, queries, documents)
         _, payload = await self.http.post(f"{self.base_path}/score", body, {"Content-Type": "application/json"})
         with errors.reading_answer(self.model):
-            scores = cohere.decode_score_answer(payload, len(queries))
+            scores = score.decode_answer(payload, len(queries))
         return [Tensor(SCORE_OUTPUT, "FP32", scores.reshape(-1, 1))]
 
 

@@ -11,8 +11,10 @@
 - `batching/`: the scheduler, its queues, row layouts, policies and tenants' quotas;
 - `auth.py` and `tenants.py`: who may call (the token, or tenants' keys);
 - `config/`, `config_keys.py`, `cli.py`, `server.py`, `roles.py`, `workers/`: the way in,
-  the process and its role (one process, or `--workers`); `views.py`, `metrics.py`,
-  `live.py`, `logs.py`, `telemetry/`, `memory.py`: operating it.
+  the process and its role (one process, or `--workers`); `views.py`, `metrics.py`
+  (with `scheduler_metrics.py` and `tenant_metrics.py`), `live.py`, `logs.py`, `telemetry/`,
+  `memory.py`: operating it; `shared.py` (with `redis_scripts.py`): tenants' quotas held
+  across replicas.
 
 It builds on `wire` (what travels) and reaches predictors (Triton, KServe, TorchServe, an
 OpenAI-compatible server) only through `backends.registry`, `settings` and `base`;

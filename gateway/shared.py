@@ -33,8 +33,8 @@ How each quota is held
   asks Redis every half second; once it answers, this replica writes back its count of
   requests at once for every tenant (what releases missed meanwhile), and is shared again.
 
-It knows no key of a tenant and no HTTP; the url may hold a password and is never logged
-(`config.shared.redacted`).
+The Lua scripts it runs in Redis are `gateway.redis_scripts`. It knows no key of a tenant
+and no HTTP; the url may hold a password and is never logged (`config.shared.redacted`).
 """
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ from typing import Any
 
 from gateway.batching.quotas import Entered, Taken
 from gateway.config.shared import SharedConfig, redacted
+from gateway.redis_scripts import ENTER, GIVE, LEASE, LEAVE
 from wire.errors import Unavailable
 from wire.ratelimits import Bucket
 
@@ -57,55 +58,6 @@ SHARED, LOCAL, REFUSING = "shared", "local", "refusing"
 PROBE_S = 0.5  # while away, how often Redis is asked whether it is back
 IDLE_S = 1.0  # a slice unused this long is given back
 LEASES_PER_REQUEST = 3  # a request short of its slice awaits at most this many leases (the one under way first)
-
-# Refill a bucket by the server's clock; grant `want` units (at least `need`, else none).
-_LEASE = """
-local cap, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
-local need, want = tonumber(ARGV[3]), tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local held = redis.call('HMGET', KEYS[1], 'level', 'at')
-local level, at = tonumber(held[1]) or cap, tonumber(held[2]) or now
-level = math.min(cap, level + math.max(0, now - at) * rate / 1000)
-local granted = 0
-if level >= need then granted = math.min(level, want) end
-level = level - granted
-redis.call('HSET', KEYS[1], 'level', tostring(level), 'at', now)
-redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + 1000)
-return {tostring(granted), tostring(level)}
-"""
-# Units leased and not spent, back into the bucket (never above its size).
-_GIVE = """
-local cap, rate, units = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local held = redis.call('HMGET', KEYS[1], 'level', 'at')
-local level, at = tonumber(held[1]) or cap, tonumber(held[2]) or now
-level = math.min(cap, level + math.max(0, now - at) * rate / 1000 + units)
-redis.call('HSET', KEYS[1], 'level', tostring(level), 'at', now)
-redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + 1000)
-return tostring(level)
-"""
-# One more slot of ARGV[1]'s if the live replicas hold fewer than ARGV[2]; dead ones' dropped.
-_ENTER = """
-local fields = redis.call('HGETALL', KEYS[1])
-local total = 0
-for i = 1, #fields, 2 do
-  if fields[i] ~= ARGV[1] and redis.call('EXISTS', ARGV[3] .. fields[i]) == 0 then
-    redis.call('HDEL', KEYS[1], fields[i])
-  else
-    total = total + tonumber(fields[i + 1])
-  end
-end
-if total >= tonumber(ARGV[2]) then return 0 end
-redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-return 1
-"""
-_LEAVE = """
-local n = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if n <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
-return n
-"""
 
 
 class _Slice:
@@ -153,10 +105,10 @@ class RedisQuotas:
         self._redis = aioredis.Redis.from_url(
             config.url, socket_timeout=config.timeout_s, socket_connect_timeout=config.timeout_s,
             retry=Retry(NoBackoff(), 0), health_check_interval=0)
-        self._lease_script = self._redis.register_script(_LEASE)
-        self._give_script = self._redis.register_script(_GIVE)
-        self._enter_script = self._redis.register_script(_ENTER)
-        self._leave_script = self._redis.register_script(_LEAVE)
+        self._lease_script = self._redis.register_script(LEASE)
+        self._give_script = self._redis.register_script(GIVE)
+        self._enter_script = self._redis.register_script(ENTER)
+        self._leave_script = self._redis.register_script(LEAVE)
         self._errors: tuple[type[BaseException], ...] = (aioredis.RedisError, OSError, asyncio.TimeoutError)
         self._mode = LOCAL if config.on_unavailable == "local" else REFUSING  # until Redis first answers
         self._slices: dict[tuple[str, str], _Slice] = {}

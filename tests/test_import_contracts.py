@@ -48,3 +48,7 @@ def test_every_module_of_the_telemetry_takes_a_layer():
 
 def test_every_module_of_the_served_models_takes_a_layer():
     assert layered(contract("the served models one way")["layers"]) == modules("gateway/models")
+
+
+def test_every_module_of_the_http_front_end_takes_a_floor():
+    assert layered(contract("the HTTP front end's floors")["layers"]) == modules("gateway/rest")

@@ -74,7 +74,7 @@ async def test_a_tenant_that_has_sent_nothing_has_no_series_and_one_that_has_sen
                  'gateway_tenant_requests_in_flight{tenant="t0"} 0.0'):
         assert line in text, line
     assert [row["name"] for row in (await views.live())["tenants"]] == ["t0"]
-    # Written as text directly (gateway.metrics._tenant_text): each family described once, of its type.
+    # Written as text directly (gateway.tenant_metrics.text): each family described once, of its type.
     kinds = {family.name: family.type for family in text_string_to_metric_families(text)
              if family.name.startswith("gateway_tenant_")}
     assert kinds == {"gateway_tenant_requests": "counter", "gateway_tenant_rows": "counter",

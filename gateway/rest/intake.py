@@ -7,7 +7,7 @@ way, in the same order, from its head alone and before any of its body is read:
 2. the model and version in the path: 404 for an unknown one;
 3. the deadline and priority headers: 400 for a malformed deadline;
 4. the declared size: 413 over `max_body_bytes`, or over `max_json_bytes` for a route whose
-   whole body is one JSON document (`Endpoint.json_only`);
+   whole body is one JSON document (`Route.json_only`: the endpoint's);
 5. the Content-Encoding: 415 for one `wire.codecs.content_encoding` does not decode.
 Then the body is taken in as it arrives, inflated as it comes when it is compressed (a
 large chunk in a thread, off the loop), within `max_body_bytes` whatever its coding.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import tornado.httputil
 
@@ -34,9 +34,6 @@ from wire.codecs.limits import Limits
 from wire.errors import GatewayError, InvalidInput, PayloadTooLarge
 from wire.request import PRIORITY_HEADER, priority_from_header
 from wire.tracing import ClientContext
-
-if TYPE_CHECKING:
-    from gateway.rest.endpoint import Endpoint
 
 TIMEOUT_HEADER = "X-Request-Timeout-Ms"
 _DECIMAL = re.compile(r"[0-9]{1,15}(\.[0-9]{1,9})?")
@@ -75,6 +72,20 @@ def as_sent(value: str | None) -> str | None:
     return sent.decode("utf-8", "surrogateescape")
 
 
+class Route(Protocol):
+    """What an intake asks of the route it takes a request in for: an `Endpoint`
+    (`gateway.rest.endpoint`), which imports this module, so it is described here and not
+    imported (the rest floors, a lint-imports contract)."""
+
+    @property
+    def model_in_path(self) -> bool: ...
+
+    @property
+    def json_remedy(self) -> str: ...
+
+    def json_only(self, intake: Intake) -> bool: ...
+
+
 class Intake:
     """One inference request's head judged (`open`) and its body taken in (`data_received`,
     then `body`), for an `Endpoint`. `served` is the model its path names (unset for a route
@@ -82,7 +93,7 @@ class Intake:
 
     served: ServedModel
 
-    def __init__(self, service: InferenceService, limits: Limits, endpoint: Endpoint,
+    def __init__(self, service: InferenceService, limits: Limits, endpoint: Route,
                  headers: tornado.httputil.HTTPHeaders, query: str, call: Call) -> None:
         self.service = service
         self.limits = limits

@@ -32,7 +32,14 @@ instead of quietly changing how the gateway answers:
   `_write_buffer`, `_connecting`, `_total_write_index`, `_total_write_done_index`,
   `_maybe_add_error_listener`): Tornado's write costs 4-5 us of Python per system call.
 
-It knows Tornado and nothing of the gateway: the connection layer and the handlers call it.
+* `request_summary` and `status_reason` (`RequestHandler._request_summary` and `_reason`):
+  what Tornado's own access line shows of a request (`METHOD uri (remote ip)`), and the
+  reason phrase an error is answered with (its own, or an `HTTPError`'s), for a server of
+  ours that logs and renders them as Tornado does (the simulated predictor,
+  `tools/simulated_predictor/server.py`). Tornado has no public accessor for either.
+
+It knows Tornado and nothing of the gateway: the connection layer, the handlers and the
+simulated predictor call it.
 """
 from __future__ import annotations
 
@@ -51,6 +58,7 @@ from tornado.concurrent import future_add_done_callback
 # Every private name used here, by the class that holds it (checked by the tests).
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "tornado.web.RequestHandler.clear": ("_headers", "_write_buffer", "_status_code", "_reason"),
+    "tornado.web.RequestHandler": ("_request_summary", "_reason"),
     "tornado.http1connection.HTTP1ConnectionParameters": ("header_timeout",),
     "tornado.tcpserver.TCPServer": ("_handle_connection",),
     "tornado.iostream.BaseIOStream": (
@@ -68,6 +76,17 @@ def reset_answer(handler: tornado.web.RequestHandler, date: str) -> None:
     handler._write_buffer = []
     handler._status_code = 200
     handler._reason = tornado.httputil.responses[200]
+
+
+def request_summary(handler: tornado.web.RequestHandler) -> str:
+    """`METHOD uri (remote ip)`: the request as Tornado's own access line shows it."""
+    return handler._request_summary()
+
+
+def status_reason(handler: tornado.web.RequestHandler) -> str:
+    """The reason phrase of the status the handler answers (`send_error`'s, or an
+    `HTTPError`'s own)."""
+    return handler._reason
 
 
 def drop_header_timeout(server: tornado.httpserver.HTTPServer) -> None:

@@ -1,5 +1,5 @@
-"""wire/codecs/cohere.py: Cohere's rerank bodies, both directions, and the two rerank
-shapes towards a predictor."""
+"""wire/codecs/cohere.py: Cohere's rerank bodies, both directions, and Cohere's shape
+towards a predictor."""
 from __future__ import annotations
 
 import numpy as np
@@ -54,12 +54,7 @@ def test_malformed_requests_are_refused_saying_why(document, message):
         cohere.decode_request(body(**document), 2)
 
 
-def test_the_predictor_shapes_both_ways():
-    assert orjson.loads(cohere.encode_score_request("m", ["q1", "q2"], ["a", "b"])) == {
-        "model": "m", "text_1": ["q1", "q2"], "text_2": ["a", "b"]}
-    scores = cohere.decode_score_answer(orjson.dumps({"data": [{"index": 1, "score": 0.25},
-                                                               {"index": 0, "score": 0.75}]}), 2)
-    assert scores.tolist() == [0.75, 0.25]
+def test_the_predictor_shape_both_ways():
     assert orjson.loads(cohere.encode_rerank_request("m", "q", ["a"]))["top_n"] == 1
     scores = cohere.decode_rerank_answer(orjson.dumps({"results": [{"index": 0, "relevance_score": 1}]}), 1)
     assert scores.dtype == np.float32 and scores.tolist() == [1.0]

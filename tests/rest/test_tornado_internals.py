@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pathlib
+import re
 
 import pytest
 import tornado
@@ -46,6 +48,21 @@ def test_the_answer_reset_sets_what_tornados_own_clear_sets():
     assert assigned <= set(PRIVATE_NAMES["tornado.web.RequestHandler.clear"]), (
         f"Tornado {tornado.version}'s RequestHandler.clear sets {sorted(assigned)}; "
         "gateway/rest/tornado_internals.reset_answer must set the same")
+
+
+def test_no_module_but_the_adapter_uses_a_private_name_of_tornados():
+    """Each private name listed is used in gateway/rest/tornado_internals.py alone (the gateway,
+    its predictors' clients, the wire and the tools): elsewhere, a renamed one would break
+    unchecked."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    private = sorted({name for names in PRIVATE_NAMES.values() for name in names if name.startswith("_")})
+    pattern = re.compile(r"\.(" + "|".join(private) + r")\b")
+    adapter = root / "gateway" / "rest" / "tornado_internals.py"
+    used = [f"{path.relative_to(root)}:{number}: {line.strip()}"
+            for room in ("gateway", "backends", "wire", "tools") for path in sorted((root / room).rglob("*.py"))
+            if path != adapter and "generated" not in path.parts
+            for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert used == []
 
 
 # -- write_whole_answer: one prebuilt write, the connection left as Tornado's own path leaves it --

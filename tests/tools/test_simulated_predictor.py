@@ -310,6 +310,12 @@ def test_unknown_model_is_404_and_not_found(fresh):
 
 # -- fault knobs --------------------------------------------------------------------------------
 
+def test_tornado_s_own_errors_are_json_with_their_reason_phrase(fresh):
+    status, headers, raw = request(fresh, "DELETE", "/v1/models/demo:predict")
+    assert status == 405 and headers["Content-Type"].startswith("application/json")
+    assert orjson.loads(raw) == {"error": "Method Not Allowed"}
+
+
 def test_control_fail_status(fresh):
     assert post(fresh, "/control", {"fail_status": 500}) == (
         200, {"fail_status": 500, "extra_delay_ms": 0.0, "wrong_rows": False})

@@ -45,6 +45,7 @@ import tornado.web
 from backends.settings import Cost
 from backends.simulated.model import CallLog, SimulatedModel
 from backends.simulated.reranker import SimulatedReranker
+from gateway.rest import tornado_internals
 from wire.codecs import json_data, oip_grpc, oip_json, v1
 from wire.codecs.limits import DEFAULT_LIMITS
 from wire.errors import (
@@ -192,7 +193,7 @@ class _Handler(tornado.web.RequestHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # Tornado's own errors (405, malformed requests): JSON, never a traceback.
         self.set_header("Content-Type", JSON_TYPE)
-        self.finish(orjson.dumps({"error": self._reason}))
+        self.finish(orjson.dumps({"error": tornado_internals.status_reason(self)}))
 
     def body_json(self) -> Any:
         return json_data.loads(self.request.body)
@@ -290,7 +291,8 @@ class Control(_Handler):
 
 def _quiet_access_log(handler: tornado.web.RequestHandler) -> None:
     logging.getLogger("tornado.access").debug(
-        "%d %s %.2fms", handler.get_status(), handler._request_summary(), 1000.0 * handler.request.request_time()
+        "%d %s %.2fms", handler.get_status(), tornado_internals.request_summary(handler),
+        1000.0 * handler.request.request_time()
     )
 
 

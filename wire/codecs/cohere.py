@@ -1,5 +1,5 @@
-"""Cohere's Rerank API bodies (`POST /v1/rerank`, `/v2/rerank`), both directions, and the
-two rerank shapes a predictor may speak.
+"""Cohere's Rerank API bodies (`POST /v1/rerank`, `/v2/rerank`), both directions: a
+client's, and a predictor's of Cohere's shape.
 
 A client's request is `{"model", "query", "documents", "top_n", ...}`: v1 also takes
 `return_documents`, `rank_fields` (which fields of an object document are ranked) and
@@ -10,23 +10,22 @@ A client's request is `{"model", "query", "documents", "top_n", ...}`: v1 also t
 "meta"}`, best first; errors are `{"message": ...}` with the HTTP status, which Cohere's
 clients raise as their own classes (404 `NotFoundError`, 400 `BadRequestError`, ...).
 
-Towards a predictor: vLLM's score API (`POST /score`: `text_1` and `text_2`, two lists of one
-length, answered `{"data": [{"index", "score"}]}`), and Cohere's own shape for a server that
-takes one query per call (Infinity, vLLM's `/rerank`), answered by `results`' `index`.
+Towards a predictor: Cohere's own shape for a server that takes one query per call
+(Infinity, vLLM's `/rerank`), answered by `results`' `index`. vLLM's score API is
+`wire.codecs.score`'s.
 
 A codec raises `InvalidInput` for anything malformed, whichever side sent it. It knows
 nothing of batching, tokenizers or models.
 """
 from __future__ import annotations
 
-import math
 import uuid
 from typing import Any
 
 import numpy as np
 import orjson
 
-from wire.codecs.json_data import check_json_size, loads
+from wire.codecs.json_data import check_json_size, loads, scores_by_index
 from wire.codecs.limits import DEFAULT_LIMITS, Limits
 from wire.errors import InvalidInput
 from wire.rerank import DEFAULT_MAX_TOKENS_PER_DOC, RerankRequest
@@ -165,18 +164,6 @@ def error_document(message: str) -> dict[str, Any]:
 
 # -- the predictor's side --------------------------------------------------------------------
 
-def encode_score_request(model: str, queries: list[str], documents: list[str]) -> bytes:
-    """vLLM's score API: pair i is (text_1[i], text_2[i]), whatever query each pair has."""
-    return orjson.dumps({"model": model, "text_1": queries, "text_2": documents})
-
-
-def decode_score_answer(body: bytes, rows: int) -> np.ndarray:
-    """vLLM's score answer as float32 [rows], row i the item whose `index` is i."""
-    document = loads(body, "the predictor's answer")
-    data = document.get("data") if isinstance(document, dict) else None
-    return _by_index(data, rows, "data", "score")
-
-
 def encode_rerank_request(model: str, query: str, documents: list[str]) -> bytes:
     """Cohere's shape, one query per call: every document scored, none echoed back."""
     return orjson.dumps({"model": model, "query": query, "documents": documents, "top_n": len(documents),
@@ -187,21 +174,5 @@ def decode_rerank_answer(body: bytes, rows: int) -> np.ndarray:
     """A Cohere-shaped answer as float32 [rows], row i the result whose `index` is i."""
     document = loads(body, "the predictor's answer")
     results = document.get("results") if isinstance(document, dict) else None
-    return _by_index(results, rows, "results", "relevance_score")
+    return scores_by_index(results, rows, "results", "relevance_score")
 
-
-def _by_index(items: Any, rows: int, where: str, score_key: str) -> np.ndarray:
-    if not isinstance(items, list) or len(items) != rows:
-        count = len(items) if isinstance(items, list) else "no"
-        raise InvalidInput(f"the answer has {count} scores in '{where}' for {rows} documents")
-    scores = np.full(rows, np.nan, dtype=np.float64)
-    seen = np.zeros(rows, dtype=bool)
-    for position, item in enumerate(items):
-        index = item.get("index") if isinstance(item, dict) else None
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < rows or seen[index]:
-            raise InvalidInput(f"{where}[{position}] has no usable 'index' (each of 0..{rows - 1} once)")
-        score = item.get(score_key)
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-            raise InvalidInput(f"{where}[{position}].{score_key} must be a finite number")
-        scores[index], seen[index] = score, True
-    return scores.astype(np.float32)

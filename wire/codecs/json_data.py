@@ -1,11 +1,13 @@
-"""Tensor data in JSON form, shared by the three JSON wire formats (OIP JSON, KServe v1,
-TorchServe): parsing a body, and turning nested JSON values into an exactly typed array.
+"""Tensor data in JSON form, shared by the JSON wire formats: parsing a body, turning nested
+JSON values into an exactly typed array (OIP JSON, KServe v1, TorchServe), and a
+predictor's scores listed by their row's index (Cohere's rerank shape, vLLM's score API).
 
 A value of the wrong kind (a string for FP32, 1.5 for INT32, 300 for UINT8) is an error,
 never a silent cast.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -107,3 +109,22 @@ def _exact_integers(name: str, datatype: str, dtype: np.dtype, data: list) -> np
         if value < info.min or value > info.max:
             raise InvalidInput(f"tensor '{name}': a value is out of range for {datatype}")
     return values.astype(dtype)
+
+
+def scores_by_index(items: Any, rows: int, where: str, score_key: str) -> np.ndarray:
+    """A predictor's `[{"index": i, <score_key>: x}, ...]` (at `where` in its answer) as
+    float32 [rows], row i the item whose `index` is i: each index once, each score finite."""
+    if not isinstance(items, list) or len(items) != rows:
+        count = len(items) if isinstance(items, list) else "no"
+        raise InvalidInput(f"the answer has {count} scores in '{where}' for {rows} documents")
+    scores = np.full(rows, np.nan, dtype=np.float64)
+    seen = np.zeros(rows, dtype=bool)
+    for position, item in enumerate(items):
+        index = item.get("index") if isinstance(item, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < rows or seen[index]:
+            raise InvalidInput(f"{where}[{position}] has no usable 'index' (each of 0..{rows - 1} once)")
+        score = item.get(score_key)
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise InvalidInput(f"{where}[{position}].{score_key} must be a finite number")
+        scores[index], seen[index] = score, True
+    return scores.astype(np.float32)
