@@ -14,7 +14,8 @@ config), and asks its kind everything that depends on what its rows mean:
 - its rows spec (`rows`: `PlainSpec`, `PaddedSpec`, `TextSpec` or `PairSpec`), from which the
   scheduler's row layout is chosen by type;
 - its answer projection by request type (`@answers`): the batch result as the client of that
-  request type reads it (OIP tensors, v1 predictions, vectors, scores).
+  request type reads it (OIP tensors, v1 predictions, vectors, scores), and the tensors its
+  OIP clients see (`client_inputs`, `client_outputs`: the predictor's, by default).
 
 Kinds register themselves by being defined (a subclass with a `name`), so a new kind is one
 module: the config reads its table, its requests reach it, and a request type no kind of a
@@ -185,6 +186,16 @@ class ModelKind:
     def answer(self, request_type: type, outputs: list[Tensor], batch: BatchInputs) -> Any:
         """A request's rows of its batch's result, as the client of its type reads them."""
         return self._answers[request_type](self, outputs, batch)
+
+    def client_inputs(self, described: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
+        """The inputs its OIP clients send (and its metadata lists), from those the predictor's
+        signature describes: the same, by default; a kind whose rows its clients send in
+        another shape (texts it turns into features) names its own."""
+        return described
+
+    def client_outputs(self, described: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
+        """The outputs its OIP clients are answered, as `client_inputs`."""
+        return described
 
     def check_inputs(self, inputs: Sequence[TensorSpec]) -> None:
         """An OIP request's inputs by their headers, beyond its batch form's checks."""

@@ -158,18 +158,25 @@ class ServedModel(ABC):
 
     @property
     def client_inputs(self) -> tuple[TensorSpec, ...]:
-        """The described inputs a client sends: all but those the gateway generates."""
+        """The inputs an OIP client sends, as its kind presents them: by default the described
+        ones but those the gateway generates."""
         padding = self.padding
-        if padding is None or not padding.generated:
-            return self.described_inputs
-        generated = {spec.name for spec in padding.generated}
-        return tuple(spec for spec in self.described_inputs if spec.name not in generated)
+        described = self.described_inputs
+        if padding is not None and padding.generated:
+            generated = {spec.name for spec in padding.generated}
+            described = tuple(spec for spec in described if spec.name not in generated)
+        return self.kind.client_inputs(described)
+
+    @property
+    def client_outputs(self) -> tuple[TensorSpec, ...]:
+        """The outputs an OIP client is answered, as its kind presents them."""
+        return self.kind.client_outputs(self.described_outputs)
 
     def check_requested_outputs(self, requested: list[str]) -> None:
         """Refuse, before queueing, outputs the model is known not to have."""
-        if not requested or not self.described_outputs:
+        if not requested or not self.client_outputs:
             return
-        known = {spec.name for spec in self.described_outputs}
+        known = {spec.name for spec in self.client_outputs}
         unknown = [name for name in requested if name not in known]
         if unknown:
             raise InvalidInput(f"model '{self.name}' has no output named {', '.join(unknown)}")
@@ -197,7 +204,7 @@ class ServedModel(ABC):
 
     def describe(self) -> dict[str, Any]:
         """The model's OIP metadata, as both front ends answer it."""
-        signature = ModelSignature(self.client_inputs, self.described_outputs)
+        signature = ModelSignature(self.client_inputs, self.client_outputs)
         return {"name": self.name, "versions": self.versions,
                 "platform": f"{SERVER_NAME}/{self.config.predictor.server}", **signature.describe()}
 
