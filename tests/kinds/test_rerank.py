@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from backends.base import Backend
-from backends.settings import PredictorProtocol
 from gateway import config
 from gateway.batching.config import PairSpec
 from gateway.batching.layouts import PairRows, layout_for
