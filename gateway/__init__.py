@@ -5,7 +5,8 @@
   around one service in one process;
 - `service.py`: the one data plane every front end calls; `lifecycle.py`: one request's
   `Call`, from arrival to answer;
-- `models/`, `embeddings.py`, `rerank.py`, `model_kinds.py`: each served model and its batch form;
+- `models/`: each served model and its batch form; `kinds/`: what its rows mean (tensors,
+  texts embedded, pairs scored), one module and one object per kind;
   `instances.py`, `uploads.py`, `tokens.py`: v1 instances, TorchServe uploads and texts
   into tensors; `triton.py`: Triton's model configuration and statistics documents;
 - `batching/`: the scheduler, its queues, row layouts, policies and tenants' quotas;

@@ -5,7 +5,7 @@ little-endian uint32), which the served embedding model packs and an OpenAI-comp
 predictor's client unpacks.
 
 It knows no wire format and nothing of batching; `wire.codecs.openai` builds the request and
-the served embedding model (`gateway.embeddings`) reads it.
+the served embedding model (`gateway.kinds.embeddings`) reads it.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ inputs, `QUERY_INPUT` and `DOCUMENT_INPUT`, one pair a row, answered by the FP32
 predictors' clients read.
 
 It knows no wire format and nothing of batching; `wire.codecs.cohere` builds the request and
-the served rerank model (`gateway.rerank`) reads it.
+the served rerank model (`gateway.kinds.rerank`) reads it.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ back to what its client speaks. That is what a served model owns, in one place:
   the model's signature (names, datatypes, rows, each row's shape) before any payload is
   decoded (`wire.request.RequestHead`): a 64 MB tensor of the wrong kind costs its header;
 - `batch_inputs_from_tensors` / `_instances` / `_upload`: an OIP, v1 or TorchServe request in the
-  model's batch form, checked against the model's signature (by `check_inputs` for tensors);
+  model's batch form (as its kind asks: `batch_inputs` hands every request to the kind),
+  checked against the model's signature (by `check_inputs` for tensors);
 - `tensors_from_outputs` / `predictions_from_outputs`: the batch result as OIP output
   tensors or v1 predictions;
 - its signature (from config, else learned from the predictor's metadata and re-read
@@ -39,11 +40,11 @@ metadata does not list them.
 
 `TensorModel` (`tensor.py`) and `InstanceModel` (`instance.py`, with
 `PaddedInstanceModel`) are the two forms, each a `ServedModel` (`base.py`: the interface,
-the checks every form shares, and the metadata); `gateway.model_kinds.served_model` picks
-one from the backend (or `gateway.embeddings.EmbeddingModel`, a tensor model whose rows are
-texts, for a model with `[models.embeddings]`; `gateway.rerank.RerankModel`, whose rows are
-(query, document) pairs, for a model with `[models.rerank]`). The package imports one way
-(instance -> tensor -> base; a lint-imports contract). It knows no wire format (codecs
+the checks every form shares, and the metadata); `forms.served_model` picks one from the
+backend. What a model's rows mean is its kind's (`ServedModel.kind`, `gateway.kinds`: the
+default tensors, texts embedded, pairs scored), which reads each client's request into the
+form and answers it; the form knows no kind. The package imports one way (forms -> instance
+-> tensor -> base; a lint-imports contract). It knows no wire format (codecs
 decode before it and encode after it), nothing of the scheduler, and no predictor protocol
 beyond the backend interface.
 """

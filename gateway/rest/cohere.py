@@ -8,7 +8,7 @@ its order; the scores are then sorted and cut to `top_n` (`wire.codecs.cohere`).
 `priority` (0 the highest, Cohere's default) is the request's priority level when it is 1 or
 more, as the `X-Priority` header's. Errors carry Cohere's shape, `{"message": ...}`, with
 the status of the gateway error, which its clients raise as their own classes. Only rerank
-models (`gateway.rerank`) are answered; any other model is a 404. The rerank models are
+models (`gateway.kinds.rerank`) are answered; any other model is a 404. The rerank models are
 listed by `GET /v1/models` (`gateway.rest.openai`).
 """
 from __future__ import annotations

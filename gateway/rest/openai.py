@@ -6,7 +6,7 @@ The body names the model, so the model is found after the body is read. Each tex
 row of the model's batches, through `InferenceService.infer` like every other client:
 a list of texts larger than `max_batch_size` is split across batches and reassembled in
 its order. Errors carry OpenAI's shape (`wire.codecs.openai.error_document`) with the
-status of the gateway error. Only embedding models (`gateway.embeddings`) are answered, any
+status of the gateway error. Only embedding models (`gateway.kinds.embeddings`) are answered, any
 other model is a 404 in OpenAI's words; the list names the rerank models too
 (`gateway.rest.cohere` serves them), as vLLM's and Infinity's lists do. `GET /v1/models/<m>` is KServe v1's
 route too: an embedding model answers there with OpenAI's model object and KServe's status
