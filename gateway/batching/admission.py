@@ -3,6 +3,7 @@ and with which deadline on the queue's clock.
 
 Semantics
 ---------
+* A request whose inputs are none, or differ in rows, or hold none, is InvalidInput (`rows`).
 * A request's level is its own priority, else its tenant's, else the model's default
   (0 when the model has no levels), and never above its tenant's; a priority beyond the
   model's levels is InvalidInput.
@@ -34,10 +35,21 @@ from typing import TYPE_CHECKING
 from gateway.batching.config import BatchingConfig
 from gateway.batching.request import BatchRequest, Part, QueuedRequest
 from wire.errors import DeadlineExceeded, InvalidInput, Overloaded, PayloadTooLarge, format_ms
+from wire.tensors import Tensor
 
 if TYPE_CHECKING:
     from gateway.batching.layouts import Cut
     from gateway.batching.queue import ModelQueue
+
+
+def rows(inputs: list[Tensor]) -> int:
+    """A request's rows; InvalidInput unless every input has the same, non-zero, number."""
+    if not inputs:
+        raise InvalidInput("the request has no inputs")
+    size = len(inputs[0].data)
+    if size == 0 or any(len(t.data) != size for t in inputs):
+        raise InvalidInput("every input must have the same, non-zero, batch dimension")
+    return size
 
 
 def level(queue: ModelQueue, priority: int, tenant: str) -> int:

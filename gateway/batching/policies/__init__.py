@@ -44,6 +44,17 @@ def departures() -> tuple[str, ...]:
                                 *(policy.timer_reason for policy in REGISTRY.values()))))
 
 
+def departure(rows: int, policy_limit: int, max_batch_size: int, timer_reason: str | None) -> str:
+    """Why a batch of `rows` rows leaves now, one of `departures()`: it is full; the policy
+    sized it below `max_batch_size` (`policy_limit`) and it reached that; else the
+    policy's `timer_reason` when its own wake-up shipped it (None: a slot was free)."""
+    if rows >= max_batch_size:
+        return "full"
+    if policy_limit < max_batch_size and rows >= policy_limit:
+        return "deadline_sized"
+    return timer_reason if timer_reason is not None else "slot_free"
+
+
 def settings() -> dict[str, Setting]:
     """Every `[batching]` key a policy reads, by key (a key two policies read is one setting)."""
     return {setting.key: setting for policy in REGISTRY.values() for setting in policy.settings}
