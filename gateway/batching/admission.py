@@ -30,16 +30,37 @@ know timers, slots, executors or front ends: the queue calls it on each arrival.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from gateway.batching.backlog import Backlog
 from gateway.batching.config import BatchingConfig
+from gateway.batching.layouts.base import Cut
+from gateway.batching.policies.base import Policy, QueueState
 from gateway.batching.request import BatchRequest, Part, QueuedRequest
+from gateway.batching.tenants import Tenants
 from wire.errors import DeadlineExceeded, InvalidInput, Overloaded, PayloadTooLarge, format_ms
 from wire.tensors import Tensor
 
-if TYPE_CHECKING:
-    from gateway.batching.layouts import Cut
-    from gateway.batching.queue import ModelQueue
+
+class ArrivalQueue(QueueState, Protocol):
+    """What admission reads of the queue a request arrives at (`queue.ModelQueue`), beyond
+    what its policy reads: its settings, tenants, policy and backlog."""
+
+    @property
+    def config(self) -> BatchingConfig:
+        """The model's batching settings."""
+
+    @property
+    def tenants(self) -> Tenants:
+        """The scheduler's tenants: their levels, and who gives way when the queue is full."""
+
+    @property
+    def policy(self) -> Policy:
+        """The queue's policy, which may refuse a request it predicts late."""
+
+    @property
+    def backlog(self) -> Backlog:
+        """What the queue holds waiting."""
 
 
 def rows(inputs: list[Tensor]) -> int:
@@ -52,7 +73,7 @@ def rows(inputs: list[Tensor]) -> int:
     return size
 
 
-def level(queue: ModelQueue, priority: int, tenant: str) -> int:
+def level(queue: ArrivalQueue, priority: int, tenant: str) -> int:
     """The priority level of a request (0 when the model has no levels): its own, else
     its tenant's, else the model's default; never above its tenant's."""
     levels = queue.config.priority_levels
@@ -88,7 +109,7 @@ def fits_queue(model: str, config: BatchingConfig, size: int) -> None:
         )
 
 
-def admit(queue: ModelQueue, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
+def admit(queue: ArrivalQueue, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
     """Whether `size` rows of `level` may join the queue now: their deadline on the loop's
     clock and the budget it was counted from; raises the refusal (counted) otherwise."""
     config = queue.config
