@@ -46,7 +46,7 @@ from gateway.batching.queue import ModelQueue
 from gateway.batching.request import BatchRequest, BatchResult
 from gateway.batching.tenants import Tenants, TenantUsageSnapshot
 from gateway.batching.view import ModelView
-from wire.errors import GatewayError, ModelNotFound, Unauthenticated, Unavailable
+from wire.errors import CLIENT_CLOSED_REQUEST, GatewayError, ModelNotFound, Unauthenticated, Unavailable
 
 __all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Replicas", "Scheduler"]
 # Tenants' usage copied per loop turn by `read_tenant_usage`: about 3.5 us each on the
@@ -338,7 +338,7 @@ def _chain(inner: asyncio.Future[BatchResult], outer: asyncio.Future[BatchResult
 def _status(answered: asyncio.Future[BatchResult]) -> int:
     """The HTTP status of a request's outcome, as its tenant's usage counts it."""
     if answered.cancelled():
-        return 499  # its client went away (nginx's code, as the access log writes it)
+        return CLIENT_CLOSED_REQUEST  # its client went away
     error = answered.exception()
     if error is None:
         return 200

@@ -7,12 +7,13 @@ import asyncio
 import numpy as np
 import pytest
 
+from gateway import metrics
 from gateway.batching.config import MIN_REQUESTS_PER_SECOND, BatchingConfig, PaddingConfig, TenantPolicy
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.tenants import Tenants, TokenBucket
-from tests.batching.support import RecordingExecutor, rows, scheduler_with
-from wire.errors import Overloaded, PayloadTooLarge, RateLimited
+from tests.batching.support import RecordingExecutor, rows, scheduler_with, until_sent
+from wire.errors import CLIENT_CLOSED_REQUEST, Overloaded, PayloadTooLarge, RateLimited
 from wire.tensors import Tensor
 
 
@@ -129,6 +130,25 @@ async def test_a_request_over_its_quota_is_refused_before_it_is_queued_and_count
     assert (usage.tenant, usage.statuses, usage.rows, usage.refusals) == ("t", {200: 2, 429: 1}, 2,
                                                                            {"requests_per_second": 1})
     assert usage.queue_wait_s.count == 2 and usage.concurrent == 0
+
+
+async def test_a_request_whose_client_went_away_counts_in_its_tenants_usage_as_the_status_it_is_closed_with():
+    executor = RecordingExecutor()
+    executor.release = asyncio.Event()  # the batch stays at the executor until the client has gone
+    scheduler = scheduler_with(executor)
+    scheduler.set_tenants([TenantPolicy("t")])
+    gone = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(0, 1), tenant="t")))
+    await until_sent(executor)
+    gone.cancel()
+    executor.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    for _ in range(100):  # the scheduler's own future is cancelled a loop turn after the client's
+        if scheduler.tenant_usage()[0].statuses:
+            break
+        await asyncio.sleep(0)
+    assert scheduler.tenant_usage()[0].statuses == {CLIENT_CLOSED_REQUEST: 1}
+    assert CLIENT_CLOSED_REQUEST == metrics.CLIENT_CLOSED_REQUEST == 499  # one name, the front ends' too
 
 
 async def test_a_request_the_queue_refuses_gives_its_quota_back():
