@@ -18,7 +18,7 @@ The load signal an autoscaler targets (`batching.load`) is read at scrape time a
 `gateway_predictor_replicas` and `gateway_predictor_load`; the capacity and the load have
 no sample while the model's profile has seen no call.
 
-Tenants' usage (`batching.tenants`, the scheduler's `read_tenant_usage`) too, labelled by
+Tenants' usage (`batching.usage`, the scheduler's `read_tenant_usage`) too, labelled by
 the tenant's name, never a key or a digest of one: `gateway_tenant_*` (requests by status,
 rows, tokens, time queued, refusals by reason, requests in the gateway now). A tenant has
 these series once it has sent something; one that has sent nothing (and every tenant, with
@@ -48,11 +48,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from gateway.batching.instruments import HistogramSnapshot
 from gateway.batching.load import LoadSignal
 from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
-from gateway.batching.stats import HistogramSnapshot, StatsSnapshot
-from gateway.batching.tenants import TenantUsageSnapshot
+from gateway.batching.stats import StatsSnapshot
+from gateway.batching.usage import TenantUsageSnapshot
 from gateway.batching.view import ModelView
 from wire.errors import CLIENT_CLOSED_REQUEST as CLIENT_CLOSED_REQUEST  # the front ends count a client gone by it here
 
@@ -311,7 +312,7 @@ _TENANT_FAMILIES = {
 
 
 def _tenant_text(usage: list[TenantUsageSnapshot]) -> str:
-    """Each tenant's usage (gateway.batching.tenants) by its name, as Prometheus text: the
+    """Each tenant's usage (gateway.batching.usage) by its name, as Prometheus text: the
     families are always described, with samples only for the tenants that have sent
     something (those `usage` holds). The one part of a scrape that grows with the tenants,
     so it is written as strings directly, the text prometheus_client writes (labels sorted

@@ -37,7 +37,7 @@ from gateway.batching.config import BatchingConfig
 from gateway.batching.layouts.base import Cut
 from gateway.batching.policies.base import Policy, QueueState
 from gateway.batching.request import BatchRequest, Part, QueuedRequest
-from gateway.batching.tenants import Tenants
+from gateway.batching.tenant_quotas import Tenants
 from wire.errors import DeadlineExceeded, InvalidInput, Overloaded, PayloadTooLarge, format_ms
 from wire.tensors import Tensor
 
@@ -109,9 +109,9 @@ def fits_queue(model: str, config: BatchingConfig, size: int) -> None:
         )
 
 
-def admit(queue: ArrivalQueue, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
-    """Whether `size` rows of `level` may join the queue now: their deadline on the loop's
-    clock and the budget it was counted from; raises the refusal (counted) otherwise."""
+def judge(queue: ArrivalQueue, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
+    """Judge whether `size` rows of `level` may join the queue now: their deadline on the
+    loop's clock and the budget it was counted from; raises the refusal (counted) otherwise."""
     config = queue.config
     fits_queue(queue.name, config, size)
     # The deadline counts from the request's arrival at the gateway (a monotonic instant,
@@ -125,7 +125,7 @@ def admit(queue: ArrivalQueue, request: BatchRequest, size: int, level: int, now
             f"model '{queue.name}': deadline of {budget:g} s passed before the request was queued "
             f"({format_ms(monotonic_now - request.arrived_s)} after it arrived, reading and decoding it)")
     deadline = now + (deadline_mono - monotonic_now)
-    refusal = queue.policy.admit(queue, request, deadline, now, level)
+    refusal = queue.policy.refusal(queue, request, deadline, now, level)
     if refusal is not None:
         queue.stats.refused_as_late(level)
         raise refusal

@@ -94,7 +94,7 @@ class PaddingConfig:
     one_query: bool = False
 
 
-# -- tenants (see gateway.batching.tenants for what the scheduler does with them) -------------
+# -- tenants (see gateway.batching.tenant_quotas for what the scheduler does with them) -------------
 
 # A tenant's weight and quotas: a positive, finite number, held as a float.
 _POSITIVE: dict[str, Any] = {"positive": "must be a positive number, got {value}", "finite": True, "per": 1}

@@ -21,13 +21,14 @@ from gateway.batching.backlog import Backlog
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, Replicas, execute, one_replica
 from gateway.batching.fairness import FairShare
+from gateway.batching.instruments import DecayingRate
 from gateway.batching.layouts import layout_for
 from gateway.batching.observer import NO_OBSERVER, BatchObserver, log_batch
 from gateway.batching.policies import departure, make_policy
 from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequest, answer_parts
 from gateway.batching.slots import Slots
-from gateway.batching.stats import DecayingRate, ModelStats
-from gateway.batching.tenants import Tenants
+from gateway.batching.stats import ModelStats
+from gateway.batching.tenant_quotas import Tenants
 from gateway.batching.wakeups import Wakeups
 from wire.errors import DeadlineExceeded, GatewayError, Unavailable, format_ms
 
@@ -108,7 +109,7 @@ class ModelQueue:
         loop = self._loop
         now = loop.time()
         self.stats.arrived(level, size, now)
-        deadline, budget = admission.admit(self, request, size, level, now)
+        deadline, budget = admission.judge(self, request, size, level, now)
         queued = QueuedRequest(cut.signatures[0], size, deadline, loop.create_future(), len(cut.pieces), layout,
                                request.client, now, parameters, level, cut.restore, tenant)
         self.stats.admitted(level, size, now)
@@ -252,7 +253,7 @@ class ModelQueue:
         self.stats.batch_left(rows, reason, [started - part.enqueued_at for part in parts], elements)
         for part in parts:
             if part.request.tenant:
-                self.tenants.queued_for(part.request.tenant, started - part.enqueued_at)
+                self.tenants.usage.queued_for(part.request.tenant, started - part.enqueued_at)
         try:
             outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats, layout, observation)
         except asyncio.CancelledError:

@@ -44,7 +44,8 @@ from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import names as policy_names
 from gateway.batching.queue import ModelQueue
 from gateway.batching.request import BatchRequest, BatchResult
-from gateway.batching.tenants import Tenants, TenantUsageSnapshot
+from gateway.batching.tenant_quotas import Tenants
+from gateway.batching.usage import TenantUsageSnapshot
 from gateway.batching.view import ModelView
 from wire.errors import CLIENT_CLOSED_REQUEST, GatewayError, ModelNotFound, Unauthenticated, Unavailable
 
@@ -222,7 +223,7 @@ class BatchScheduler:
             # refused, never served with no quota.
             raise Unauthenticated(f"tenant '{tenant}' is no longer declared: a reload removed or renamed it")
         tokens = queue.layout.tokens(request.rows, request.lengths)
-        shared = self.tenants.admit(tenant, tokens, self._loop.time())
+        shared = self.tenants.take_quota(tenant, tokens, self._loop.time())
         if isinstance(shared, bool):
             return self._admitted(queue, request, tokens, shared)
         return self._once_admitted(shared, request, tokens)
@@ -234,9 +235,9 @@ class BatchScheduler:
             future = queue.add(request)
         except GatewayError as error:
             tenants.give_back(tenant, tokens, shared)
-            tenants.refused_by_queue(tenant, error)
+            tenants.usage.refused_by_queue(tenant, error)
             raise
-        tenants.let_in(tenant, request.rows, tokens)
+        tenants.usage.let_in(tenant, request.rows, tokens)
         state = tenants.state(tenant, self._loop.time())  # what its client is told of its quotas
 
         def answered(done: asyncio.Future[BatchResult]) -> None:

@@ -109,8 +109,8 @@ class Policy(ABC):
     drops_doomed = False  # the queue asks `doomed` of its parts only when this is set
     timer_reason = "hold_expired"  # what a batch shipped at a `wait_until` time is counted as
 
-    def admit(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
-              level: int = 0) -> GatewayError | None:
+    def refusal(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
+                level: int = 0) -> GatewayError | None:
         """None to queue `request` (its rows, priority, client and parameters as it came) at
         priority `level`, due at `deadline` (on the queue's clock); else the error that
         refuses it at once."""

@@ -79,8 +79,8 @@ class DeadlinePolicy(AdaptivePolicy):
         self._refused_at: float | None = None  # the last refusal at admission since a probe (the probe's cue)
         self._probe_at: float | None = None  # when the last probe was admitted
 
-    def admit(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
-              level: int = 0) -> GatewayError | None:
+    def refusal(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
+                level: int = 0) -> GatewayError | None:
         profile, size, rows = queue.stats.profile, self.config.max_batch_size, request.rows
         full = profile.predict(size)
         if full is None:
