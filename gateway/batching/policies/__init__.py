@@ -11,8 +11,9 @@ Modules
 
 A new policy is a new module implementing `Policy`, named in `REGISTRY` below; the queue,
 the config and the metrics need no change: the config reads the `[batching]` keys the policy
-declares (`Policy.settings`, `Policy.selected_by`), and its `timer_reason` joins the
-departure reasons (`departures()`). Policies must not know the event loop, futures or
+adds of its own (`Policy.settings`; every key the policies here read is declared once, on
+`BatchingConfig`'s fields) and the key that selects it (`Policy.selected_by`), and its
+`timer_reason` joins the departure reasons (`departures()`). Policies must not know the event loop, futures or
 executors.
 """
 from __future__ import annotations
