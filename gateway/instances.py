@@ -11,7 +11,8 @@ predictions are cut back to each instance's own length (`outputs_to_predictions`
 `trims`). Instances ragged anywhere else are refused, naming the dimension.
 
 This is the one place these conversions live; it knows no wire format (bodies are the v1
-codec's) and nothing of batching.
+codec's) and nothing of batching but its padding arithmetic (`batching.padding`: rows padded
+to one length, and cut back to their own, written there once).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from gateway.batching.padding import cut_back, pad_rows
 from wire.codecs.json_data import json_to_array
 from wire.errors import BadPredictorAnswer, InvalidInput
 from wire.tensors import JSON, RAW_ONLY, Tensor, TensorSpec, shape_fits
@@ -97,13 +99,7 @@ def _padded_column(spec: TensorSpec, rows: list[Any], dim: int, value: Any) -> t
     if not lengths.all():
         raise InvalidInput(f"input '{spec.name}': instance {int(np.argmin(lengths))} has length 0 along its "
                            f"variable dimension")
-    full = list(shapes[0])
-    full[0], full[dim] = len(rows), int(lengths.max())
-    data = np.full(full, value, dtype=arrays[0].dtype)
-    for index, array in enumerate(arrays):
-        where: list[slice | int] = [index] + [slice(None)] * (len(full) - 1)
-        where[dim] = slice(0, array.shape[dim])
-        data[tuple(where)] = array[0]
+    data = pad_rows(arrays, dim, int(lengths.max()), value)
     if not shape_fits(spec.shape[1:], data.shape[1:]):
         raise InvalidInput(f"input '{spec.name}': instances have shape {list(data.shape[1:])} but the model "
                            f"expects {list(spec.shape[1:])} (-1 is any size)")
@@ -159,12 +155,8 @@ def tensors_to_instances(tensors: list[Tensor], trims: Mapping[str, tuple[int, n
 
 
 def _trimmed_rows(tensor: Tensor, dim: int, lengths: np.ndarray) -> list[Any]:
-    cut = [slice(None)] * (tensor.data.ndim - 1)
-    rows = []
-    for index, length in enumerate(lengths):
-        cut[dim - 1] = slice(0, int(length))
-        rows.append(_rows(Tensor(tensor.name, tensor.datatype, tensor.data[index][tuple(cut)][None]))[0])
-    return rows
+    return [_rows(Tensor(tensor.name, tensor.datatype, cut_back(tensor.data[index:index + 1], dim, int(length))))[0]
+            for index, length in enumerate(lengths)]
 
 
 def outputs_to_predictions(outputs: list[Tensor], trims: Mapping[str, tuple[int, np.ndarray]] | None = None) -> list[Any]:

@@ -41,7 +41,7 @@ The shape, per model (`models`, sorted by name):
   `refused` (all refusals), `dropped`, `expired`;
 - `last_batch_unix_s`: when the latest batch left (null before the first).
 
-And `tenants` (`batching.tenants`), in the scheduler's order (declared tenants first), each
+And `tenants` (`batching.usage`), in the scheduler's order (declared tenants first), each
 by its name alone, never a key nor a digest of one. Only tenants that have sent something
 are listed: one that has sent nothing has no row (so thousands declared and a few sending
 cost the few), and the list is empty, and the page shows no table, until one has:
@@ -72,7 +72,7 @@ from typing import Any
 
 from gateway.batching.policies import departures as departure_reasons
 from gateway.batching.scheduler import BatchScheduler
-from gateway.batching.tenants import TenantUsageSnapshot
+from gateway.batching.usage import TenantUsageSnapshot
 from gateway.batching.view import ModelView
 
 RECENT_BATCHES = 120  # recent batch sizes sent per model: two minutes of a batch a second

@@ -33,12 +33,11 @@ from prometheus_client.utils import floatToGoString
 
 from gateway import scheduler_metrics, tenant_metrics
 from gateway.batching.scheduler import BatchScheduler
-from gateway.batching.tenants import TenantUsageSnapshot
+from gateway.batching.usage import TenantUsageSnapshot
 from gateway.batching.view import ModelView
+from wire.errors import CLIENT_CLOSED_REQUEST as CLIENT_CLOSED_REQUEST  # the front ends count a client gone by it here
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# The status counted (nginx's convention) for a request whose client went away before its answer.
-CLIENT_CLOSED_REQUEST = 499
 REQUEST_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 

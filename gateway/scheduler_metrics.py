@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from gateway.batching.instruments import HistogramSnapshot
 from gateway.batching.load import LoadSignal
 from gateway.batching.policies import departures as departure_reasons
-from gateway.batching.stats import HistogramSnapshot, StatsSnapshot
+from gateway.batching.stats import StatsSnapshot
 from gateway.batching.view import ModelView
 
 

@@ -1,6 +1,6 @@
 """The tenants' quotas held together across gateway replicas, in Redis or Valkey (`[shared]`).
 
-The scheduler's tenants (`gateway.batching.tenants`) ask a `batching.quotas.SharedQuotas`;
+The scheduler's tenants (`gateway.batching.tenant_quotas`) ask a `batching.quotas.SharedQuotas`;
 `RedisQuotas` is that store, on Redis's asyncio client (`redis` from PyPI: the optional
 extra `shared`). The process's role starts it on the scheduler's loop and plugs it in.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from prometheus_client.utils import floatToGoString
 
-from gateway.batching.tenants import TenantUsageSnapshot
+from gateway.batching.usage import TenantUsageSnapshot
 
 # The tenants' families, in the order they are written: (name, type, help).
 _TENANT_FAMILIES = {

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.batching.stats import Durations, StatsSnapshot
+from gateway.batching.instruments import Durations
+from gateway.batching.stats import StatsSnapshot
 from gateway.models.base import ServedModel, predictor_batch_limit
 from wire.tensors import TensorSpec
 

@@ -1,8 +1,8 @@
 """The import contracts of pyproject.toml ([tool.importlinter], run by lint-imports from the
 test command) cover every module, today's and tomorrow's: a new backend client is forbidden
-to the gateway, a new module of gateway/ takes a floor, a new bench scenario sits beside the
-others (none importing another). Without this, a list kept by hand would quietly miss what
-was added after it."""
+to the gateway, a new module of gateway/ (or of gateway/batching/) takes a floor, a new
+bench scenario sits beside the others (none importing another). Without this, a list kept
+by hand would quietly miss what was added after it."""
 from __future__ import annotations
 
 import tomllib
@@ -44,6 +44,10 @@ def test_every_bench_scenario_is_under_the_bench_contract():
 
 def test_every_module_of_the_telemetry_takes_a_layer():
     assert layered(contract("tracing one way")["layers"]) == modules("gateway/telemetry")
+
+
+def test_every_module_of_the_batching_room_takes_a_floor():
+    assert layered(contract("the batching room's floors")["layers"]) == modules("gateway/batching")
 
 
 def test_every_module_of_the_served_models_takes_a_layer():

@@ -9,10 +9,10 @@ import pytest
 
 from gateway import live
 from gateway.batching.config import BatchingConfig, TenantPolicy
+from gateway.batching.instruments import SECONDS_BOUNDS
 from gateway.batching.policies import departures
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
-from gateway.batching.stats import SECONDS_BOUNDS
 from tests.batching.support import RecordingExecutor, rows, stats_of
 from wire.errors import RateLimited
 

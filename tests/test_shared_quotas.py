@@ -1,7 +1,7 @@
 """Quotas held together across gateway replicas in Redis (issue 47, `[shared]`,
 `gateway/shared.py`): Debian's real `redis-server`, started here on a free port of 127.0.0.1
 and stopped by PID (killed and started again in a test); each replica is a scheduler's
-tenants (`gateway.batching.tenants.Tenants`) with a `RedisQuotas` store of its own, as each
+tenants (`gateway.batching.tenant_quotas.Tenants`) with a `RedisQuotas` store of its own, as each
 gateway process holds one. Counts, never times: every bound below holds however slow the
 machine is, because it is written with the time the test measured."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from gateway.batching.config import TenantPolicy
-from gateway.batching.tenants import Tenants
+from gateway.batching.tenant_quotas import Tenants
 from gateway.config.shared import SharedConfig
 from gateway.shared import RedisQuotas
 from tools.processes import RedisProcess, free_port
@@ -40,10 +40,10 @@ class Replica:
     def __init__(self, tenants: Tenants, store: RedisQuotas) -> None:
         self.tenants, self.store = tenants, store
 
-    async def admit(self, tenant: str, tokens: int = 1) -> bool:
+    async def take_quota(self, tenant: str, tokens: int = 1) -> bool:
         """True if let in; False if refused 429 (RateLimited)."""
         try:
-            got = self.tenants.admit(tenant, tokens, asyncio.get_running_loop().time())
+            got = self.tenants.take_quota(tenant, tokens, asyncio.get_running_loop().time())
             if not isinstance(got, bool):
                 await got
         except RateLimited:
@@ -79,7 +79,7 @@ async def test_three_replicas_hold_one_requests_per_second_between_them(redis, p
         started = loop.time()
         admitted = 0
         for n in range(150):  # round robin, as a load balancer spreads them
-            admitted += await three[n % 3].admit("t")
+            admitted += await three[n % 3].take_quota("t")
         elapsed = loop.time() - started
     slices = 3 * 3  # replicas x max(1, 0.1 x 30)
     assert admitted <= 30 + 30 * elapsed + slices, (admitted, elapsed)
@@ -97,7 +97,7 @@ async def test_a_shared_rate_below_one_a_second_admits_one_request_every_one_ove
         admitted, waits = 0, []
         for n in range(6):
             try:
-                got = two[n % 2].tenants.admit("t", 1, loop.time())
+                got = two[n % 2].tenants.take_quota("t", 1, loop.time())
                 if not isinstance(got, bool):
                     await got
                 admitted += 1
@@ -115,7 +115,7 @@ async def test_64_concurrent_requests_never_take_more_tokens_than_the_bucket(red
     async with replicas(redis.url, prefix, [policy], 2) as two:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        results = await asyncio.gather(*(two[n % 2].admit("t", 50) for n in range(64)))
+        results = await asyncio.gather(*(two[n % 2].take_quota("t", 50) for n in range(64)))
         elapsed = loop.time() - started
     assert 50 * sum(results) <= 600 + 10 * elapsed, (sum(results), elapsed)
     assert sum(results) >= 600 // 50 - 2 * 1  # at most a slice (60 tokens) stranded per replica
@@ -126,25 +126,25 @@ async def test_a_request_over_the_whole_bucket_is_413_on_every_replica_without_a
     async with replicas(redis.url, prefix, [policy], 2) as two:
         for replica in two:
             with pytest.raises(PayloadTooLarge, match="tokens_per_minute"):
-                replica.tenants.admit("t", 101, 0.0)
+                replica.tenants.take_quota("t", 101, 0.0)
             assert replica.store.mode == "shared"
 
 
 async def test_max_concurrent_across_three_replicas_lets_three_in_and_refuses_the_rest_at_once(redis, prefix):
     policy = TenantPolicy("t", max_concurrent=3)
     async with replicas(redis.url, prefix, [policy], 3) as three:
-        results = await asyncio.gather(*(three[n % 3].admit("t") for n in range(9)))
+        results = await asyncio.gather(*(three[n % 3].take_quota("t") for n in range(9)))
         assert sum(results) == 3
         answered = next(n % 3 for n, ok in enumerate(results) if ok)
         three[answered].tenants.answered("t", 200)  # one answered: its slot is free again
         await asyncio.sleep(0)  # (the release is sent, not awaited)
         for _ in range(1000):  # the release is in flight: the next one is let in once it lands
-            if await three[(answered + 1) % 3].admit("t"):
+            if await three[(answered + 1) % 3].take_quota("t"):
                 break
             await asyncio.sleep(0.01)
         else:
             pytest.fail("a freed slot was not taken by another replica")
-        assert not await three[(answered + 2) % 3].admit("t")  # three in again
+        assert not await three[(answered + 2) % 3].take_quota("t")  # three in again
 
 
 async def test_a_replica_that_dies_holds_its_slots_no_longer_than_its_expiry(redis, prefix):
@@ -157,20 +157,20 @@ async def test_a_replica_that_dies_holds_its_slots_no_longer_than_its_expiry(red
         tenants.update([policy], 0.0)
         tenants.share(doomed)
         dying = Replica(tenants, doomed)
-        assert await dying.admit("t") and await dying.admit("t")
-        assert not await survivor.admit("t")
+        assert await dying.take_quota("t") and await dying.take_quota("t")
+        assert not await survivor.take_quota("t")
         # It dies with both requests in: no release, no renewal (its keeper stops with it).
         assert doomed._keeper is not None
         doomed._keeper.cancel()
         await doomed._redis.aclose()
         for _ in range(1000):  # its liveness key expires within slot_expiry (1 s); polled, not timed
-            if await survivor.admit("t"):
+            if await survivor.take_quota("t"):
                 break
             await asyncio.sleep(0.02)
         else:
             pytest.fail("a dead replica's slots were never freed")
-        assert await survivor.admit("t")
-        assert not await survivor.admit("t")
+        assert await survivor.take_quota("t")
+        assert not await survivor.take_quota("t")
 
 
 async def test_redis_killed_then_started_again_local_quotas_meanwhile_then_shared(prefix):
@@ -181,16 +181,16 @@ async def test_redis_killed_then_started_again_local_quotas_meanwhile_then_share
     servers = [RedisProcess().start()]  # its own: this test kills it
     try:
         async with replicas(servers[0].url, prefix, policies, 1) as (replica,):
-            assert await replica.admit("t") and replica.store.mode == "shared"
+            assert await replica.take_quota("t") and replica.store.mode == "shared"
             servers[0].stop()
             loop = asyncio.get_running_loop()
             started = loop.time()
-            results = [await replica.admit("t") for _ in range(20)]
+            results = [await replica.take_quota("t") for _ in range(20)]
             elapsed = loop.time() - started
             assert replica.store.mode == "local" and replica.store.outages == 1
             # Its own bucket (5, refilled at 5 a second), and what its slice held when Redis went (1).
             assert 5 <= sum(results) <= 5 + 5 * elapsed + 1
-            assert all([await replica.admit("free") for _ in range(50)])  # no quota: never refused
+            assert all([await replica.take_quota("free") for _ in range(50)])  # no quota: never refused
             servers.append(RedisProcess(servers[0].redis_port).start())
             await until_shared(replica.store)
             assert replica.store.outages == 1
@@ -204,22 +204,22 @@ async def test_with_refuse_tenants_with_quotas_get_503_while_redis_is_away(prefi
     servers = [RedisProcess().start()]
     try:
         async with replicas(servers[0].url, prefix, policies, 1, on_unavailable="refuse") as (replica,):
-            assert await replica.admit("t")
+            assert await replica.take_quota("t")
             servers[0].stop()
             served = 0
             with pytest.raises(Unavailable):
                 for _ in range(50):  # the slice it holds (10) serves on until a call to Redis fails
-                    await replica.admit("t")
+                    await replica.take_quota("t")
                     served += 1
             assert served <= 10 and replica.store.mode == "refusing"
             with pytest.raises(Unavailable):
-                await replica.admit("t")
-            assert await replica.admit("free")
+                await replica.take_quota("t")
+            assert await replica.take_quota("free")
             refusals = {usage.tenant: usage.refusals for usage in replica.tenants.snapshot()}
             assert refusals["t"] == {"shared_unavailable": 2} and refusals["free"] == {}
             servers.append(RedisProcess(servers[0].redis_port).start())
             await until_shared(replica.store)
-            assert await replica.admit("t")
+            assert await replica.take_quota("t")
     finally:
         for server in servers:
             server.stop()

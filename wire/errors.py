@@ -1,10 +1,10 @@
 """Gateway errors, and the ONE place that maps them to HTTP statuses and gRPC codes.
 
 Every failure a client can see is a `GatewayError` subclass. Front ends never choose a
-status themselves: they read `http_status` / `grpc_code` off the error. Messages are meant
-for clients: they say what was wrong and never carry stack traces or internal addresses;
-what they repeat is worded here too (`echo`: a client-chosen name, bounded; `format_ms`: a
-duration).
+status themselves: they read `http_status` / `grpc_code` off the error (or, for a client
+that went away, `CLIENT_CLOSED_REQUEST`). Messages are meant for clients: they say what was
+wrong and never carry stack traces or internal addresses; what they repeat is worded here
+too (`echo`: a client-chosen name, bounded; `format_ms`: a duration).
 """
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import math
 from wire.ratelimits import QuotaState, openai_headers
 
 MAX_MESSAGE = 2048  # characters of an error's message; the rest is cut
+# The status a request is closed with when its client went away before its answer (nginx's
+# 499, as access logs write it): counted and logged, never sent, so no error class carries it.
+CLIENT_CLOSED_REQUEST = 499
 
 
 class GatewayError(Exception):

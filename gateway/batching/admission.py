@@ -3,6 +3,7 @@ and with which deadline on the queue's clock.
 
 Semantics
 ---------
+* A request whose inputs are none, or differ in rows, or hold none, is InvalidInput (`rows`).
 * A request's level is its own priority, else its tenant's, else the model's default
   (0 when the model has no levels), and never above its tenant's; a priority beyond the
   model's levels is InvalidInput.
@@ -29,18 +30,50 @@ know timers, slots, executors or front ends: the queue calls it on each arrival.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from gateway.batching.backlog import Backlog
 from gateway.batching.config import BatchingConfig
+from gateway.batching.layouts.base import Cut
+from gateway.batching.policies.base import Policy, QueueState
 from gateway.batching.request import BatchRequest, Part, QueuedRequest
+from gateway.batching.tenant_quotas import Tenants
 from wire.errors import DeadlineExceeded, InvalidInput, Overloaded, PayloadTooLarge, format_ms
-
-if TYPE_CHECKING:
-    from gateway.batching.layouts import Cut
-    from gateway.batching.queue import ModelQueue
+from wire.tensors import Tensor
 
 
-def level(queue: ModelQueue, priority: int, tenant: str) -> int:
+class ArrivalQueue(QueueState, Protocol):
+    """What admission reads of the queue a request arrives at (`queue.ModelQueue`), beyond
+    what its policy reads: its settings, tenants, policy and backlog."""
+
+    @property
+    def config(self) -> BatchingConfig:
+        """The model's batching settings."""
+
+    @property
+    def tenants(self) -> Tenants:
+        """The scheduler's tenants: their levels, and who gives way when the queue is full."""
+
+    @property
+    def policy(self) -> Policy:
+        """The queue's policy, which may refuse a request it predicts late."""
+
+    @property
+    def backlog(self) -> Backlog:
+        """What the queue holds waiting."""
+
+
+def rows(inputs: list[Tensor]) -> int:
+    """A request's rows; InvalidInput unless every input has the same, non-zero, number."""
+    if not inputs:
+        raise InvalidInput("the request has no inputs")
+    size = len(inputs[0].data)
+    if size == 0 or any(len(t.data) != size for t in inputs):
+        raise InvalidInput("every input must have the same, non-zero, batch dimension")
+    return size
+
+
+def level(queue: ArrivalQueue, priority: int, tenant: str) -> int:
     """The priority level of a request (0 when the model has no levels): its own, else
     its tenant's, else the model's default; never above its tenant's."""
     levels = queue.config.priority_levels
@@ -76,9 +109,9 @@ def fits_queue(model: str, config: BatchingConfig, size: int) -> None:
         )
 
 
-def admit(queue: ModelQueue, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
-    """Whether `size` rows of `level` may join the queue now: their deadline on the loop's
-    clock and the budget it was counted from; raises the refusal (counted) otherwise."""
+def judge(queue: ArrivalQueue, request: BatchRequest, size: int, level: int, now: float) -> tuple[float, float]:
+    """Judge whether `size` rows of `level` may join the queue now: their deadline on the
+    loop's clock and the budget it was counted from; raises the refusal (counted) otherwise."""
     config = queue.config
     fits_queue(queue.name, config, size)
     # The deadline counts from the request's arrival at the gateway (a monotonic instant,
@@ -92,7 +125,7 @@ def admit(queue: ModelQueue, request: BatchRequest, size: int, level: int, now: 
             f"model '{queue.name}': deadline of {budget:g} s passed before the request was queued "
             f"({format_ms(monotonic_now - request.arrived_s)} after it arrived, reading and decoding it)")
     deadline = now + (deadline_mono - monotonic_now)
-    refusal = queue.policy.admit(queue, request, deadline, now, level)
+    refusal = queue.policy.refusal(queue, request, deadline, now, level)
     if refusal is not None:
         queue.stats.refused_as_late(level)
         raise refusal

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from gateway.batching.request import Part, QueuedRequest
-from gateway.batching.tenants import Tenants
+from gateway.batching.tenant_quotas import Tenants
 from wire.errors import Overloaded
 
 

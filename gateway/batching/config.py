@@ -117,7 +117,7 @@ class BatchingConfig:
     rows: RowsSpec = PLAIN  # what a row is: fixed-shape, padded, a text or a pair (set with the model's kind)
 
 
-# -- tenants (see gateway.batching.tenants for what the scheduler does with them) -------------
+# -- tenants (see gateway.batching.tenant_quotas for what the scheduler does with them) -------------
 
 # A tenant's weight and quotas: a positive, finite number, held as a float.
 _POSITIVE: dict[str, Any] = {"positive": "must be a positive number, got {value}", "finite": True, "per": 1}

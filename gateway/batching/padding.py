@@ -41,6 +41,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -180,7 +181,6 @@ def pad_batch(groups: Sequence[list[Tensor]], shapes: Sequence[RowShape], paddin
     up to the batch length, then the generated inputs. Each padded input is one allocation
     and one copy per part; the others are concatenated as `merge.concatenate` does."""
     padded = batch_length(shapes)
-    rows = sum(len(shape.lengths) for shape in shapes)
     specs = {spec.name: spec for spec in padding.inputs}
     merged = []
     for i, first in enumerate(groups[0]):
@@ -188,20 +188,36 @@ def pad_batch(groups: Sequence[list[Tensor]], shapes: Sequence[RowShape], paddin
         if spec is None:
             data = np.concatenate([group[i].data for group in groups]) if len(groups) > 1 else first.data
         else:
-            shape = list(first.data.shape)
-            shape[0], shape[spec.dim] = rows, padded
-            data = np.full(shape, spec.value, dtype=first.data.dtype)
-            offset = 0
-            for group in groups:
-                part = group[i].data
-                where = [slice(offset, offset + len(part))] + [slice(None)] * (part.ndim - 1)
-                where[spec.dim] = slice(0, part.shape[spec.dim])
-                data[tuple(where)] = part
-                offset += len(part)
+            data = pad_rows([group[i].data for group in groups], spec.dim, padded, spec.value)
         merged.append(Tensor(first.name, first.datatype, data))
     lengths = np.concatenate([shape.lengths for shape in shapes])
     merged += [generated_input(spec.name, spec.datatype, spec.kind, lengths, padded) for spec in padding.generated]
     return merged
+
+
+def pad_rows(parts: Sequence[np.ndarray], dim: int, length: int, value: Any) -> np.ndarray:
+    """`parts` (rows first, alike but along `dim`) one after another in one array, each
+    filled with `value` along `dim` up to `length`: one allocation, one copy per part. The
+    one way rows of different lengths are padded, a batch's parts or ragged v1 instances."""
+    first = parts[0]
+    shape = list(first.shape)
+    shape[0], shape[dim] = sum(len(part) for part in parts), length
+    data = np.full(shape, value, dtype=first.dtype)
+    offset = 0
+    for part in parts:
+        where = [slice(offset, offset + len(part))] + [slice(None)] * (part.ndim - 1)
+        where[dim] = slice(0, part.shape[dim])
+        data[tuple(where)] = part
+        offset += len(part)
+    return data
+
+
+def cut_back(data: np.ndarray, dim: int, length: int) -> np.ndarray:
+    """`data` cut back to its first `length` along `dim` (a numpy view): the one way padded
+    rows are trimmed, a part's outputs or a ragged instance's predictions."""
+    where = [slice(None)] * data.ndim
+    where[dim] = slice(0, length)
+    return data[tuple(where)]
 
 
 def generated_input(name: str, datatype: str, kind: str, lengths: np.ndarray, padded: int) -> Tensor:
@@ -231,9 +247,7 @@ def trim(outputs: list[Tensor], length: int, padding: PaddedSpec) -> list[Tensor
     for tensor in outputs:
         dim = follows.get(tensor.name)
         if dim is not None:
-            where = [slice(None)] * tensor.data.ndim
-            where[dim] = slice(0, length)
-            tensor = Tensor(tensor.name, tensor.datatype, tensor.data[tuple(where)])
+            tensor = Tensor(tensor.name, tensor.datatype, cut_back(tensor.data, dim, length))
         trimmed.append(tensor)
     return trimmed
 

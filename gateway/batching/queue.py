@@ -1,42 +1,9 @@
-"""ModelQueue: one model's queue, its executor slots, and the lifecycle of its requests.
-
-Semantics
----------
-* Requests merge only with requests of the same model and signature, in arrival order
-  (see `merge.take_oldest_group` for the one exception: a part too big for the room left
-  in a batch lets a smaller, later one of its group go first). With priority levels, a
-  batch forms around the oldest part of the highest level queued and is filled in
-  priority order, oldest first within a level; a long request's parts beyond its share
-  (`long_request_rows`) wait a level lower (`admission.parts`).
-* At most as many batches as the model's `slots` allow are at the executor at once
-  (`max_inflight`, or learned, per predictor replica in rotation). Whenever a slot is
-  free and a live request waits, the policy decides: ship now, or wait until a given time.
-* A request arriving to less than a full batch is weighed at the end of the loop's current
-  pass (`call_soon`), not inside `add`: the requests the loop reads in one pass (clients
-  answered together, coming back together) are then in the queue when the policy decides,
-  and leave together. It costs a lone request one loop turn; over HTTP, at a closed loop
-  the gateway's own CPU limits, it doubled the batches (docs/performance.md).
-* When a batch returns, its requests are answered (their futures set) and the task that
-  ran it runs the next batch its freed slot takes, in the same loop turn: the call is
-  written before the answered clients wake, so the predictor never idles behind our own
-  bookkeeping (a new task would start it a turn later, after all of them).
-* Whether a request may join, at which level and with which deadline is `admission`'s
-  (refusals: DeadlineExceeded before queueing, late, Overloaded beyond `max_queue`). A
-  queued request whose deadline passes is answered DeadlineExceeded, never sent; one whose
-  batch is at the executor is answered at its deadline too (see `executor`). A request
-  whose caller goes away (its awaiting task is cancelled) is dropped and its rows never
-  sent; one answered early leaves its parts behind, skipped when met.
-* With tenants sharing the model, a batch is filled across those queued by their weights
-  (`fairness`).
-* What a row is belongs to the model's row layout (`layouts`), chosen with its settings:
-  how a request is cut into parts and what they must agree on, what a batch costs (rows,
-  padded elements or tokens beside `max_batch_size`), its inputs, the check of its
-  outputs and each part's answer. A request keeps the layout that cut it across a reload.
-* Abandoning the queue (model removed, gateway shutting down) answers everything queued
-  with the given error and cancels batches in flight, whose requests get Unavailable.
-* What becomes of each request and batch is told to the model's `stats.ModelStats`, one
-  event at a time (arrived, refused, timed out, dropped, finished; a batch left): the
-  queue counts nothing itself.
+"""ModelQueue: one model's queue, its executor slots, and the lifecycle of its requests:
+arrival, deadlines, cancellation, shipping batches and answering their requests,
+abandoning on shutdown. What each of those means is the package's (`gateway.batching`,
+Semantics); who may join is `admission`'s, what a row is the layout's (`layouts`), when to
+ship the policy's (`policies`), and every event is told to `stats.ModelStats`: the queue
+counts nothing itself.
 
 All of it runs on the scheduler's event loop; nothing here is thread-safe. This module
 must not know HTTP, gRPC or predictor protocols, nor any policy by name.
@@ -54,14 +21,16 @@ from gateway.batching.backlog import Backlog
 from gateway.batching.config import BatchingConfig
 from gateway.batching.executor import Executor, Replicas, execute, one_replica
 from gateway.batching.fairness import FairShare
+from gateway.batching.instruments import DecayingRate
 from gateway.batching.layouts import layout_for
 from gateway.batching.observer import NO_OBSERVER, BatchObserver, log_batch
-from gateway.batching.policies import make_policy
+from gateway.batching.policies import departure, make_policy
 from gateway.batching.request import BatchRequest, BatchResult, Part, QueuedRequest, answer_parts
 from gateway.batching.slots import Slots
-from gateway.batching.stats import DecayingRate, ModelStats
-from gateway.batching.tenants import Tenants
-from wire.errors import DeadlineExceeded, GatewayError, InvalidInput, Unavailable, format_ms
+from gateway.batching.stats import ModelStats
+from gateway.batching.tenant_quotas import Tenants
+from gateway.batching.wakeups import Wakeups
+from wire.errors import DeadlineExceeded, GatewayError, Unavailable, format_ms
 
 log = logging.getLogger("gateway.batching.scheduler")  # the logger name operators already filter on
 
@@ -78,10 +47,7 @@ class ModelQueue:
         self.backlog = Backlog()  # what waits: parts in arrival order, and their rows by level and tenant
         self.tenants = tenants if tenants is not None else Tenants()  # the scheduler's: weights, levels, usage
         self.fair = FairShare(self.tenants.weight)  # this queue's round robins across tenants
-        self.wake: asyncio.Handle | None = None  # the policy's wake-up, due at `wake_at`
-        self.wake_at = 0.0
-        self._woken = False  # this pump was the policy's own wake-up (a hold or window ended)
-        self._pass_end: asyncio.Handle | None = None  # the pump due at the end of the loop's pass
+        self.wakeups = Wakeups(loop, self.pump)  # the pumps due at the pass's end and at the policy's time
         self.stats = ModelStats(demand_rows=DecayingRate(config.demand_smoothing_s))
         self.form = form  # the batch form its requests come in (opaque here: see BatchScheduler.replace_model)
         self.abandoned = False
@@ -134,11 +100,7 @@ class ModelQueue:
         """Queue a request; its future is answered exactly once. Raises at once if the
         request is malformed, already past its deadline, or the queue is full."""
         inputs = request.inputs
-        if not inputs:
-            raise InvalidInput("the request has no inputs")
-        size = len(inputs[0].data)
-        if size == 0 or any(len(t.data) != size for t in inputs):
-            raise InvalidInput("every input must have the same, non-zero, batch dimension")
+        size = admission.rows(inputs)
         parameters = request.parameters  # part of what must agree for requests to share a batch
         layout = self.layout
         cut = layout.cut(inputs, request.lengths, tuple(sorted(parameters.items())) if parameters else ())
@@ -147,7 +109,7 @@ class ModelQueue:
         loop = self._loop
         now = loop.time()
         self.stats.arrived(level, size, now)
-        deadline, budget = admission.admit(self, request, size, level, now)
+        deadline, budget = admission.judge(self, request, size, level, now)
         queued = QueuedRequest(cut.signatures[0], size, deadline, loop.create_future(), len(cut.pieces), layout,
                                request.client, now, parameters, level, cut.restore, tenant)
         self.stats.admitted(level, size, now)
@@ -165,15 +127,11 @@ class ModelQueue:
         return queued.future
 
     def _pump_after_pass(self) -> None:
-        """Pump at the end of the loop's current pass (a full batch at once): see Semantics."""
+        """Pump at the end of the loop's current pass (a full batch at once): see `wakeups`."""
         if self.queued_rows >= self.config.max_batch_size:
             self.pump()
-        elif self._pass_end is None:
-            self._pass_end = self._loop.call_soon(self._on_pass_end)
-
-    def _on_pass_end(self) -> None:
-        self._pass_end = None
-        self.pump()
+        else:
+            self.wakeups.after_pass()
 
     def _expire(self, request: QueuedRequest, timeout: float) -> None:
         if request.done:
@@ -217,29 +175,12 @@ class ModelQueue:
             return None
         until = self.policy.wait_until(self, now)
         if until is not None:
-            self._wake_at(until)
+            self.wakeups.at(until)
             return None
         batch = self._take_batch(now)
-        self._woken = False  # only the first batch of a wake-up left because of it
+        self.wakeups.woken = False  # only the first batch of a wake-up left because of it
         slots.take(self.queued_rows > 0)
         return batch
-
-    def _wake_at(self, when: float) -> None:
-        """Pump again at `when` (keeping an earlier wake-up if one is set)."""
-        # The time is kept beside the handle: uvloop answers call_at with a time already
-        # past with a plain Handle, which has no when().
-        if self.wake is None or self.wake_at > when:
-            if self.wake is not None:
-                self.wake.cancel()
-            self.wake, self.wake_at = self._loop.call_at(when, self._on_wake), when
-
-    def _on_wake(self) -> None:
-        self.wake = None
-        self._woken = True
-        try:
-            self.pump()
-        finally:
-            self._woken = False
 
     def _take_batch(self, now: float) -> tuple[list[Part], str]:
         """The next batch's parts, and why it leaves now (a departure reason)."""
@@ -254,15 +195,8 @@ class ModelQueue:
         for part in parts:
             part.request.sent = True
             self.backlog.took(part)
-        return parts, self._departure(sum(part.size for part in parts), policy_limit)
-
-    def _departure(self, rows: int, policy_limit: int) -> str:
-        """Why a batch of `rows` rows is leaving now (see `policies.departures`)."""
-        if rows >= self.config.max_batch_size:
-            return "full"
-        if policy_limit < self.config.max_batch_size and rows >= policy_limit:
-            return "deadline_sized"
-        return self.policy.timer_reason if self._woken else "slot_free"
+        return parts, departure(sum(part.size for part in parts), policy_limit, self.config.max_batch_size,
+                                self.policy.timer_reason if self.wakeups.woken else None)
 
     def leader(self) -> Part | None:
         """The part the next batch forms around (see `backlog`); None if none is live."""
@@ -319,7 +253,7 @@ class ModelQueue:
         self.stats.batch_left(rows, reason, [started - part.enqueued_at for part in parts], elements)
         for part in parts:
             if part.request.tenant:
-                self.tenants.queued_for(part.request.tenant, started - part.enqueued_at)
+                self.tenants.usage.queued_for(part.request.tenant, started - part.enqueued_at)
         try:
             outcomes = await execute(self.executor, parts, batch_id, self.name, self.stats, layout, observation)
         except asyncio.CancelledError:
@@ -353,9 +287,7 @@ class ModelQueue:
         """Answer everything still queued with `error`, cancel the batches in flight (their
         requests get Unavailable), and wait for them to wind up."""
         self.abandoned = True
-        for handle in (self.wake, self._pass_end):
-            if handle is not None:
-                handle.cancel()
+        self.wakeups.cancel()
         while self.pending:
             self.pending.popleft().request.fail(error)
         await self.slots.cancel_all()

@@ -30,19 +30,17 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from gateway.batching.layouts.base import RowLayout
 from gateway.batching.merge import Reassembly, slice_result
 from gateway.batching.padding import RowShape
 from wire.errors import GatewayError
 from wire.ratelimits import QuotaState
 from wire.tensors import Tensor
 from wire.tracing import NO_CONTEXT, ClientContext
-
-if TYPE_CHECKING:
-    from gateway.batching.layouts import RowLayout
 
 NO_PARAMETERS: Mapping[str, Any] = MappingProxyType({})
 

@@ -44,9 +44,10 @@ from gateway.batching.observer import NO_OBSERVER, BatchObserver
 from gateway.batching.policies import names as policy_names
 from gateway.batching.queue import ModelQueue
 from gateway.batching.request import BatchRequest, BatchResult
-from gateway.batching.tenants import Tenants, TenantUsageSnapshot
+from gateway.batching.tenant_quotas import Tenants
+from gateway.batching.usage import TenantUsageSnapshot
 from gateway.batching.view import ModelView
-from wire.errors import GatewayError, ModelNotFound, Unauthenticated, Unavailable
+from wire.errors import CLIENT_CLOSED_REQUEST, GatewayError, ModelNotFound, Unauthenticated, Unavailable
 
 __all__ = ["BatchRequest", "BatchResult", "BatchScheduler", "Executor", "Replicas", "Scheduler"]
 # Tenants' usage copied per loop turn by `read_tenant_usage`: about 3.5 us each on the
@@ -222,7 +223,7 @@ class BatchScheduler:
             # refused, never served with no quota.
             raise Unauthenticated(f"tenant '{tenant}' is no longer declared: a reload removed or renamed it")
         tokens = queue.layout.tokens(request.rows, request.lengths)
-        shared = self.tenants.admit(tenant, tokens, self._loop.time())
+        shared = self.tenants.take_quota(tenant, tokens, self._loop.time())
         if isinstance(shared, bool):
             return self._admitted(queue, request, tokens, shared)
         return self._once_admitted(shared, request, tokens)
@@ -234,9 +235,9 @@ class BatchScheduler:
             future = queue.add(request)
         except GatewayError as error:
             tenants.give_back(tenant, tokens, shared)
-            tenants.refused_by_queue(tenant, error)
+            tenants.usage.refused_by_queue(tenant, error)
             raise
-        tenants.let_in(tenant, request.rows, tokens)
+        tenants.usage.let_in(tenant, request.rows, tokens)
         state = tenants.state(tenant, self._loop.time())  # what its client is told of its quotas
 
         def answered(done: asyncio.Future[BatchResult]) -> None:
@@ -338,7 +339,7 @@ def _chain(inner: asyncio.Future[BatchResult], outer: asyncio.Future[BatchResult
 def _status(answered: asyncio.Future[BatchResult]) -> int:
     """The HTTP status of a request's outcome, as its tenant's usage counts it."""
     if answered.cancelled():
-        return 499  # its client went away (nginx's code, as the access log writes it)
+        return CLIENT_CLOSED_REQUEST  # its client went away
     error = answered.exception()
     if error is None:
         return 200

@@ -36,7 +36,7 @@ def batching(raw: dict, where: str) -> BatchingConfig:
     """The keys every policy shares and each policy's own (a key a policy declares beyond
     the table, `policies.Setting`, is in milliseconds); the padding and token keys are read
     apart, with what they need."""
-    own = {setting.key: setting for setting in policies.settings().values() if setting.key not in BATCHING.names()}
+    own = policies.settings()  # a policy's own keys: no field declares them (tests/test_config_keys.py)
     values = read(BATCHING, raw, where, also=own.keys())
     for setting in own.values():
         if setting.key in raw:

@@ -63,7 +63,7 @@ def profiled(intercept: float = 0.010, per_row: float = 0.001) -> Queue:
 
 def test_without_a_profile_everything_is_admitted_and_nothing_dropped():
     policy, queue = DeadlinePolicy(CONFIG), Queue(queued_rows=10_000)
-    assert policy.admit(queue, of_rows(1), deadline=0.001, now=0.0) is None
+    assert policy.refusal(queue, of_rows(1), deadline=0.001, now=0.0) is None
     assert not policy.doomed(queue, Part(1, deadline=0.0), now=1.0)
     assert policy.batch_limit(queue, now=0.0) == 8
 
@@ -71,13 +71,13 @@ def test_without_a_profile_everything_is_admitted_and_nothing_dropped():
 def test_a_request_that_fits_is_admitted():
     policy, queue = DeadlinePolicy(CONFIG), profiled()
     queue.queued_rows = 16  # two full batches ahead: 2 x 18 ms, then its own 11 ms
-    assert policy.admit(queue, of_rows(1), deadline=0.1, now=0.0) is None
+    assert policy.refusal(queue, of_rows(1), deadline=0.1, now=0.0) is None
 
 
 def test_a_request_predicted_to_finish_late_is_refused_at_once_saying_why():
     policy, queue = DeadlinePolicy(CONFIG), profiled()
     queue.queued_rows, queue.inflight = 48, 1  # 9 ms in progress + 6 x 18 ms ahead + 11 ms
-    refusal = policy.admit(queue, of_rows(1), deadline=0.1, now=0.0)
+    refusal = policy.refusal(queue, of_rows(1), deadline=0.1, now=0.0)
     assert isinstance(refusal, Unavailable) and refusal.http_status == 503
     assert "predicted to finish in 128 ms" in refusal.message and "deadline of 100 ms" in refusal.message
 
@@ -85,11 +85,11 @@ def test_a_request_predicted_to_finish_late_is_refused_at_once_saying_why():
 def test_a_request_shares_its_batch_with_the_rows_left_over_ahead_of_it():
     policy, queue = DeadlinePolicy(CONFIG), profiled()
     queue.queued_rows = 10  # one full batch (18 ms), then its own with the 2 left over: l(3) = 13 ms
-    assert policy.admit(queue, of_rows(1), deadline=0.032, now=0.0) is None
-    assert policy.admit(queue, of_rows(1), deadline=0.030, now=0.0) is not None
+    assert policy.refusal(queue, of_rows(1), deadline=0.032, now=0.0) is None
+    assert policy.refusal(queue, of_rows(1), deadline=0.030, now=0.0) is not None
     queue.queued_rows = 15  # 7 left over: with 2 rows of its own, they no longer fit one batch
-    refusal = policy.admit(queue, of_rows(2), deadline=0.1, now=0.0)
-    assert refusal is None and policy.admit(queue, of_rows(2), deadline=0.047, now=0.0) is not None  # 18 + 18 + 12
+    refusal = policy.refusal(queue, of_rows(2), deadline=0.1, now=0.0)
+    assert refusal is None and policy.refusal(queue, of_rows(2), deadline=0.047, now=0.0) is not None  # 18 + 18 + 12
 
 
 def test_more_slots_drain_the_queue_faster():
@@ -97,9 +97,9 @@ def test_more_slots_drain_the_queue_faster():
     queue = profiled()
     queue.queued_rows = 48
     policy = DeadlinePolicy(CONFIG)
-    assert policy.admit(queue, of_rows(1), deadline=0.1, now=0.0) is not None
+    assert policy.refusal(queue, of_rows(1), deadline=0.1, now=0.0) is not None
     queue.inflight_limit = 2
-    assert policy.admit(queue, of_rows(1), deadline=0.1, now=0.0) is None  # 3 x 18 + 11 = 65 ms
+    assert policy.refusal(queue, of_rows(1), deadline=0.1, now=0.0) is None  # 3 x 18 + 11 = 65 ms
 
 
 def test_a_part_that_cannot_finish_even_alone_is_doomed():
@@ -235,12 +235,12 @@ def test_the_learned_hold_stays_but_never_past_the_leaders_latest_start():
 def test_a_request_larger_than_a_batch_is_judged_by_when_its_last_part_ends():
     # ℓ(8) = 18 ms: 100 rows are 12 full batches and 4 rows, ~230 ms, past a 100 ms deadline.
     policy, queue = DeadlinePolicy(CONFIG), profiled()
-    refused = policy.admit(queue, of_rows(100), deadline=0.1, now=0.0)
+    refused = policy.refusal(queue, of_rows(100), deadline=0.1, now=0.0)
     assert isinstance(refused, Unavailable) and "predicted to finish in 230 ms" in refused.message
-    assert policy.admit(queue, of_rows(16), deadline=0.1, now=0.0) is None  # two full batches: 36 ms
+    assert policy.refusal(queue, of_rows(16), deadline=0.1, now=0.0) is None  # two full batches: 36 ms
     # With 5 rows left over ahead, a split request's first part cannot share their batch.
     queue.queued_rows = 5
-    assert "predicted to finish in 54 ms" in policy.admit(queue, of_rows(16), deadline=0.05, now=0.0).message
+    assert "predicted to finish in 54 ms" in policy.refusal(queue, of_rows(16), deadline=0.05, now=0.0).message
 
 
 def test_a_lower_level_waits_longer_by_what_the_levels_above_bring_and_is_refused_when_they_take_it_all():
@@ -248,12 +248,12 @@ def test_a_lower_level_waits_longer_by_what_the_levels_above_bring_and_is_refuse
     policy, queue = DeadlinePolicy(CONFIG), profiled()
     queue.stats.last_call_at = 0.0  # a call just ended: no probe is due
     queue.queued_rows = 16  # two full batches ahead: 36 ms, then its own 11 ms
-    assert "predicted to finish in 47 ms" in policy.admit(queue, of_rows(1), deadline=0.04, now=0.0, level=2).message
+    assert "predicted to finish in 47 ms" in policy.refusal(queue, of_rows(1), deadline=0.04, now=0.0, level=2).message
     queue.above = 222.0  # half of the predictor: the batches ahead take twice as long
-    assert "predicted to finish in 83 ms" in policy.admit(queue, of_rows(1), deadline=0.08, now=0.0, level=2).message
-    assert policy.admit(queue, of_rows(1), deadline=0.05, now=0.0, level=1) is None  # nothing is above level 1: 47 ms
+    assert "predicted to finish in 83 ms" in policy.refusal(queue, of_rows(1), deadline=0.08, now=0.0, level=2).message
+    assert policy.refusal(queue, of_rows(1), deadline=0.05, now=0.0, level=1) is None  # nothing is above level 1: 47 ms
     queue.above, queue.queued_rows = 450.0, 0
-    refused = policy.admit(queue, of_rows(1), deadline=10.0, now=0.0, level=2)  # whatever its deadline
+    refused = policy.refusal(queue, of_rows(1), deadline=10.0, now=0.0, level=2)  # whatever its deadline
     assert isinstance(refused, Unavailable)
     assert "priority level 2 cannot be served" in refused.message and "450 rows/s" in refused.message
 
@@ -261,11 +261,11 @@ def test_a_lower_level_waits_longer_by_what_the_levels_above_bring_and_is_refuse
 def test_while_refusing_one_probe_is_admitted_once_the_predictor_has_been_idle():
     policy, queue = DeadlinePolicy(CONFIG), profiled(intercept=0.5)  # every call predicted at 0.5 s
     queue.stats.last_call_at = 0.0
-    assert isinstance(policy.admit(queue, of_rows(1), deadline=0.2, now=0.1), Unavailable)
-    assert isinstance(policy.admit(queue, of_rows(1), deadline=1.0, now=0.9), Unavailable)  # idle, but 1 s has not passed
-    assert policy.admit(queue, of_rows(1), deadline=1.3, now=1.2) is None  # the probe: its call will teach the profile
-    assert isinstance(policy.admit(queue, of_rows(1), deadline=1.3, now=1.2), Unavailable)  # one probe per spell
-    assert isinstance(policy.admit(queue, of_rows(20), deadline=9.0, now=8.0), Unavailable)  # never a split request
+    assert isinstance(policy.refusal(queue, of_rows(1), deadline=0.2, now=0.1), Unavailable)
+    assert isinstance(policy.refusal(queue, of_rows(1), deadline=1.0, now=0.9), Unavailable)  # idle, but 1 s has not passed
+    assert policy.refusal(queue, of_rows(1), deadline=1.3, now=1.2) is None  # the probe: its call will teach the profile
+    assert isinstance(policy.refusal(queue, of_rows(1), deadline=1.3, now=1.2), Unavailable)  # one probe per spell
+    assert isinstance(policy.refusal(queue, of_rows(20), deadline=9.0, now=8.0), Unavailable)  # never a split request
 
 
 async def test_a_predictor_that_slows_down_gets_fast_refusals_and_admission_recovers_with_it():

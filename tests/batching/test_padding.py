@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway import instances
 from gateway.batching import padding as pad
 from gateway.batching.config import GeneratedInput, PaddedInput, PaddedSpec, TextSpec
 from gateway.batching.layouts import TextRows
@@ -184,3 +185,16 @@ def test_padding_then_trimming_gives_every_part_back_exactly_its_rows(lengths, b
     for row, (part, shape) in enumerate(zip(parts, shapes, strict=True)):
         back = pad.trim([Tensor("IDS", "INT64", merged.data[row:row + 1])], shape.length, config)[0]
         np.testing.assert_array_equal(back.data, part[0].data)
+
+
+def test_rows_of_different_lengths_are_padded_to_one_and_cut_back_to_their_own_the_same_way_for_instances():
+    short, long = np.ones((1, 2, 3), np.int32), np.full((2, 4, 3), 7, np.int32)
+    padded = pad.pad_rows([short, long], 1, 5, -1)  # one allocation: the parts one after another
+    assert padded.shape == (3, 5, 3) and padded.dtype == np.int32
+    np.testing.assert_array_equal(padded[0, :2], short[0])
+    assert (padded[0, 2:] == -1).all() and (padded[1:, 4:] == -1).all()
+    back = pad.cut_back(padded[0:1], 1, 2)
+    np.testing.assert_array_equal(back, short)
+    assert np.shares_memory(back, padded)  # a view, no copy
+    # KServe v1's ragged instances are padded and their predictions cut back by the same two.
+    assert (instances.pad_rows, instances.cut_back) == (pad.pad_rows, pad.cut_back)

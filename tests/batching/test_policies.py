@@ -82,7 +82,7 @@ class TenantQuotaPolicy(AdaptivePolicy):
     """A policy that reads the typed request: a client that names no tenant (a forwarded
     request parameter) is refused at admission; its priority and deadline are there too."""
 
-    def admit(self, queue, request, deadline, now, level=0):
+    def refusal(self, queue, request, deadline, now, level=0):
         self.seen.append((request.model, request.rows, request.priority, request.client.request_id,
                           request.deadline_s is not None and deadline > now))
         if "tenant" not in request.parameters:

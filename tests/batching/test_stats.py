@@ -8,14 +8,8 @@ import time
 
 import pytest
 
-from gateway.batching.stats import (
-    BATCH_SIZE_BOUNDS,
-    RATE_TIME_CONSTANT_S,
-    DecayingRate,
-    Durations,
-    HistogramSnapshot,
-    ModelStats,
-)
+from gateway.batching.instruments import BATCH_SIZE_BOUNDS, RATE_TIME_CONSTANT_S, DecayingRate, Durations, HistogramSnapshot
+from gateway.batching.stats import ModelStats
 
 LEVEL = 2  # a request of priority level 2; level 0 is a model without levels
 

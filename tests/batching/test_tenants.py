@@ -1,5 +1,6 @@
-"""gateway/batching/tenants.py: quotas held at the scheduler (token buckets, requests at
-once), a tenant's priority level, and its usage; plus the queue's shedding by share."""
+"""gateway/batching/tenant_quotas.py, buckets.py and usage.py: quotas held at the scheduler
+(token buckets, requests at once), a tenant's priority level, and its usage; plus the
+queue's shedding by share."""
 from __future__ import annotations
 
 import asyncio
@@ -7,12 +8,14 @@ import asyncio
 import numpy as np
 import pytest
 
+from gateway import metrics
+from gateway.batching.buckets import TokenBucket
 from gateway.batching.config import MIN_REQUESTS_PER_SECOND, BatchingConfig, TenantPolicy, TextSpec
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
-from gateway.batching.tenants import Tenants, TokenBucket
-from tests.batching.support import RecordingExecutor, rows, scheduler_with
-from wire.errors import Overloaded, PayloadTooLarge, RateLimited
+from gateway.batching.tenant_quotas import Tenants
+from tests.batching.support import RecordingExecutor, rows, scheduler_with, until_sent
+from wire.errors import CLIENT_CLOSED_REQUEST, Overloaded, PayloadTooLarge, RateLimited
 from wire.tensors import Tensor
 
 
@@ -28,13 +31,13 @@ def test_requests_per_second_allows_a_burst_of_that_many_then_says_when_to_retry
     tenants = Tenants()
     tenants.update([TenantPolicy("t", requests_per_second=3)], now=0.0)
     for _ in range(3):
-        tenants.admit("t", 1, now=0.0)
+        tenants.take_quota("t", 1, now=0.0)
     with pytest.raises(RateLimited, match="requests_per_second = 3") as refused:
-        tenants.admit("t", 1, now=0.0)
+        tenants.take_quota("t", 1, now=0.0)
     assert refused.value.retry_after_s == 1 and refused.value.http_headers == {
         "Retry-After": "1", "retry-after-ms": "334", "x-ratelimit-limit-requests": "3",
         "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1s"}
-    tenants.admit("t", 1, now=0.34)  # a third of a second refills one request
+    tenants.take_quota("t", 1, now=0.34)  # a third of a second refills one request
     assert tenants.snapshot()[0].refusals == {"requests_per_second": 1}
 
 
@@ -44,19 +47,19 @@ def test_a_rate_below_one_a_second_admits_one_request_every_one_over_the_rate_an
     never held one; every request was refused, each told to retry in 1 s."""
     tenants = Tenants()
     tenants.update([TenantPolicy("t", requests_per_second=0.5)], now=0.0)
-    tenants.admit("t", 1, now=0.0)
+    tenants.take_quota("t", 1, now=0.0)
     with pytest.raises(RateLimited, match=r"requests_per_second = 0.5\); try again in 2 s") as refused:
-        tenants.admit("t", 1, now=0.5)
+        tenants.take_quota("t", 1, now=0.5)
     assert refused.value.http_headers == {
         "Retry-After": "2", "retry-after-ms": "1500", "x-ratelimit-limit-requests": "1",
         "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"}
     with pytest.raises(RateLimited) as refused:
-        tenants.admit("t", 1, now=1.5)
+        tenants.take_quota("t", 1, now=1.5)
     assert refused.value.http_headers["retry-after-ms"] == "500"
-    tenants.admit("t", 1, now=2.0)  # as the first refusal said: 1.5 s after it
+    tenants.take_quota("t", 1, now=2.0)  # as the first refusal said: 1.5 s after it
     with pytest.raises(RateLimited):
-        tenants.admit("t", 1, now=2.0)
-    tenants.admit("t", 1, now=4.0)
+        tenants.take_quota("t", 1, now=2.0)
+    tenants.take_quota("t", 1, now=4.0)
     assert tenants.snapshot()[0].refusals == {"requests_per_second": 3}
 
 
@@ -65,9 +68,9 @@ def test_the_slowest_rate_the_config_takes_tells_a_retry_within_its_thousand_sec
     1e-300 was taken and told clients to retry in a number of 301 digits."""
     tenants = Tenants()
     tenants.update([TenantPolicy("t", requests_per_second=MIN_REQUESTS_PER_SECOND)], now=0.0)
-    tenants.admit("t", 1, now=0.0)
+    tenants.take_quota("t", 1, now=0.0)
     with pytest.raises(RateLimited) as refused:
-        tenants.admit("t", 1, now=0.0)
+        tenants.take_quota("t", 1, now=0.0)
     assert refused.value.http_headers["Retry-After"] == "1000"
     assert RateLimited("over", 1e300).http_headers["Retry-After"] == "3600"  # any longer wait: an hour, said
     assert RateLimited("over", float("nan")).http_headers["retry-after-ms"] == "3600000"
@@ -76,41 +79,41 @@ def test_the_slowest_rate_the_config_takes_tells_a_retry_within_its_thousand_sec
 def test_tokens_per_minute_counts_tokens_and_a_request_over_a_whole_minute_is_413():
     tenants = Tenants()
     tenants.update([TenantPolicy("t", tokens_per_minute=600)], now=0.0)
-    tenants.admit("t", 500, now=0.0)
+    tenants.take_quota("t", 500, now=0.0)
     with pytest.raises(RateLimited) as refused:
-        tenants.admit("t", 200, now=0.0)  # 100 short: 10 s at 10 tokens a second
+        tenants.take_quota("t", 200, now=0.0)  # 100 short: 10 s at 10 tokens a second
     assert refused.value.retry_after_s == 10
     with pytest.raises(PayloadTooLarge, match="tokens_per_minute = 600"):
-        tenants.admit("t", 601, now=100.0)
+        tenants.take_quota("t", 601, now=100.0)
 
 
 def test_max_concurrent_counts_requests_until_answered():
     tenants = Tenants()
     tenants.update([TenantPolicy("t", max_concurrent=2)], now=0.0)
-    tenants.admit("t", 1, 0.0)
-    tenants.admit("t", 1, 0.0)
+    tenants.take_quota("t", 1, 0.0)
+    tenants.take_quota("t", 1, 0.0)
     with pytest.raises(RateLimited, match="max_concurrent"):
-        tenants.admit("t", 1, 0.0)
+        tenants.take_quota("t", 1, 0.0)
     tenants.answered("t", 200)
-    tenants.admit("t", 1, 0.0)
+    tenants.take_quota("t", 1, 0.0)
 
 
 def test_a_reload_keeps_what_the_buckets_hold_and_new_tenants_start_full():
     tenants = Tenants()
     tenants.update([TenantPolicy("t", requests_per_second=2)], now=0.0)
-    tenants.admit("t", 1, 0.0)
-    tenants.admit("t", 1, 0.0)
+    tenants.take_quota("t", 1, 0.0)
+    tenants.take_quota("t", 1, 0.0)
     tenants.update([TenantPolicy("t", requests_per_second=5), TenantPolicy("new", requests_per_second=1)], now=0.0)
     with pytest.raises(RateLimited):
-        tenants.admit("t", 1, 0.0)  # still empty: the reload gave nothing back
-    tenants.admit("new", 1, 0.0)
+        tenants.take_quota("t", 1, 0.0)  # still empty: the reload gave nothing back
+    tenants.take_quota("new", 1, 0.0)
 
 
 def test_an_undeclared_tenant_has_no_quota():
     tenants = Tenants()
     tenants.update([TenantPolicy("t", requests_per_second=1)], now=0.0)
     for _ in range(5):
-        tenants.admit("gone", 1, 0.0)
+        tenants.take_quota("gone", 1, 0.0)
 
 
 # -- at the scheduler -------------------------------------------------------------------------
@@ -129,6 +132,25 @@ async def test_a_request_over_its_quota_is_refused_before_it_is_queued_and_count
     assert (usage.tenant, usage.statuses, usage.rows, usage.refusals) == ("t", {200: 2, 429: 1}, 2,
                                                                            {"requests_per_second": 1})
     assert usage.queue_wait_s.count == 2 and usage.concurrent == 0
+
+
+async def test_a_request_whose_client_went_away_counts_in_its_tenants_usage_as_the_status_it_is_closed_with():
+    executor = RecordingExecutor()
+    executor.release = asyncio.Event()  # the batch stays at the executor until the client has gone
+    scheduler = scheduler_with(executor)
+    scheduler.set_tenants([TenantPolicy("t")])
+    gone = asyncio.ensure_future(scheduler.submit(BatchRequest.arriving("m", rows(0, 1), tenant="t")))
+    await until_sent(executor)
+    gone.cancel()
+    executor.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    for _ in range(100):  # the scheduler's own future is cancelled a loop turn after the client's
+        if scheduler.tenant_usage()[0].statuses:
+            break
+        await asyncio.sleep(0)
+    assert scheduler.tenant_usage()[0].statuses == {CLIENT_CLOSED_REQUEST: 1}
+    assert CLIENT_CLOSED_REQUEST == metrics.CLIENT_CLOSED_REQUEST == 499  # one name, the front ends' too
 
 
 async def test_a_request_the_queue_refuses_gives_its_quota_back():

@@ -40,7 +40,7 @@ import urllib.request
 from typing import Any
 
 from gateway.batching.config import TenantPolicy
-from gateway.batching.tenants import Tenants
+from gateway.batching.tenant_quotas import Tenants
 from gateway.config.shared import SharedConfig
 from gateway.shared import RedisQuotas
 from tools import loadgen
@@ -362,7 +362,7 @@ async def _quota_path_us(requests: int = 100_000) -> dict[str, float]:
                     tenants.share(store)
                 started = time.process_time()
                 for n in range(requests):
-                    admitted = tenants.admit("t", 1, loop.time())
+                    admitted = tenants.take_quota("t", 1, loop.time())
                     if not isinstance(admitted, bool):
                         await admitted  # a lease: once a slice
                     tenants.state("t", loop.time())

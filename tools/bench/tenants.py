@@ -39,7 +39,7 @@ from typing import Any
 
 from gateway.auth import FrontDoor
 from gateway.batching.config import TenantPolicy
-from gateway.batching.tenants import Tenants
+from gateway.batching.tenant_quotas import Tenants
 from gateway.tenants import KeySource, Tenant, directory
 from tools import loadgen
 from tools.bench.harness import V1_BODY, Context, Gateway, check, warm_up
@@ -258,8 +258,8 @@ def _tenant_path_us(declared: int, requests: int = 100_000) -> float:
     for n in range(requests):
         name = door.admit(authorization)
         door.permit(name, "free")
-        tenants.admit(name, 1, n * 1e-6)
-        tenants.let_in(name, 1, 1)
-        tenants.queued_for(name, 0.001)
+        tenants.take_quota(name, 1, n * 1e-6)
+        tenants.usage.let_in(name, 1, 1)
+        tenants.usage.queued_for(name, 0.001)
         tenants.answered(name, 200)
     return (time.process_time() - started) / requests * 1e6

@@ -20,9 +20,8 @@ import numpy as np
 from gateway.batching import padding as pad
 from gateway.batching.config import PaddedSpec
 from gateway.batching.fairness import FairShare
-from gateway.batching.layouts.base import Cut, with_agreed
+from gateway.batching.layouts.base import Cut, LaidPart, LaidPartT, with_agreed
 from gateway.batching.merge import split_request, take_oldest_group
-from gateway.batching.request import Part
 from wire.tensors import Tensor
 
 
@@ -42,28 +41,28 @@ class PaddedRows:
         shapes: list[pad.RowShape | None] = [shape.rows(start, rows) for start in range(0, len(shape.lengths), rows)]
         return Cut(pieces, shapes, [signature] * len(pieces))
 
-    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool,
-             fair: FairShare | None = None) -> list[Part]:
+    def take(self, pending: deque[LaidPartT], limit: int, leader: LaidPartT, by_level: bool,
+             fair: FairShare | None = None) -> list[LaidPartT]:
         return take_oldest_group(pending, limit, leader, self.max_batch_cost, by_level=by_level, fair=fair)
 
     def tokens(self, rows: int, lengths: np.ndarray | None) -> int:
         return rows
 
-    def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:
+    def batch_inputs(self, parts: Sequence[LaidPart]) -> list[Tensor]:
         return pad.pad_batch([part.inputs for part in parts], _shapes(parts), self.padding)
 
-    def check_outputs(self, outputs: list[Tensor], parts: Sequence[Part]) -> None:
+    def check_outputs(self, outputs: list[Tensor], parts: Sequence[LaidPart]) -> None:
         pad.check_outputs(outputs, pad.batch_length(_shapes(parts)), self.padding)
 
-    def part_outputs(self, part: Part, outputs: list[Tensor]) -> list[Tensor]:
+    def part_outputs(self, part: LaidPart, outputs: list[Tensor]) -> list[Tensor]:
         assert part.shape is not None  # cut measured every part
         return pad.trim(outputs, part.shape.length, self.padding)
 
-    def elements(self, parts: Sequence[Part]) -> tuple[int, int] | None:
+    def elements(self, parts: Sequence[LaidPart]) -> tuple[int, int] | None:
         return pad.elements(_shapes(parts))
 
 
-def _shapes(parts: Sequence[Part]) -> list[pad.RowShape]:
+def _shapes(parts: Sequence[LaidPart]) -> list[pad.RowShape]:
     shapes = [part.shape for part in parts]
     assert all(shape is not None for shape in shapes)  # cut measured every part
     return shapes  # type: ignore[return-value]

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.batching.fairness import FairShare
-from gateway.batching.layouts.base import Cut, Restore
+from gateway.batching.layouts.base import Cut, LaidPart, LaidPartT, Restore
 from gateway.batching.layouts.texts import TOKENS_KEY, TextRows
-from gateway.batching.request import Part
 from wire.errors import InvalidInput, PayloadTooLarge
 from wire.tensors import Tensor
 
@@ -84,23 +83,23 @@ class PairRows:
             groups.setdefault(value, []).append(row)
         return groups
 
-    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool,
-             fair: FairShare | None = None) -> list[Part]:
+    def take(self, pending: deque[LaidPartT], limit: int, leader: LaidPartT, by_level: bool,
+             fair: FairShare | None = None) -> list[LaidPartT]:
         return self.texts.take(pending, limit, leader, by_level, fair)
 
     def tokens(self, rows: int, lengths: np.ndarray | None) -> int:
         return self.texts.tokens(rows, lengths)
 
-    def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:
+    def batch_inputs(self, parts: Sequence[LaidPart]) -> list[Tensor]:
         return self.texts.batch_inputs(parts)
 
-    def check_outputs(self, outputs: list[Tensor], parts: Sequence[Part]) -> None:
+    def check_outputs(self, outputs: list[Tensor], parts: Sequence[LaidPart]) -> None:
         return None  # one score per pair
 
-    def part_outputs(self, part: Part, outputs: list[Tensor]) -> list[Tensor]:
+    def part_outputs(self, part: LaidPart, outputs: list[Tensor]) -> list[Tensor]:
         return outputs
 
-    def elements(self, parts: Sequence[Part]) -> tuple[int, int] | None:
+    def elements(self, parts: Sequence[LaidPart]) -> tuple[int, int] | None:
         return self.texts.elements(parts)
 
 

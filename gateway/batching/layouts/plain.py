@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.batching.fairness import FairShare
-from gateway.batching.layouts.base import Cut, with_agreed
+from gateway.batching.layouts.base import Cut, LaidPart, LaidPartT, with_agreed
 from gateway.batching.merge import concatenate, split_request, take_oldest_group
-from gateway.batching.request import Part
 from wire.tensors import Tensor, signature_key
 
 
@@ -29,21 +28,21 @@ class PlainRows:
         signature = with_agreed(signature_key(inputs), agreed)  # the parts of one request all agree
         return Cut(pieces, [None] * len(pieces), [signature] * len(pieces))
 
-    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool,
-             fair: FairShare | None = None) -> list[Part]:
+    def take(self, pending: deque[LaidPartT], limit: int, leader: LaidPartT, by_level: bool,
+             fair: FairShare | None = None) -> list[LaidPartT]:
         return take_oldest_group(pending, limit, leader, by_level=by_level, fair=fair)
 
     def tokens(self, rows: int, lengths: np.ndarray | None) -> int:
         return rows
 
-    def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:
+    def batch_inputs(self, parts: Sequence[LaidPart]) -> list[Tensor]:
         return concatenate([part.inputs for part in parts])
 
-    def check_outputs(self, outputs: list[Tensor], parts: Sequence[Part]) -> None:
+    def check_outputs(self, outputs: list[Tensor], parts: Sequence[LaidPart]) -> None:
         return None  # one row per input row is all a plain answer must hold
 
-    def part_outputs(self, part: Part, outputs: list[Tensor]) -> list[Tensor]:
+    def part_outputs(self, part: LaidPart, outputs: list[Tensor]) -> list[Tensor]:
         return outputs
 
-    def elements(self, parts: Sequence[Part]) -> tuple[int, int] | None:
+    def elements(self, parts: Sequence[LaidPart]) -> tuple[int, int] | None:
         return None

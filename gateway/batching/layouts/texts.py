@@ -21,9 +21,8 @@ import numpy as np
 from gateway.batching import padding as pad
 from gateway.batching.config import TextSpec
 from gateway.batching.fairness import FairShare
-from gateway.batching.layouts.base import Cut, Restore, with_agreed
+from gateway.batching.layouts.base import Cut, LaidPart, LaidPartT, Restore, with_agreed
 from gateway.batching.merge import concatenate, take_oldest_group
-from gateway.batching.request import Part
 from wire.errors import InvalidInput, PayloadTooLarge
 from wire.tensors import Tensor
 
@@ -75,8 +74,8 @@ class TextRows:
         """The tokens a batch's rows may cost when it pays `shared` once beside them (0: no cap)."""
         return max(self.max_batch_cost - shared, 1) if self.max_batch_cost else 0
 
-    def take(self, pending: deque[Part], limit: int, leader: Part, by_level: bool,
-             fair: FairShare | None = None) -> list[Part]:
+    def take(self, pending: deque[LaidPartT], limit: int, leader: LaidPartT, by_level: bool,
+             fair: FairShare | None = None) -> list[LaidPartT]:
         shared = leader.shape.shared if leader.shape is not None else 0  # its whole group's: in the signature
         return take_oldest_group(pending, limit, leader, self.room(shared), by_level=by_level,
                                  summed=self.padding.summed, fair=fair)
@@ -84,16 +83,16 @@ class TextRows:
     def tokens(self, rows: int, lengths: np.ndarray | None) -> int:
         return int(lengths.sum()) if lengths is not None else rows
 
-    def batch_inputs(self, parts: Sequence[Part]) -> list[Tensor]:
+    def batch_inputs(self, parts: Sequence[LaidPart]) -> list[Tensor]:
         return concatenate([part.inputs for part in parts])  # the predictor's tokenizer pads
 
-    def check_outputs(self, outputs: list[Tensor], parts: Sequence[Part]) -> None:
+    def check_outputs(self, outputs: list[Tensor], parts: Sequence[LaidPart]) -> None:
         return None  # one vector per text: nothing follows a padded length
 
-    def part_outputs(self, part: Part, outputs: list[Tensor]) -> list[Tensor]:
+    def part_outputs(self, part: LaidPart, outputs: list[Tensor]) -> list[Tensor]:
         return outputs
 
-    def elements(self, parts: Sequence[Part]) -> tuple[int, int] | None:
+    def elements(self, parts: Sequence[LaidPart]) -> tuple[int, int] | None:
         shapes = [part.shape for part in parts if part.shape is not None]
         return pad.elements(shapes, self.padding.summed)
 

@@ -11,8 +11,9 @@ Modules
 
 A new policy is a new module implementing `Policy`, named in `REGISTRY` below; the queue,
 the config and the metrics need no change: the config reads the `[batching]` keys the policy
-declares (`Policy.settings`, `Policy.selected_by`), and its `timer_reason` joins the
-departure reasons (`departures()`). Policies must not know the event loop, futures or
+adds of its own (`Policy.settings`; every key the policies here read is declared once, on
+`BatchingConfig`'s fields) and the key that selects it (`Policy.selected_by`), and its
+`timer_reason` joins the departure reasons (`departures()`). Policies must not know the event loop, futures or
 executors.
 """
 from __future__ import annotations
@@ -42,6 +43,17 @@ def departures() -> tuple[str, ...]:
     deadline); or a policy's own timer ended (an adaptive hold, a window)."""
     return tuple(dict.fromkeys(("full", "slot_free", "deadline_sized",
                                 *(policy.timer_reason for policy in REGISTRY.values()))))
+
+
+def departure(rows: int, policy_limit: int, max_batch_size: int, timer_reason: str | None) -> str:
+    """Why a batch of `rows` rows leaves now, one of `departures()`: it is full; the policy
+    sized it below `max_batch_size` (`policy_limit`) and it reached that; else the
+    policy's `timer_reason` when its own wake-up shipped it (None: a slot was free)."""
+    if rows >= max_batch_size:
+        return "full"
+    if policy_limit < max_batch_size and rows >= policy_limit:
+        return "deadline_sized"
+    return timer_reason if timer_reason is not None else "slot_free"
 
 
 def settings() -> dict[str, Setting]:

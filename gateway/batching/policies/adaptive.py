@@ -17,10 +17,8 @@ Like every policy, this one knows only the time and the queue's state (see `base
 """
 from __future__ import annotations
 
-from typing import ClassVar
-
 from gateway.batching.config import BatchingConfig
-from gateway.batching.policies.base import Policy, QueueState, Setting
+from gateway.batching.policies.base import Policy, QueueState
 
 
 class ReturnTracker:
@@ -76,8 +74,8 @@ class ReturnTracker:
 
 
 class AdaptivePolicy(Policy):
-    # max_latency_ms also caps the learned hold (it is the window's bound too).
-    settings: ClassVar[tuple[Setting, ...]] = (Setting("max_hold_ms", "max_hold_s"), Setting("max_latency_ms", "max_latency_s"))
+    # It reads max_hold_ms and max_latency_ms (which also caps the learned hold: it is the
+    # window's bound too), both declared on BatchingConfig's fields.
 
     def __init__(self, config: BatchingConfig) -> None:
         super().__init__(config)

@@ -22,11 +22,11 @@ from wire.errors import GatewayError
 
 @dataclass(frozen=True, slots=True)
 class Setting:
-    """A key of a model's `[batching]` table that a policy reads: the TOML `key` (in
-    milliseconds: every policy setting is a duration) into `BatchingConfig.<field>` (in
-    seconds). `positive`: 0 is refused. A key declared on the field already (its declaration,
-    `gateway.config_keys.key`, names it with its bounds) is read by that declaration; this
-    one is how a new policy adds a key of its own without touching the config."""
+    """A key of a model's `[batching]` table that a policy adds of its own, without touching
+    the config: the TOML `key` (in milliseconds: every policy setting is a duration) into
+    `BatchingConfig.<field>` (in seconds). `positive`: 0 is refused. The keys the built-in
+    policies read are declared once, on BatchingConfig's fields (`gateway.config_keys.key`,
+    with their meaning and bounds), never again here."""
     key: str
     field: str
     positive: bool = False
@@ -86,10 +86,11 @@ class Policy(ABC):
     """Decides when a model's queue ships its next batch. One instance per model queue,
     so a policy may keep what it learns about that model's traffic.
 
-    A policy declares what it reads of the config and what it counts: `settings` (the
-    `[batching]` keys `gateway.config` reads for it), `selected_by` (a setting whose
-    presence chooses this policy, and without which it cannot run) and `timer_reason` (what
-    a batch shipped at a `wait_until` time is counted as, one of the departure reasons)."""
+    A policy declares what it adds to the config and what it counts: `settings` (the
+    `[batching]` keys of its own, which no field of BatchingConfig declares, that
+    `gateway.config` reads for it), `selected_by` (a setting whose presence chooses this
+    policy, and without which it cannot run) and `timer_reason` (what a batch shipped at a
+    `wait_until` time is counted as, one of the departure reasons)."""
 
     settings: ClassVar[tuple[Setting, ...]] = ()
     selected_by: ClassVar[str | None] = None
@@ -109,8 +110,8 @@ class Policy(ABC):
     drops_doomed = False  # the queue asks `doomed` of its parts only when this is set
     timer_reason = "hold_expired"  # what a batch shipped at a `wait_until` time is counted as
 
-    def admit(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
-              level: int = 0) -> GatewayError | None:
+    def refusal(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
+                level: int = 0) -> GatewayError | None:
         """None to queue `request` (its rows, priority, client and parameters as it came) at
         priority `level`, due at `deadline` (on the queue's clock); else the error that
         refuses it at once."""

@@ -60,7 +60,7 @@ import math
 
 from gateway.batching.config import BatchingConfig
 from gateway.batching.policies.adaptive import AdaptivePolicy
-from gateway.batching.policies.base import QueuedPart, QueueState, Setting
+from gateway.batching.policies.base import QueuedPart, QueueState
 from gateway.batching.request import BatchRequest
 from wire.errors import GatewayError, Unavailable, format_ms
 
@@ -68,7 +68,7 @@ PROBE_AFTER_S = 1.0  # with nothing in flight and no call for this long, a reque
 
 
 class DeadlinePolicy(AdaptivePolicy):
-    settings = (*AdaptivePolicy.settings, Setting("slo_ms", "slo_s", positive=True))
+    # slo_ms (BatchingConfig.slo_s, declared there) beside the adaptive policy's keys.
     selected_by = "slo_ms"  # setting the latency objective is what turns this policy on
     drops_doomed = True
 
@@ -79,8 +79,8 @@ class DeadlinePolicy(AdaptivePolicy):
         self._refused_at: float | None = None  # the last refusal at admission since a probe (the probe's cue)
         self._probe_at: float | None = None  # when the last probe was admitted
 
-    def admit(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
-              level: int = 0) -> GatewayError | None:
+    def refusal(self, queue: QueueState, request: BatchRequest, deadline: float, now: float,
+                level: int = 0) -> GatewayError | None:
         profile, size, rows = queue.stats.profile, self.config.max_batch_size, request.rows
         full = profile.predict(size)
         if full is None:

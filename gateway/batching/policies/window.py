@@ -13,11 +13,11 @@ Like every policy, this one knows only the time and the queue's state (see `base
 from __future__ import annotations
 
 from gateway.batching.padding import cost
-from gateway.batching.policies.base import Policy, QueueState, Setting
+from gateway.batching.policies.base import Policy, QueueState
 
 
 class WindowPolicy(Policy):
-    settings = (Setting("max_latency_ms", "max_latency_s"),)
+    # It reads max_latency_ms, declared on BatchingConfig's field (max_latency_s).
     timer_reason = "window_expired"
 
     def wait_until(self, queue: QueueState, now: float) -> float | None:
