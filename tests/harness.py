@@ -171,7 +171,7 @@ def held_slot(gw: RunningGateway, model: str) -> Iterator[tuple[threading.Event,
         return await executor(inputs)
 
     async def install(executor):
-        gw.gateway.scheduler.add_model(model, executor, served.config.batching)
+        gw.gateway.scheduler.add_model(model, executor, served.batching)  # as served: its kind's rows, its cap
 
     gw.call(install(gated))
     try:
