@@ -1,21 +1,23 @@
 """The batching gateway application: HTTP and gRPC front ends feeding one batch scheduler.
 
+Its rooms, each a folder (or one module) named for what it holds, from the top floor down
+(each imports only the floors below it: pyproject.toml's lint-imports contracts):
+
+- `cli.py`: the command line; `process/`: the process and its roles (`server.py`, one
+  gateway process; `front_ends.py`; `roles.py`; `workers/`, `--workers`);
 - `rest/` (Tornado) and `grpc/` (grpc.aio): the front ends, for KServe v1, Open Inference
-  Protocol, TorchServe and OpenAI clients, each with one error path; `front_ends.py`, both
-  around one service in one process;
+  Protocol, TorchServe, OpenAI and Cohere clients, each with one error path;
 - `service.py`: the one data plane every front end calls; `lifecycle.py`: one request's
   `Call`, from arrival to answer;
-- `models/`: each served model and its batch form; `kinds/`: what its rows mean (tensors,
-  texts embedded, pairs scored), one module and one object per kind;
-  `instances.py`, `uploads.py`, `tokens.py`: v1 instances, TorchServe uploads and texts
-  into tensors; `triton.py`: Triton's model configuration and statistics documents;
-- `batching/`: the scheduler, its queues, row layouts, policies and tenants' quotas;
-- `auth.py` and `tenants.py`: who may call (the token, or tenants' keys);
-- `config/`, `config_keys.py`, `cli.py`, `server.py`, `roles.py`, `workers/`: the way in,
-  the process and its role (one process, or `--workers`); `views.py`, `metrics.py`
-  (with `scheduler_metrics.py` and `tenant_metrics.py`), `live.py`, `logs.py`, `telemetry/`,
-  `memory.py`: operating it; `shared.py` (with `redis_scripts.py`): tenants' quotas held
-  across replicas.
+- `observe/`: what is observed (`/metrics`, the live page, the views of the whole gateway,
+  logs, memory); `telemetry/`: traces;
+- `models/`: each served model and its batch form (with v1 instances, TorchServe uploads
+  and Triton's documents); `kinds/`: what its rows mean (tensors, texts embedded, pairs
+  scored, with texts' tokens), one module and one object per kind;
+- `shared/`: tenants' quotas held across replicas; `config/`: the TOML file read;
+- `access/`: the front door (the token, or tenants' keys); `batching/`: the scheduler, its
+  queues, row layouts, policies and tenants' quotas; `config_keys.py`: how a key is
+  declared and read.
 
 It builds on `wire` (what travels) and reaches predictors (Triton, KServe, TorchServe, an
 OpenAI-compatible server) only through `backends.registry`, `settings` and `base`;

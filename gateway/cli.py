@@ -1,6 +1,6 @@
 """Command line: `batching-gateway serve` and `batching-gateway check-config FILE` (and
 `worker`, which `serve --workers N` starts itself). It picks each process's role
-(`gateway.roles`) and runs `gateway.server.serve` with it."""
+(`gateway.process.roles`) and runs `gateway.process.server.serve` with it."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ import signal
 import sys
 
 from gateway import config as gateway_config
-from gateway import logs
+from gateway.observe import logs
 from gateway.telemetry.settings import resolve as resolve_tracing
 
 
@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     logs.configure(args.log_level, args.log_format)
-    from gateway.server import serve as run  # imported late: check-config needs no servers
-    from gateway.workers.batcher_role import BatcherRole
+    from gateway.process.server import serve as run  # imported late: check-config needs no servers
+    from gateway.process.workers.batcher_role import BatcherRole
     try:
         with event_loop_runner(args.loop) as runner:
             role = None if loaded.server.workers == 1 else BatcherRole(
@@ -80,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
                             "or uvloop when installed (auto)")
     check = commands.add_parser("check-config", help="validate a config file without starting")
     check.add_argument("file")
-    # Started by `serve --workers N` itself (gateway.workers.batcher_role), not by users.
+    # Started by `serve --workers N` itself (gateway.process.workers.batcher_role), not by users.
     worker = commands.add_parser("worker")
     worker.add_argument("config", help="the pickled GatewayConfig the batcher wrote")
     worker.add_argument("batcher", help="the batcher's Unix socket")
@@ -95,12 +95,12 @@ def _worker(args: argparse.Namespace) -> int:
     """A worker process of `serve --workers N`: the gateway with the batcher's scheduler."""
     with open(args.config, "rb") as handle:
         config: gateway_config.GatewayConfig = pickle.load(handle)  # written by our batcher, in its private directory
-    from gateway.workers.batcher_role import TOKEN_VARIABLE  # its token travels apart from the file
+    from gateway.process.workers.batcher_role import TOKEN_VARIABLE  # its token travels apart from the file
     token = os.environ.pop(TOKEN_VARIABLE, "")
     config = dataclasses.replace(config, server=dataclasses.replace(config.server, auth_token=token))
     logs.configure(args.log_level, args.log_format)
-    from gateway.server import serve
-    from gateway.workers.worker_role import WorkerRole
+    from gateway.process.server import serve
+    from gateway.process.workers.worker_role import WorkerRole
     with event_loop_runner(args.loop) as runner:
         runner.run(serve(config, args.config_path, WorkerRole(args.batcher)))
     return 0

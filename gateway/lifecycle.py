@@ -6,7 +6,7 @@ out. The Call carries what each concern attached to a request needs, as the fron
 protocol gives it: the front end (the `protocol` label: the API the client spoke), the
 model's name, when it arrived, the deadline and priority its transport carried (an HTTP
 header, the gRPC deadline and metadata), its request id and trace context, and the tenant
-whose key it came with (`gateway.auth`: the name, never the key).
+whose key it came with (`gateway.access.front_door`: the name, never the key).
 `batch_request` is the one place a request's deadline and priority are settled, with what
 the request itself says (an OIP `timeout` or `priority` parameter): the tightest deadline
 wins, counted from the arrival; the request's own priority wins over its transport's.

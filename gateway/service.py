@@ -6,7 +6,7 @@ form, has the request's `gateway.lifecycle.Call` settle it into a `BatchRequest`
 it, and answers with its rows (`Answer`), which the model turns back into the client's
 form, so a KServe v1 client and an OIP client of the same model land in the same batch.
 A front end opens each request's Call here (`open`) and closes it once: the one place
-requests are counted and timed. It keeps the front door (`door`, `gateway.auth`: the token
+requests are counted and timed. It keeps the front door (`door`, `gateway.access.front_door`: the token
 or the tenants' keys a request must present, swapped whole on a reload; a tenant may call
 only its models, checked in `infer` by the door of that moment, which finds the request's
 tenant again by its key's digest) and hands the tenants' policies to the scheduler. It
@@ -28,18 +28,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Backend
-from gateway import __version__, triton
-from gateway.auth import FrontDoor
+from gateway import __version__
+from gateway.access.front_door import FrontDoor
 from gateway.batching.request import BatchResult
 from gateway.batching.scheduler import Scheduler
 from gateway.config import ConfigError, GatewayConfig, ModelConfig, tenant_directory
 from gateway.kinds import BatchInputs
 from gateway.lifecycle import Call
-from gateway.metrics import Metrics
+from gateway.models import triton
 from gateway.models.base import SERVER_NAME, ServedModel
 from gateway.models.forms import served_model
+from gateway.observe.metrics import Metrics
+from gateway.observe.views import Views
 from gateway.telemetry.spans import Telemetry
-from gateway.views import Views
 from wire.embeddings import EmbeddingsHead, EmbeddingsRequest
 from wire.errors import GatewayError, ModelNotFound
 from wire.request import OipRequest, RequestHead
@@ -90,7 +91,7 @@ class InferenceService:
         self.metrics = Metrics()
         if telemetry.enabled:
             self.metrics.watch_spans(telemetry.span_counts)
-        # What describes the whole gateway, as this process's role reads it (gateway.views).
+        # What describes the whole gateway, as this process's role reads it (gateway.observe.views).
         self.views = views(self)
         self._background: set[asyncio.Task] = set()  # held so they are not collected mid-flight
         self.door = front_door(config)
@@ -220,13 +221,13 @@ class InferenceService:
         return all(checks)
 
     async def model_config(self, served: ServedModel, own: bool = False) -> dict[str, Any]:
-        """The model's configuration as Triton's JSON document (see gateway.triton), from what
+        """The model's configuration as Triton's JSON document (see gateway.models.triton), from what
         the gateway knows: the predictor's own configuration as the model last read it (at
         readiness and on each refresh), never asked for per client (a predictor slow to
         answer it would hold its model's connections); `own`: the gateway's view alone."""
         return triton.model_config(served, None if own else served.predictor_config)
 
-    # -- views of the whole gateway (gateway.views: this process's, or the workers') -----
+    # -- views of the whole gateway (gateway.observe.views: this process's, or the workers') -----
 
     async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         """Triton's statistics document of the whole gateway, for one model or (no name) all."""
@@ -239,7 +240,7 @@ class InferenceService:
         return await self.views.exposition()
 
     async def live(self) -> dict[str, Any]:
-        """The live page's snapshot (`gateway.live`) of the whole gateway."""
+        """The live page's snapshot (`gateway.observe.live`) of the whole gateway."""
         return await self.views.live()
 
     # -- requests --------------------------------------------------------------------

@@ -20,7 +20,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway import config as gateway_config
-from gateway.server import Gateway
+from gateway.process.server import Gateway
 from tests.batching.support import stats_of
 
 

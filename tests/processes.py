@@ -41,7 +41,7 @@ def predictor_calls(predictor: ServerProcess) -> int:
 
 def gateway(config_path: Path, log_level: str = "WARNING", open_files_limit: int | None = None,
             env: dict[str, str] | None = None, workers: int = 1) -> ServerProcess:
-    """`batching-gateway serve` on free ports; `workers` > 1: `--workers N` (gateway.workers)."""
+    """`batching-gateway serve` on free ports; `workers` > 1: `--workers N` (gateway.process.workers)."""
     return python_module("gateway", "serve", "--config", str(config_path),
                          "--http-port", "0", "--grpc-port", "0", "--log-level", log_level,
                          *(("--workers", str(workers)) if workers > 1 else ()),

@@ -19,7 +19,7 @@ import pytest
 
 from gateway.rest.connections import DRAIN_BYTES
 from tests.harness import config_for, http, http_json, running_gateway
-from tests.test_tokens import cl100k_file
+from tests.kinds.test_tokens import cl100k_file
 from wire.generated.inference import grpc_service_pb2 as pb
 from wire.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from wire.generated.torchserve import inference_pb2 as ts_pb

@@ -59,7 +59,7 @@ def test_a_config_error_exits_2_naming_the_key(tmp_path):
 
 
 def test_check_config_reads_a_named_token_encoding_and_refuses_one_it_cannot_read(tmp_path):
-    from tests.test_tokens import cl100k_file
+    from tests.kinds.test_tokens import cl100k_file
 
     path = tmp_path / "gateway.toml"
     model = '[[models]]\nname = "e"\n[models.simulated]\ntask = "embed"\n[models.embeddings]\n'

@@ -12,9 +12,9 @@ import tomllib
 import orjson
 
 from gateway import config
+from tests.kinds.test_tokens import cl100k_file
 from tests.processes import ROOT, gateway
 from tests.readme import block_after, commands_after
-from tests.test_tokens import cl100k_file
 
 DOC = "docs/embeddings.md"
 

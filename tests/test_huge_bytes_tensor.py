@@ -35,8 +35,8 @@ import orjson
 import pytest
 
 from tests.harness import config_for, http, running_gateway, wait_for
+from tests.process.workers.test_workers import connections_on_every_worker, owner_of, worker_pids
 from tests.processes import ServerProcess, gateway
-from tests.workers.test_workers import connections_on_every_worker, owner_of, worker_pids
 from wire.codecs import raw
 from wire.codecs.limits import DEFAULT_LIMITS
 from wire.generated.inference import grpc_service_pb2 as pb

@@ -1,5 +1,5 @@
 """At its open-files limit the gateway neither spins nor floods its log, and recovers; and
-how that limit sets each front end's connection cap (gateway/server.py).
+how that limit sets each front end's connection cap (gateway/process/server.py).
 
 The gateway runs with a low RLIMIT_NOFILE (soft = hard, so it cannot raise it) and a client
 opens more idle connections than the limit, to both front ends. Connections beyond
@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gateway.server import RESERVED_OPEN_FILES, connection_cap
+from gateway.process.server import RESERVED_OPEN_FILES, connection_cap
 from tests.processes import gateway
 from tools.processes import ServerProcess
 from wire.generated.inference import grpc_service_pb2 as pb
@@ -121,6 +121,6 @@ def test_a_configured_cap_is_kept_when_the_limit_allows_it():
 
 def test_a_configured_cap_beyond_the_limit_is_lowered_with_a_warning(caplog: pytest.LogCaptureFixture):
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    with caplog.at_level(logging.WARNING, logger="gateway.server"):
+    with caplog.at_level(logging.WARNING, logger="gateway.process.server"):
         assert connection_cap(soft * 10) == connection_cap(0)
     assert "server.max_connections" in caplog.text

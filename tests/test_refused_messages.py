@@ -139,7 +139,7 @@ def test_no_cycle_keeps_a_refused_http_body(gw):
 
 
 def settled_rss_mib(gateway) -> float:
-    """The process's RSS once the allocator's trim (gateway/memory.py: a check a second) has
+    """The process's RSS once the allocator's trim (gateway/observe/memory.py: a check a second) has
     done what it will: two readings two seconds apart that agree within 1 MiB (bounded)."""
     deadline, last = time.monotonic() + 30, gateway.rss_kb() / 1024
     while True:

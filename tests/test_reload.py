@@ -10,7 +10,7 @@ import signal
 import threading
 
 from gateway import config as gateway_config
-from gateway.server import reload_models
+from gateway.process.server import reload_models
 from tests.harness import http_json, running_gateway, scraped, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process
@@ -234,7 +234,7 @@ def test_a_reload_that_changes_only_tenants_says_which_by_name_and_never_a_key(t
                                                                                  grpc_port=0))) as gw:
         key_file.write_text(keys["b2"] + "\n")
         path.write_text(tenants(b, c + "\nweight = 3", f'name = "d"\nkey_sha256 = ["{digest["d"]}"]'))
-        with caplog.at_level(logging.INFO, logger="gateway.server"):
+        with caplog.at_level(logging.INFO, logger="gateway.process.server"):
             assert gw.call(reload_models(gw.gateway.service, str(path))) is not None
             assert gw.call(reload_models(gw.gateway.service, str(path))) is not None  # the same again
     lines = [record.getMessage() for record in caplog.records if record.getMessage().startswith("reload: ")]

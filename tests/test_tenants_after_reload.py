@@ -25,8 +25,8 @@ import orjson
 import pytest
 
 from gateway import config as gateway_config
-from gateway.auth import Admitted, FrontDoor
-from gateway.tenants import Directory, Tenant, digest
+from gateway.access.front_door import Admitted, FrontDoor
+from gateway.access.keys import Directory, Tenant, digest
 from tests.harness import running_gateway
 from tests.processes import gateway as gateway_process
 from wire.errors import PermissionDenied, Unauthenticated

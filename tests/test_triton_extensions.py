@@ -1,4 +1,4 @@
-"""Triton's model configuration and statistics extensions (gateway/triton.py), read by the
+"""Triton's model configuration and statistics extensions (gateway/models/triton.py), read by the
 real tritonclient over HTTP and gRPC, as perf_analyzer and Triton users read them."""
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ def metrics_page() -> str:
 
 async def _scraped_families() -> dict[str, tuple[str, str]]:
     from gateway import config
-    from gateway.server import Gateway
+    from gateway.process.server import Gateway
 
     document = {"server": {"http_port": 0, "grpc_port": 0}, "models": [
         {"name": "demo", "backend": "simulated", "simulated": {"call_ms": 0}},

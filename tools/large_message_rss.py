@@ -1,4 +1,4 @@
-"""The gateway's resident memory after large gRPC messages: what `gateway/memory.py` is for.
+"""The gateway's resident memory after large gRPC messages: what `gateway/observe/memory.py` is for.
 
 Starts `python -m gateway serve` on its embedded default (model `demo`, FP32 `[-1, -1]`),
 sends `--messages` distinct `ModelInfer` calls of `--mb` MiB each (random float32 in

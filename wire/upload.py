@@ -10,7 +10,7 @@ query parameters and gRPC entries). TorchServe's worker then gives the handler t
 as its declared type says (`Part.value`): JSON parsed, text decoded, anything else bytes.
 
 One upload is one row of a batch. Turning rows into a model's batch form is the
-gateway's business (`gateway.uploads`); this module knows no wire format and no model.
+gateway's business (`gateway.models.uploads`); this module knows no wire format and no model.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The seam between a tenant's quotas as this scheduler holds them and quotas held together
-with other gateway replicas (`[shared]`: `gateway.shared`, over Redis).
+with other gateway replicas (`[shared]`: `gateway.shared.store`, over Redis).
 
 `SharedQuotas` is what the scheduler's tenants (`tenants.Tenants`) ask, for a tenant with
 quotas, when one is plugged in; without it every quota is held here, in this process's

@@ -56,7 +56,7 @@ USAGE_CHUNK = 1000
 
 class Scheduler(Protocol):
     """What decides batches, as the service drives it: this process's `BatchScheduler`, or
-    a worker's stand-in that hands each request to the batcher's (`gateway.workers.worker_role`).
+    a worker's stand-in that hands each request to the batcher's (`gateway.process.workers.worker_role`).
     What a scheduler has counted is read through the service's views, not here."""
 
     def add_model(self, name: str, executor: Executor, config: BatchingConfig, form: str = "",

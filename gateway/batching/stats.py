@@ -9,8 +9,8 @@
   (what each event adds to which counter, by priority level too) is here and nowhere else:
   the adaptive policy tells it of its holds the same way.
 * `StatsSnapshot` (`ModelStats.snapshot()`) is the one projection of those figures that
-  /metrics (`gateway.metrics`), the live page (`gateway.live`) and Triton's statistics
-  (`gateway.triton`) read: an immutable copy taken on the scheduler's loop, so a reader
+  /metrics (`gateway.observe.metrics`), the live page (`gateway.observe.live`) and Triton's statistics
+  (`gateway.models.triton`) read: an immutable copy taken on the scheduler's loop, so a reader
   sees one consistent moment and never reaches into the counters.
 
 The policies read the few live figures they decide by (the learned profile, when the last
@@ -73,7 +73,7 @@ class ModelStats:
     batch_size: Histogram = field(default_factory=lambda: Histogram(BATCH_SIZE_BOUNDS))
     queue_wait_s: Histogram = field(default_factory=lambda: Histogram(SECONDS_BOUNDS))
     predictor_s: Histogram = field(default_factory=lambda: Histogram(SECONDS_BOUNDS))
-    # What Triton's statistics extension reports (gateway.triton).
+    # What Triton's statistics extension reports (gateway.models.triton).
     succeeded: Durations = field(default_factory=Durations)   # requests, from arrival to answer
     failed: Durations = field(default_factory=Durations)      # errors, expiries, cancellations
     by_batch_size: dict[int, Durations] = field(default_factory=dict)  # predictor calls that succeeded

@@ -43,7 +43,7 @@ Semantics
   policy and its requests at once.
 
 Nothing here is thread-safe: the scheduler's loop owns it. It knows no keys (the front
-door's, `gateway.tenants`), no HTTP, gRPC or predictor protocols, no queue, and no store
+door's, `gateway.access.keys`), no HTTP, gRPC or predictor protocols, no queue, and no store
 but its interface (`quotas`).
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ModelView: everything a reader may know of one model's batching, at one moment.
 
-/metrics (`gateway.metrics`), the live page (`gateway.live`) and Triton's statistics
-(`gateway.triton`) each render a model from its `ModelView` (`BatchScheduler.view`): the
+/metrics (`gateway.observe.metrics`), the live page (`gateway.observe.live`) and Triton's statistics
+(`gateway.models.triton`) each render a model from its `ModelView` (`BatchScheduler.view`): the
 counters and histograms (`stats.StatsSnapshot`), the queue's figures now (rows and requests
 queued, batches in flight and the limit, the slots of one replica), the settings in force
 and the load on the predictor fleet (`load.LoadSignal`). It is taken on the scheduler's

@@ -41,13 +41,13 @@ class ServerConfig:
     # A kept-alive connection's next head (nginx; above cloud LBs' 60 s).
     idle_timeout_s: float = key(Kind.NUMBER, 75.0, "How long a kept-alive connection may wait for its next request.",
                                 positive=_TIMEOUT)
-    # Per front end; 0: from the open-files limit (gateway.server).
+    # Per front end; 0: from the open-files limit (gateway.process.server).
     max_connections: int = key(Kind.INTEGER, 0, "HTTP client connections per front end; 0: what the open-files limit "
                                                 "allows.", minimum=0)
     # gRPC calls at once on one connection (Go's bound is 250).
     max_concurrent_streams: int = key(Kind.INTEGER, 256, "gRPC calls at once on one connection.", minimum=1)
     # A ModelStreamInfer stream presents its key once, when it opens: bounded, it presents it
-    # again (each message's tenant is also looked up again by its key: gateway.auth).
+    # again (each message's tenant is also looked up again by its key: gateway.access.front_door).
     max_stream_age_s: float = key(Kind.NUMBER, 0.0, "How long a gRPC ModelStreamInfer stream may stay open: past "
                                                     "it, the stream stops reading, answers what it has read and "
                                                     "ends UNAVAILABLE, and the client opens another, presenting its "
@@ -57,7 +57,7 @@ class ServerConfig:
     http_listen_backlog: int = key(Kind.INTEGER, 4096, "Connections the kernel completes and holds for the HTTP front "
                                                        "end until it accepts them (listen's backlog; Linux caps it at "
                                                        "net.core.somaxconn).", minimum=1, maximum=MAX_LISTEN_BACKLOG)
-    # Protocol processes batching as one (gateway.workers); "auto": the cores. Read by `workers`.
+    # Protocol processes batching as one (gateway.process.workers); "auto": the cores. Read by `workers`.
     workers: int = key(Kind.INTEGER_OR_AUTO, 1, "Protocol processes that batch as one (`auto`: the machine's cores).")
     # The inference routes on Tornado's delegate layer (gateway.rest.lean); false: the RequestHandler
     # twin of each, which answers the same and is kept to hold the lean path to it.

@@ -1,5 +1,5 @@
 """The `[shared]` table: the store that holds the tenants' quotas together across gateway
-replicas (docs/tenants.md, "Many replicas, one set of quotas"; `gateway.shared`).
+replicas (docs/tenants.md, "Many replicas, one set of quotas"; `gateway.shared.store`).
 
 Each key is declared once, on SharedConfig's fields; the rule between keys (exactly one of
 `url` and `url_env`, a url of a scheme Redis speaks) is `shared` here. The url may hold a

@@ -4,7 +4,7 @@ come from, and what the scheduler knows of it.
 A tenant's level, weight and quotas are declared once, on TenantPolicy's fields
 (`gateway.batching.config`); its name, key sources and models here. The rules between keys
 (exactly one key source, models that exist, the token's tenant) are the functions here. Its
-keys are read by `gateway.tenants`, never held or said here. No error of a tenant's table
+keys are read by `gateway.access.keys`, never held or said here. No error of a tenant's table
 repeats a value of it (any could be a key written in the wrong field): it names the key, the
 table and, once its name is read, the tenant.
 """
@@ -15,9 +15,9 @@ from collections.abc import Set
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.access.keys import DIGEST, Directory, KeyConflict, KeySource, KeyUnavailable, Tenant, directory
 from gateway.batching.config import TenantPolicy
 from gateway.config_keys import ConfigError, Key, Kind, Table, declared, fields, read, value
-from gateway.tenants import DIGEST, Directory, KeyConflict, KeySource, KeyUnavailable, Tenant, directory
 
 # With [server] auth_token_env and [[tenants]], the token is the key of one more tenant, this one.
 DEFAULT_TENANT = "default"
@@ -42,7 +42,7 @@ TENANTS = Table("tenants[]", "[[tenants]]", (
 class TenantConfig:
     """A `[[tenants]]` table: what the scheduler knows of it (`policy`: its name, level,
     weight and quotas), the models it may call (None: all) and where its keys come from
-    (`key`: read by `gateway.tenants`, never held here)."""
+    (`key`: read by `gateway.access.keys`, never held here)."""
     policy: TenantPolicy
     key: KeySource
     models: tuple[str, ...] | None = None
@@ -59,7 +59,7 @@ class TenantConfig:
 
     @property
     def tenant(self) -> Tenant:
-        """As the front door knows it (`gateway.tenants`)."""
+        """As the front door knows it (`gateway.access.keys`)."""
         return Tenant(self.name, None if self.models is None else frozenset(self.models))
 
 
@@ -131,7 +131,7 @@ def _tenant_models(raw: dict, key: str, models: Set[str]) -> tuple[str, ...] | N
 
 
 def tenant_directory(tenants: tuple[TenantConfig, ...]) -> Directory:
-    """The tenants' keys read now (`gateway.tenants`): at the start, on every reload, and by
+    """The tenants' keys read now (`gateway.access.keys`): at the start, on every reload, and by
     `check-config`. ConfigError naming the table's key and its tenant when a source gives no
     key, or when one key is given to two tenants (never saying the key, nor the variable or
     file it names: either could be the key)."""

@@ -1,4 +1,4 @@
-"""A grpc.aio interceptor applying the front door (gateway.auth) to every call except the
+"""A grpc.aio interceptor applying the front door (gateway.access.front_door) to every call except the
 health probes: a call without a key the door admits is refused UNAUTHENTICATED before its
 method runs; an admitted inference call runs with its tenant's name in `rpc.TENANT`, which
 its Call takes (`rpc.read_client`). A key is read from `authorization` (or `x-api-key`,
@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from gateway.auth import API_KEY_HEADERS
+from gateway.access.front_door import API_KEY_HEADERS
 from gateway.grpc.rpc import TENANT, refuse
 from gateway.service import InferenceService
 from wire.errors import Unauthenticated
@@ -33,7 +33,7 @@ class KeyInterceptor(grpc.aio.ServerInterceptor):
     """Refuses a call without a key the service's door admits (read at each call: a reload
     replaces it) before its method runs; an inference call is counted all the same
     (`gateway.grpc.rpc.refuse`). An admitted inference call runs as what the door admitted
-    (`gateway.auth.Admitted`: the tenant's name and its key's digest), which the service
+    (`gateway.access.front_door.Admitted`: the tenant's name and its key's digest), which the service
     checks again at each of its messages."""
 
     def __init__(self, service: InferenceService) -> None:
@@ -57,7 +57,7 @@ class KeyInterceptor(grpc.aio.ServerInterceptor):
         if _front_end(handler) is None:
             return handler
         # The token's too (a nameless tenant): what the call was admitted with is checked again
-        # when it is served (gateway.auth), so it must reach the call.
+        # when it is served (gateway.access.front_door), so it must reach the call.
         return _as_tenant(handler, tenant)
 
     def _refusal(self, handler: grpc.RpcMethodHandler, error: Unauthenticated) -> grpc.RpcMethodHandler:

@@ -17,7 +17,7 @@ from google.protobuf import json_format
 
 from gateway.grpc.rpc import OpenStreams, Servicer, StreamEnd, add_servicer, in_band, refused, rpc, stream
 from gateway.lifecycle import Call
-from gateway.metrics import CLIENT_CLOSED_REQUEST
+from gateway.observe.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
 from wire.codecs import oip_grpc
 from wire.codecs.limits import Limits

@@ -33,7 +33,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
 from gateway.lifecycle import Call
-from gateway.metrics import CLIENT_CLOSED_REQUEST
+from gateway.observe.metrics import CLIENT_CLOSED_REQUEST
 from gateway.service import InferenceService
 from wire.codecs import content_encoding
 from wire.errors import GatewayError, InvalidInput, MessageTooLarge, PayloadTooLarge, Unauthenticated

@@ -24,7 +24,7 @@ def build_server(service: InferenceService, limits: Limits, settings: ServerConf
     server = grpc.aio.server(interceptors=interceptors, options=[
         ("grpc.max_receive_message_length", limits.max_body_bytes),
         ("grpc.max_send_message_length", 2**31 - 1),
-        ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),  # workers share the port (gateway.workers)
+        ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),  # workers share the port (gateway.process.workers)
         # A compressed message reaches the servicers' deserializers still compressed; they
         # inflate it within max_body_bytes (gateway.grpc.rpc). grpc itself inflates a whole
         # message before it checks the size limit, so one small message could take gigabytes.

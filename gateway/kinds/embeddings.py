@@ -10,12 +10,12 @@ predictor) is a tensor model whose batch form is one BYTES tensor of texts, shap
   texts (each a string, or a list of one), land in the same batches; a v1 client is
   answered one vector per instance;
 - an OpenAI client's token ids (LangChain's default) are decoded back to their texts in the
-  model's tiktoken encoding (`token_ids`, `gateway.tokens.TokenDecoder`) and batched as
+  model's tiktoken encoding (`token_ids`, `gateway.kinds.tokens.TokenDecoder`) and batched as
   texts (the rows a request declares are held against the queue's `max_queue` before a
   single id is checked: `InferenceService.decode_embeddings`); a model of an
   OpenAI-compatible predictor configured with `token_ids = "as_is"` sends them on as they
   are instead, in batches of their own (`wire.embeddings.TOKEN_IDS_INPUT`);
-- every request's rows are measured in tokens (`gateway.tokens`), whatever its protocol,
+- every request's rows are measured in tokens (`gateway.kinds.tokens`), whatever its protocol,
   so that the scheduler can cap a batch by `max_batch_tokens` and group similar lengths
   by bucket (its rows spec is a `TextSpec`: texts pad nothing in the gateway);
 - identical texts within one batch are sent once and their vector copied back
@@ -45,7 +45,7 @@ from gateway.batching.config import TextSpec
 from gateway.batching.executor import Executor
 from gateway.config_keys import ConfigError, Kind, key, read, table
 from gateway.kinds.base import BatchInputs, ModelKind, answers, output_holding, reads, table_key, texts_column, texts_of
-from gateway.tokens import (
+from gateway.kinds.tokens import (
     DEFAULT_TOKEN_ENCODING,
     TOKEN_ENCODINGS,
     EncodingUnavailable,
@@ -70,14 +70,14 @@ log = logging.getLogger(__name__)
 class EmbeddingsConfig:
     """The `[models.embeddings]` table: a model whose rows are texts, embedded into vectors.
     Set on every model of an OpenAI-compatible predictor."""
-    # "" = the estimate (gateway.tokens).
+    # "" = the estimate (gateway.kinds.tokens).
     tokenizer: str = key(Kind.STRING, "", "The model's tokenizer.json: exact token counts (the embeddings extra); "
                                           "unset: an estimate.", file=True)
     input: str = key(Kind.STRING, "", "The BYTES input the texts travel in.", shown="the only input, else text")
     output: str = key(Kind.STRING, "", "The FP32 output holding the vectors.", shown="the only FP32 output")
     deduplicate: bool = key(Kind.BOOLEAN, True, "Identical texts in one batch are sent once.")
     # An OpenAI client's token ids: decoded back to text in this tiktoken encoding
-    # (gateway.tokens), or TOKEN_IDS_AS_IS: sent to an OpenAI-compatible predictor as they are.
+    # (gateway.kinds.tokens), or TOKEN_IDS_AS_IS: sent to an OpenAI-compatible predictor as they are.
     token_ids: str = key(Kind.STRING, DEFAULT_TOKEN_ENCODING,
                          "What an OpenAI client's token ids (LangChain's default) mean: a tiktoken encoding "
                          f"({', '.join(TOKEN_ENCODINGS)}) they are decoded in, back to their text; "
@@ -176,7 +176,7 @@ class Embeddings(ModelKind):
         return BatchInputs([texts_column(self.text_input, texts)], self.tokens.count(texts), parameters=parameters)
 
     def _decode(self, rows: list[list[int]]) -> list[str]:
-        """Token ids back to the texts they were made from (see gateway.tokens)."""
+        """Token ids back to the texts they were made from (see gateway.kinds.tokens)."""
         try:
             decoder = token_decoder(self.settings.token_ids, self.settings.token_ids_file)
         except EncodingUnavailable as exc:

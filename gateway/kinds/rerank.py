@@ -6,12 +6,12 @@ shape [rows, 1] each, and whose answer is one FP32 score a row:
 
 - a Cohere client's request (`wire.rerank.RerankRequest`) becomes one row per document, each
   paired with the query, its query first cut to the model's `max_tokens_per_doc` tokens and
-  its documents to the request's (at most the model's; `gateway.tokens.TokenCounter.cut`),
+  its documents to the request's (at most the model's; `gateway.kinds.tokens.TokenCounter.cut`),
   as Cohere cuts what is too long rather than refusing it; OIP clients that send the two
   BYTES inputs themselves, and KServe v1 clients whose instances are pairs (`[query,
   document]` or `{"query": ..., "document": ...}`), land in the same batches;
 - every pair is measured in tokens, its query's and its document's apart (lengths [rows,
-  2]), each counted as an embedding text is (`gateway.tokens`), so that the scheduler caps a
+  2]), each counted as an embedding text is (`gateway.kinds.tokens`), so that the scheduler caps a
   batch by `max_batch_tokens`, counting the query once a batch where the predictor takes
   one query per call (its rows spec is a `PairSpec`: `gateway.batching.layouts.pairs`);
 - the scores are read from the output configured, else the only FP32 output, one per row; a
@@ -36,7 +36,7 @@ from gateway.batching.config import PairSpec, RowsSpec, TextSpec
 from gateway.config_keys import ConfigError, Kind, key, only, read, table
 from gateway.kinds.base import BatchInputs, ModelKind, answers, output_holding, reads, table_key, texts_column, texts_of
 from gateway.kinds.embeddings import check_tokenizer
-from gateway.tokens import TokenCounter
+from gateway.kinds.tokens import TokenCounter
 from wire.errors import BadPredictorAnswer, InvalidInput
 from wire.request import OipRequest
 from wire.rerank import DEFAULT_MAX_TOKENS_PER_DOC, DOCUMENT_INPUT, QUERY_INPUT, RerankRequest

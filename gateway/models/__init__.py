@@ -27,7 +27,7 @@ its twin (`input-0`). Only a conversion that needs a name nobody gave is refused
 request time, with 400 naming the config key that would supply it.
 
 A TorchServe upload (a raw body, form parts or gRPC entries: `wire.upload`) is one row:
-`batch_inputs_from_upload` (`gateway.uploads`) makes it an instance of named values for a
+`batch_inputs_from_upload` (`gateway.models.uploads`) makes it an instance of named values for a
 v1 or TorchServe predictor, or BYTES tensors for a tensor predictor.
 
 A model with variable-length inputs (`batching.padding`) takes typed tensors whatever its

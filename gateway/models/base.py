@@ -26,8 +26,8 @@ from gateway.batching.admission import fits_queue
 from gateway.batching.config import BatchingConfig, PaddedSpec
 from gateway.batching.executor import Executor
 from gateway.config import ModelConfig
-from gateway.instances import outputs_to_predictions
 from gateway.kinds import BatchInputs, ModelKind, kind_of
+from gateway.models.instances import outputs_to_predictions
 from wire.errors import InvalidInput, ModelNotFound, echo
 from wire.tensors import ModelSignature, Tensor, TensorSpec
 from wire.upload import Upload

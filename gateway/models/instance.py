@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.batching.executor import Executor
-from gateway.instances import predictions_to_outputs, tensors_to_instances
 from gateway.kinds import BatchInputs
 from gateway.models.base import ServedModel
+from gateway.models.instances import predictions_to_outputs, tensors_to_instances
 from gateway.models.tensor import TensorModel
-from gateway.uploads import upload_to_instance
+from gateway.models.uploads import upload_to_instance
 from wire.tensors import Tensor, TensorSpec, rows_tensor
 from wire.upload import Upload
 

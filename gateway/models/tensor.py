@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.instances import instances_to_tensors, padded_instances_to_tensors, unnamed_instances_to_tensors
 from gateway.kinds import BatchInputs
 from gateway.models.base import ServedModel
-from gateway.uploads import upload_to_tensors
+from gateway.models.instances import instances_to_tensors, padded_instances_to_tensors, unnamed_instances_to_tensors
+from gateway.models.uploads import upload_to_tensors
 from wire.errors import InvalidInput
 from wire.tensors import Tensor, TensorSpec, shape_fits
 from wire.upload import Upload

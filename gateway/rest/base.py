@@ -27,8 +27,8 @@ import tornado.httputil
 import tornado.log
 import tornado.web
 
-from gateway import metrics
 from gateway.lifecycle import Call
+from gateway.observe import metrics
 from gateway.rest import answers, errors, tornado_internals
 from gateway.rest.endpoint import Endpoint
 from gateway.rest.intake import Intake, admit, header
@@ -48,7 +48,7 @@ class BaseHandler(tornado.web.RequestHandler):
     service: InferenceService
     limits: Limits
     requires_auth = True  # health probes opt out
-    tenant = ""  # whose key the request came with (gateway.auth): for the access log
+    tenant = ""  # whose key the request came with (gateway.access.front_door): for the access log
 
     def initialize(self, service: InferenceService, limits: Limits) -> None:
         self.service = service

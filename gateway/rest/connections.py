@@ -26,8 +26,8 @@ Tornado's HTTPServer, with the guards a production proxy puts in front of an app
   RFC 9112 says servers must accept) is served as its path.
 
 It must not know handlers, models or the service: it hands each request to the delegate it
-wraps (`gateway.rest.app.make_front_end`). Every refusal here is counted in `gateway.metrics.ConnectionStats` and logged through
-the ordinary loggers, whose repeats `gateway.logs` rate-limits.
+wraps (`gateway.rest.app.make_front_end`). Every refusal here is counted in `gateway.observe.metrics.ConnectionStats` and logged through
+the ordinary loggers, whose repeats `gateway.observe.logs` rate-limits.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ import tornado.httputil
 import tornado.ioloop
 import tornado.iostream
 
-from gateway.metrics import ConnectionStats
+from gateway.observe.metrics import ConnectionStats
 from gateway.rest import errors, tornado_internals
 from gateway.rest.lingering import LingeringSockets, LingeringStream, set_body_unread
 from wire.errors import GatewayError, HeaderFieldsTooLarge, OverCapacity, RequestHeadTooLarge

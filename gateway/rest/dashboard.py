@@ -1,15 +1,15 @@
 """The live page of the gateway's batching: `GET /dashboard` (the page), its script, and
-`GET /dashboard/data` (the JSON snapshot the page polls, built by `gateway.live`).
+`GET /dashboard/data` (the JSON snapshot the page polls, built by `gateway.observe.live`).
 
 The page and its script are files beside this module (`static/`), read once at import and
 served as they are: no build step, nothing fetched from elsewhere (the Content-Security-Policy
 says so to the browser). Read-only, and behind the front door like every other endpoint
-(`BaseHandler.prepare`, `gateway.auth`): with `[server] auth_token_env` set, or tenants
+(`BaseHandler.prepare`, `gateway.access.front_door`): with `[server] auth_token_env` set, or tenants
 declared, the browser must send the `Authorization` header with the token or any tenant's
 key (a proxy in front of it, or a browser extension, adds it).
 
-Handlers here only serialize what `gateway.live` builds, read through the service (the
-batcher's, in a worker of `gateway.workers`): they know no stats of their own.
+Handlers here only serialize what `gateway.observe.live` builds, read through the service (the
+batcher's, in a worker of `gateway.process.workers`): they know no stats of their own.
 """
 from __future__ import annotations
 

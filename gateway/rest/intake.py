@@ -3,7 +3,7 @@
 Whichever path serves the route (the lean delegate, `gateway.rest.lean`, or its
 `RequestHandler` twin, `gateway.rest.base.EndpointHandler`), the request is judged the same
 way, in the same order, from its head alone and before any of its body is read:
-1. the key (`gateway.auth`): 401 without a key the door knows;
+1. the key (`gateway.access.front_door`): 401 without a key the door knows;
 2. the model and version in the path: 404 for an unknown one;
 3. the deadline and priority headers: 400 for a malformed deadline;
 4. the declared size: 413 over `max_body_bytes`, or over `max_json_bytes` for a route whose
@@ -24,7 +24,7 @@ from typing import Protocol
 
 import tornado.httputil
 
-from gateway.auth import API_KEY_HEADERS, FrontDoor
+from gateway.access.front_door import API_KEY_HEADERS, FrontDoor
 from gateway.lifecycle import Call
 from gateway.models.base import ServedModel
 from gateway.service import InferenceService
@@ -49,7 +49,7 @@ def header(headers: tornado.httputil.HTTPHeaders, name: str) -> str | None:
 
 def admit(door: FrontDoor, headers: tornado.httputil.HTTPHeaders) -> str:
     """The tenant whose key the request presents (`FrontDoor.admit`): Authorization, else an
-    API-key header (`gateway.auth`), as the text the client sent (`as_sent`)."""
+    API-key header (`gateway.access.front_door`), as the text the client sent (`as_sent`)."""
     authorization = as_sent(header(headers, "Authorization"))
     api_key = None
     if authorization is None:

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Sequence
 import tornado.httputil
 import tornado.web
 
-from gateway import metrics
+from gateway.observe import metrics
 from gateway.rest import answers, errors, tornado_internals
 from gateway.rest.endpoint import Endpoint, Reply
 from gateway.rest.intake import Intake, header

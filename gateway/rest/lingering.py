@@ -24,7 +24,7 @@ from typing import Any
 import tornado.ioloop
 import tornado.iostream
 
-from gateway.metrics import ConnectionStats
+from gateway.observe.metrics import ConnectionStats
 from gateway.rest import errors
 from wire.errors import InvalidInput
 

@@ -1,7 +1,7 @@
-"""What an operator reads over HTTP: `GET /metrics` (Prometheus text, `gateway.metrics`)."""
+"""What an operator reads over HTTP: `GET /metrics` (Prometheus text, `gateway.observe.metrics`)."""
 from __future__ import annotations
 
-from gateway import metrics
+from gateway.observe import metrics
 from gateway.rest.base import BaseHandler
 
 

@@ -124,7 +124,7 @@ def test_langchains_openai_embeddings_with_its_defaults_gets_the_vectors_of_the_
     package: nothing is downloaded."""
     from langchain_openai import OpenAIEmbeddings
 
-    from tests.test_tokens import tiktoken_cache_with_cl100k
+    from tests.kinds.test_tokens import tiktoken_cache_with_cl100k
 
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tiktoken_cache_with_cl100k(tmp_path / "tiktoken")))
     model = gateway_model("bge", backend="kserve", api="openai", url=kserve_openai_server.http_url,

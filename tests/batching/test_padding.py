@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import instances
 from gateway.batching import padding as pad
 from gateway.batching.config import GeneratedInput, PaddedInput, PaddedSpec, TextSpec
 from gateway.batching.layouts import TextRows
 from gateway.batching.padding import RowShape
+from gateway.models import instances
 from wire.errors import BadPredictorAnswer, InvalidInput, PayloadTooLarge
 from wire.tensors import Tensor
 

@@ -15,7 +15,7 @@ from gateway.batching.policies.deadline import DeadlinePolicy
 from gateway.batching.policies.window import WindowPolicy
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
-from gateway.metrics import Metrics
+from gateway.observe.metrics import Metrics
 from tests.batching.support import rows, stats_of
 from wire.errors import InvalidInput
 from wire.tracing import ClientContext

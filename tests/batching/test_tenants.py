@@ -8,12 +8,12 @@ import asyncio
 import numpy as np
 import pytest
 
-from gateway import metrics
 from gateway.batching.buckets import TokenBucket
 from gateway.batching.config import MIN_REQUESTS_PER_SECOND, BatchingConfig, TenantPolicy, TextSpec
 from gateway.batching.request import BatchRequest
 from gateway.batching.scheduler import BatchScheduler
 from gateway.batching.tenant_quotas import Tenants
+from gateway.observe import metrics
 from tests.batching.support import RecordingExecutor, rows, scheduler_with, until_sent
 from wire.errors import CLIENT_CLOSED_REQUEST, Overloaded, PayloadTooLarge, RateLimited
 from wire.tensors import Tensor

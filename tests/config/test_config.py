@@ -240,7 +240,7 @@ def test_a_model_of_an_openai_predictor_embeds_texts_with_a_token_budget_by_defa
 
 
 def test_embedding_keys_are_read(tmp_path):
-    from tests.test_tokens import wordpiece_file
+    from tests.kinds.test_tokens import wordpiece_file
 
     tokenizer = wordpiece_file(tmp_path)
     model = config.parse({"models": [{
@@ -259,7 +259,7 @@ def test_embedding_keys_are_read(tmp_path):
 
 
 def test_token_ids_keys_are_read_and_an_encoding_named_is_read_at_once():
-    from tests.test_tokens import cl100k_file
+    from tests.kinds.test_tokens import cl100k_file
 
     default = config.parse({"models": [OPENAI]}).models[0].kind
     assert (default.token_ids, default.token_ids_file) == ("cl100k_base", "")  # looked for when it starts
@@ -270,7 +270,7 @@ def test_token_ids_keys_are_read_and_an_encoding_named_is_read_at_once():
 
 
 def test_token_ids_errors_name_the_key(tmp_path, monkeypatch):
-    from tests.test_tokens import cl100k_file
+    from tests.kinds.test_tokens import cl100k_file
 
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty: nothing is downloaded
     cases = [

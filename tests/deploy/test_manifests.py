@@ -222,7 +222,7 @@ def test_shutdown_fits_in_the_grace_period(rendered, root):
     assert command[0] == "sleep"
     pre_stop_s = float(command[1])
     config = _parsed(tree.one("ConfigMap", "batching-gateway-config")["data"][CONFIG_KEY])
-    grpc_stop_s = 1.0  # gateway.server.Gateway.stop: the gRPC server's own grace
+    grpc_stop_s = 1.0  # gateway.process.server.Gateway.stop: the gRPC server's own grace
     assert pre_stop_s + config.server.grace_s + grpc_stop_s < spec["terminationGracePeriodSeconds"]
 
 

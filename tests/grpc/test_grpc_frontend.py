@@ -148,7 +148,7 @@ def resident_mb(pid: int) -> float:
 def retained_mb(pid: int, settle_s: float = 5.0) -> float:
     """The process's RSS once its allocator has given back what it can: the least seen over
     `settle_s`. The gateway trims its allocator on its own schedule, about once a second
-    after large messages (gateway/memory.py), so one read at an instant may come before or
+    after large messages (gateway/observe/memory.py), so one read at an instant may come before or
     after a trim; what a cache holds, no trim gives back."""
     least = resident_mb(pid)
     deadline = time.monotonic() + settle_s

@@ -23,7 +23,7 @@ from gateway.models.base import ServedModel
 from gateway.models.forms import served_model
 from tests.harness import config_for, held_slot, http, queued, running_gateway, wait_for
 from tests.http_stub import JsonHandler, serving
-from tests.test_tokens import cl100k, cl100k_file, wordpiece_file
+from tests.kinds.test_tokens import cl100k, cl100k_file, wordpiece_file
 from wire.codecs import openai as openai_codec
 from wire.embeddings import EmbeddingsRequest
 from wire.errors import BadPredictorAnswer, InvalidInput

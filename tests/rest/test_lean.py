@@ -24,6 +24,7 @@ from gateway.rest.app import HOT_ROUTES
 from gateway.rest.connections import DRAIN_BYTES
 from gateway.rest.lean import LeanFrontEnd
 from tests.harness import config_for, running_gateway
+from tests.kinds.test_tokens import cl100k_file
 from tests.test_bad_input_corpus import (
     BINARY_CASES,
     COHERE_CASES,
@@ -33,7 +34,6 @@ from tests.test_bad_input_corpus import (
     UPLOAD_CASES,
     j,
 )
-from tests.test_tokens import cl100k_file
 
 TOKEN = "lean-test-token"
 TOKEN_ENV = "LEAN_TEST_TOKEN"

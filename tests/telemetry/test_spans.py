@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from gateway.config import parse as parse_config
-from gateway.server import MIN_EXPORT_S
+from gateway.process.server import MIN_EXPORT_S
 from tests.harness import http_json, running_gateway, scraped, wait_for
 from tests.http_stub import JsonHandler, serving
 from tests.processes import gateway as gateway_process

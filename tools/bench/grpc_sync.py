@@ -29,7 +29,7 @@ import grpc
 from gateway import config as gateway_config
 from gateway.grpc.oip import InferenceServicer
 from gateway.grpc.rpc import OpenStreams
-from gateway.server import Gateway
+from gateway.process.server import Gateway
 from wire.errors import GatewayError
 from wire.generated.inference import grpc_service_pb2 as pb
 

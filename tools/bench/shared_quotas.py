@@ -42,7 +42,7 @@ from typing import Any
 from gateway.batching.config import TenantPolicy
 from gateway.batching.tenant_quotas import Tenants
 from gateway.config.shared import SharedConfig
-from gateway.shared import RedisQuotas
+from gateway.shared.store import RedisQuotas
 from tools import loadgen
 from tools.bench.harness import V1_BODY, Context, Gateway, check
 from tools.processes import RedisProcess

@@ -37,10 +37,10 @@ import statistics
 import time
 from typing import Any
 
-from gateway.auth import FrontDoor
+from gateway.access.front_door import FrontDoor
+from gateway.access.keys import KeySource, Tenant, directory
 from gateway.batching.config import TenantPolicy
 from gateway.batching.tenant_quotas import Tenants
-from gateway.tenants import KeySource, Tenant, directory
 from tools import loadgen
 from tools.bench.harness import V1_BODY, Context, Gateway, check, warm_up
 

@@ -6,7 +6,7 @@ directions live here: a client's request and a predictor's answer are decoded, a
 predictor's request (`encode_request`) and a client's answer encoded. Instances travel
 through the gateway as opaque JSON values, one per row of a JSON tensor
 (`wire.tensors.rows_tensor`). Turning them into typed tensors, or back, depends on a
-model's signature: that is the gateway's business (`gateway.instances`), not this codec's.
+model's signature: that is the gateway's business (`gateway.models.instances`), not this codec's.
 """
 from __future__ import annotations
 
