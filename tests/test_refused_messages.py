@@ -155,10 +155,13 @@ def test_resident_memory_returns_after_40_refused_12_mib_messages():
     time, each on a connection of its own: its resident memory comes back to within 50 MiB
     of where it was (the trim gives back what is freed; a message a cycle keeps cannot be).
 
-    Where it was: after 4 such messages, not before the first. The first large messages
-    leave 30-70 MiB in the arenas of grpc's threads whatever their outcome (answered ones
-    too, measured), which later ones reuse; what is asserted is that refused messages do
-    not accumulate. Before: 70 -> 363 MiB after 40, and it stayed there."""
+    Where it was: once the first rounds of 4 stop raising it, not before the first. The
+    first large messages leave 30-70 MiB in the arenas of grpc's threads whatever their
+    outcome (answered ones too, measured), which later ones reuse; which threads, and so how
+    many arenas, a round of 4 reaches is the scheduler's to say, so one round is not always
+    all of it (once in a full run: 76 MiB after 4, a steady 138 after 40). What is asserted
+    is that refused messages do not accumulate. Before: 70 -> 363 MiB after 40, and it
+    stayed there."""
     gateway = python_module("gateway", "serve", "--http-port", "0", "--grpc-port", "0", "--log-level", "WARNING",
                             ready_timeout=60)
     try:
@@ -178,9 +181,14 @@ def test_resident_memory_returns_after_40_refused_12_mib_messages():
 
         infer(gateway.grpc_address, 4, 0)  # one small answered message
         with ThreadPoolExecutor(4) as pool:
-            codes = list(pool.map(refused, range(4)))
-            start_mib = settled_rss_mib(gateway)
-            codes += pool.map(refused, range(4, 44))
+            codes, start_mib, seed = [], 0.0, 0
+            for _ in range(6):  # rounds of 4 until one raises the settled RSS by no more than 5 MiB
+                codes += pool.map(refused, range(seed, seed + 4))
+                seed += 4
+                before, start_mib = start_mib, settled_rss_mib(gateway)
+                if start_mib <= before + 5:
+                    break
+            codes += pool.map(refused, range(seed, seed + 40))
         assert set(codes) == {grpc.StatusCode.INVALID_ARGUMENT}
         # Polled, with a generous bound, for the trim to give the memory back.
         deadline, readings = time.monotonic() + 20, [gateway.rss_kb() / 1024]

@@ -44,7 +44,8 @@ from backends.settings import PredictorProtocol, PredictorSettings
 from gateway.batching.config import TextSpec
 from gateway.batching.executor import Executor
 from gateway.config_keys import ConfigError, Kind, key, read, table
-from gateway.kinds.base import BatchInputs, ModelKind, answers, output_holding, reads, table_key, texts_column, texts_of
+from gateway.kinds.base import BatchInputs, answers, output_holding, reads, table_key, texts_column, texts_of
+from gateway.kinds.texts import TextKind
 from gateway.kinds.tokens import (
     DEFAULT_TOKEN_ENCODING,
     TOKEN_ENCODINGS,
@@ -56,7 +57,6 @@ from gateway.kinds.tokens import (
 )
 from wire.embeddings import TOKEN_IDS_INPUT, EmbeddingsRequest, pack_token_ids
 from wire.errors import BadPredictorAnswer, InvalidInput
-from wire.request import OipRequest
 from wire.tensors import Tensor, TensorSpec
 from wire.upload import TorchServeRequest
 
@@ -93,7 +93,7 @@ _TAKE_TEXTS = frozenset({PredictorProtocol.OIP_HTTP, PredictorProtocol.OIP_GRPC,
                          PredictorProtocol.SIMULATED})
 
 
-class Embeddings(ModelKind):
+class Embeddings(TextKind):
     """A model that embeds texts (see the module)."""
 
     name = "embeddings"
@@ -103,12 +103,10 @@ class Embeddings(ModelKind):
     rows = TextSpec
     what = "an embedding model"
     makes = "embed texts"
-    measures_tokens = True
 
     def __init__(self, settings: EmbeddingsConfig, model: Any) -> None:
         super().__init__(settings, model)
         self.settings: EmbeddingsConfig = settings
-        self.tokens = TokenCounter(settings.tokenizer)
         self._warming: asyncio.Future | None = None
         self._refusing_token_ids = ""  # why token ids were last refused, as logged (logged once for each why)
 
@@ -194,20 +192,6 @@ class Embeddings(ModelKind):
                 raise InvalidInput(f"'input[{index}]' of model '{self.model.name}': {exc}") from None
         return texts
 
-    @reads(OipRequest)
-    def from_oip(self, request: OipRequest) -> BatchInputs:
-        """An OIP client's BYTES texts, measured."""
-        batch = super().from_oip(request)
-        batch.lengths = self._measure(batch.tensors)
-        return batch
-
-    @reads(TorchServeRequest)
-    def from_torchserve(self, request: TorchServeRequest) -> BatchInputs:
-        """A TorchServe client's upload (one text) or instances (texts), measured."""
-        batch = super().from_torchserve(request)
-        batch.lengths = self._measure(batch.tensors)
-        return batch
-
     @reads(list)
     def from_instances(self, instances: list[Any]) -> BatchInputs:
         """A KServe v1 (or TorchServe JSON) client's instances: each a text, or a list of one."""
@@ -230,7 +214,7 @@ class Embeddings(ModelKind):
             raise InvalidInput(f"input '{self.text_input}' of model '{self.model.name}' holds one text per row "
                                f"(shape [rows, 1]); got {list(text.shape)}")
 
-    def _measure(self, tensors: list[Tensor]) -> np.ndarray:
+    def measure(self, tensors: list[Tensor]) -> np.ndarray:
         """Each row's tokens, read from the request's text input (an OIP client's BYTES)."""
         self.check_inputs([TensorSpec(tensor.name, tensor.datatype, tensor.data.shape) for tensor in tensors])
         text = next(tensor for tensor in tensors if tensor.name == self.text_input)

@@ -34,11 +34,10 @@ import numpy as np
 from backends.settings import PredictorProtocol, PredictorSettings
 from gateway.batching.config import PairSpec, RowsSpec, TextSpec
 from gateway.config_keys import ConfigError, Kind, key, only, read, table
-from gateway.kinds.base import BatchInputs, ModelKind, answers, output_holding, reads, table_key, texts_column, texts_of
+from gateway.kinds.base import BatchInputs, answers, output_holding, reads, table_key, texts_column, texts_of
 from gateway.kinds.embeddings import check_tokenizer
-from gateway.kinds.tokens import TokenCounter
+from gateway.kinds.texts import TextKind
 from wire.errors import BadPredictorAnswer, InvalidInput
-from wire.request import OipRequest
 from wire.rerank import DEFAULT_MAX_TOKENS_PER_DOC, DOCUMENT_INPUT, QUERY_INPUT, RerankRequest
 from wire.tensors import Tensor
 from wire.upload import TorchServeRequest
@@ -67,7 +66,7 @@ _SCORE_PAIRS = frozenset({PredictorProtocol.OIP_HTTP, PredictorProtocol.OIP_GRPC
 _OIP = frozenset({PredictorProtocol.OIP_HTTP, PredictorProtocol.OIP_GRPC})
 
 
-class Rerank(ModelKind):
+class Rerank(TextKind):
     """A model that scores (query, document) pairs (see the module)."""
 
     name = "rerank"
@@ -77,12 +76,10 @@ class Rerank(ModelKind):
     rows = PairSpec
     what = "a rerank model"
     makes = "score (query, document) pairs"
-    measures_tokens = True
 
     def __init__(self, settings: RerankConfig, model: Any) -> None:
         super().__init__(settings, model)
         self.settings: RerankConfig = settings
-        self.tokens = TokenCounter(settings.tokenizer)
 
     # -- the config --------------------------------------------------------------------
 
@@ -136,19 +133,6 @@ class Rerank(ModelKind):
         counts = self.tokens.count([query, *documents])
         return BatchInputs(self._pairs([query] * len(documents), documents), _pair_lengths(counts[0], counts[1:]))
 
-    @reads(OipRequest)
-    def from_oip(self, request: OipRequest) -> BatchInputs:
-        """An OIP client's two BYTES inputs, measured."""
-        batch = super().from_oip(request)
-        batch.lengths = self._measure(batch.tensors)
-        return batch
-
-    @reads(TorchServeRequest)
-    def from_torchserve(self, request: TorchServeRequest) -> BatchInputs:
-        batch = super().from_torchserve(request)
-        batch.lengths = self._measure(batch.tensors)
-        return batch
-
     @reads(list)
     def from_instances(self, instances: list[Any]) -> BatchInputs:
         """A KServe v1 (or TorchServe JSON) client's instances: each a pair, `[query, document]`
@@ -163,7 +147,7 @@ class Rerank(ModelKind):
             queries.append(pair[0])
             documents.append(pair[1])
         tensors = self._pairs(queries, documents)
-        return BatchInputs(tensors, self._measure(tensors))
+        return BatchInputs(tensors, self.measure(tensors))
 
     def _pairs(self, queries: list[str], documents: list[str]) -> list[Tensor]:
         """The pairs as the two BYTES inputs, [rows, 1] each, in the model's input order."""
@@ -172,7 +156,7 @@ class Rerank(ModelKind):
         order = [spec.name for spec in self.model.client_inputs if spec.name in tensors] or list(tensors)
         return [tensors[name] for name in order]
 
-    def _measure(self, tensors: list[Tensor]) -> np.ndarray:
+    def measure(self, tensors: list[Tensor]) -> np.ndarray:
         """Each pair's tokens, [rows, 2]: the query's and the document's (an OIP client's BYTES too)."""
         by_name = {tensor.name: tensor for tensor in tensors}
         name_of_model = self.model.name
