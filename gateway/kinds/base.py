@@ -61,7 +61,7 @@ class BatchInputs:
 
 
 class Model(Protocol):
-    """What a kind asks of the served model it answers for (`gateway.models.ServedModel`)."""
+    """What a kind asks of the served model it answers for (`gateway.models.base.ServedModel`)."""
 
     @property
     def name(self) -> str: ...

@@ -227,7 +227,7 @@ class BatcherViews:
 
 
 def merge_families(processes: Iterable[list[Family]]) -> bytes:
-    """Several processes' metric families (`gateway.observe.metrics.families`), as one Prometheus
+    """Several processes' metric families (`gateway.observe.metrics.Metrics.families`), as one Prometheus
     text exposition: samples with the same name and labels are summed (counts, histogram
     buckets, open connections), but `_created` timestamps, of which the earliest is kept.
     Plain data in: no text is parsed (the parser cost a scrape 3 ms of the batcher's CPU)."""
