@@ -4,7 +4,8 @@ A served model's *batch form* (typed tensors or KServe v1 instances, `gateway.mo
 how its rows travel to its predictor; its *kind* says what they are: `Tensors` (the
 default: tensors or instances as clients send them, `base.py`), `Embeddings` (texts in,
 vectors out: `embeddings.py`) and `Rerank` ((query, document) pairs in, scores out:
-`rerank.py`). Each kind declares, in its one module (`base.ModelKind` says how): its
+`rerank.py`; `texts.py` holds what the two text kinds share, `tokens.py` a text's tokens).
+Each kind declares, in its one module (`base.ModelKind` says how): its
 `[models.<kind>]` table and the rules of its keys, the client request types it answers and
 how each becomes batch inputs, its rows spec (from which the scheduler's row layout is
 chosen), and its answer by request type. Kinds register themselves when defined, so the
